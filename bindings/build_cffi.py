@@ -1,0 +1,40 @@
+"""The cffi builder (API mode, out-of-line).
+
+The declarations come from the public header itself, the region between its
+cffi markers, so the binding can never drift from the ABI.
+"""
+import os
+import re
+
+import cffi
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = os.path.join(ROOT, "native", "include", "pyautodiff.h")
+PKG = os.path.join(ROOT, "pyautodiff")
+
+
+def cdef_from_header(path=HEADER):
+    text = open(path).read()
+    body = text.split("/* cffi:begin */", 1)[1].split("/* cffi:end */", 1)[0]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#")]
+    return re.sub(r"\bAD_API\s+", "", "\n".join(lines))
+
+
+def make_ffi(extra_compile_args=(), extra_link_args=()):
+    ffi = cffi.FFI()
+    ffi.cdef(cdef_from_header())
+    ffi.set_source(
+        "pyautodiff._cffi",
+        '#include "pyautodiff.h"',
+        include_dirs=[os.path.dirname(HEADER)],
+        library_dirs=[PKG],
+        libraries=["pyautodiff"],
+        extra_compile_args=list(extra_compile_args),
+        extra_link_args=["-Wl,-rpath,$ORIGIN", *extra_link_args],
+    )
+    return ffi
+
+
+if __name__ == "__main__":
+    make_ffi().compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose=True)

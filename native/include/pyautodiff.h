@@ -1,0 +1,240 @@
+/*
+ * pyautodiff.h - the public, stable C ABI of pyautodiff.
+ *
+ * Everything a caller sees is here: opaque handles, status codes, op kinds and
+ * the functions that create tensors, run ops, record the graph and run
+ * backward.  Rules (see DESIGN.md section 2):
+ *   - every exported symbol starts with ad_;
+ *   - handles are opaque; a handle returned to the caller is a new reference
+ *     that the caller ends with ad_tensor_release / ad_gradstore_release
+ *     (both accept NULL);
+ *   - every fallible call returns ad_status and writes results through
+ *     out-pointers; ad_last_error() is the message of the last failure on the
+ *     calling thread;
+ *   - enum values are append-only: never renumber, only add at the end.
+ *
+ * The region between the cffi markers is also read by bindings/build_cffi.py;
+ * keep it free of preprocessor logic other than whole '#' lines.
+ */
+#ifndef PYAUTODIFF_H
+#define PYAUTODIFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define AD_API __attribute__((visibility("default")))
+#else
+#define AD_API
+#endif
+
+#define AD_ABI_MAJOR 1
+#define AD_ABI_MINOR 0
+
+/* cffi:begin */
+
+typedef struct ad_tensor ad_tensor;
+typedef struct ad_gradstore ad_gradstore;
+
+typedef enum ad_status {
+    AD_OK = 0,
+    AD_ERR_SHAPE = 1,     /* incompatible or invalid shapes            */
+    AD_ERR_DTYPE = 2,     /* dtype not supported by the op, mismatch   */
+    AD_ERR_INDEX = 3,     /* dim or index out of range                 */
+    AD_ERR_VALUE = 4,     /* bad argument value                        */
+    AD_ERR_GRAPH = 5,     /* graph state: backward, set, versions      */
+    AD_ERR_NOMEM = 6,     /* allocation failed                         */
+    AD_ERR_INTERNAL = 7   /* a bug in pyautodiff                       */
+} ad_status;
+
+typedef enum ad_dtype {
+    AD_FLOAT32 = 0,
+    AD_FLOAT64 = 1,
+    AD_INT64 = 2,
+    AD_INT32 = 3,
+    AD_UINT8 = 4,
+    AD_BOOL = 5
+} ad_dtype;
+
+/* Op kinds.  Append-only: a value once shipped never changes meaning. */
+typedef enum ad_op {
+    AD_OP_NONE = 0,
+    /* elementwise binary (two tensors, numpy broadcasting) */
+    AD_OP_ADD = 1,
+    AD_OP_SUB = 2,
+    AD_OP_MUL = 3,
+    AD_OP_DIV = 4,
+    /* elementwise unary */
+    AD_OP_NEG = 5,
+    AD_OP_EXP = 6,
+    AD_OP_LOG = 7,
+    AD_OP_SQR = 8,
+    AD_OP_SQRT = 9,
+    AD_OP_RELU = 10,
+    AD_OP_TANH = 11,
+    /* tensor op scalar: fargs = {scalar}; ad_scalar_op's `reversed` puts the
+       scalar on the left (1 - t, 2 / t) */
+    AD_OP_ADD_SCALAR = 12,
+    AD_OP_MUL_SCALAR = 13,
+    AD_OP_RSUB_SCALAR = 14,   /* s - t */
+    AD_OP_RDIV_SCALAR = 15,   /* s / t */
+    AD_OP_POW_SCALAR = 16,    /* t ** s */
+    /* reductions: iargs = dims (empty: all), keepdim flag */
+    AD_OP_SUM = 17,
+    AD_OP_MEAN = 18,
+    AD_OP_MAX = 19,
+    AD_OP_MIN = 20,
+    AD_OP_ARGMAX = 21,        /* untracked, int64 */
+    AD_OP_ARGMIN = 22,        /* untracked, int64 */
+    /* comparisons: untracked, bool */
+    AD_OP_EQ = 23,
+    AD_OP_NE = 24,
+    AD_OP_LT = 25,
+    AD_OP_LE = 26,
+    AD_OP_GT = 27,
+    AD_OP_GE = 28,
+    /* layout / views */
+    AD_OP_RESHAPE = 29,
+    AD_OP_PERMUTE = 30,       /* transpose, t() are permutes */
+    AD_OP_SLICE = 31,         /* iargs = {dim, start, stop, step}: narrow and basic indexing */
+    AD_OP_BROADCAST = 32,     /* broadcast_to; squeeze/unsqueeze are reshapes */
+    AD_OP_CONTIGUOUS = 33,
+    AD_OP_TO_DTYPE = 34,      /* float->float differentiable, to integer untracked */
+    AD_OP_MATMUL = 35,
+    AD_OP_POW_RSCALAR = 36,   /* s ** t */
+    AD_OP_COPY = 37,          /* detached copy (Var.from_tensor, Var(data)) */
+    AD_OP_DIV_SCALAR = 38,    /* t / s */
+    AD_OP__COUNT = 39
+} ad_op;
+
+/* ---- library ---------------------------------------------------------- */
+/* Message of the last failed call on this thread ("" if none). */
+AD_API const char *ad_last_error(void);
+/* major * 1000 + minor; a caller refuses a library of another major. */
+AD_API int ad_abi_version(void);
+/* Name of an op kind ("add", "matmul", ...), or NULL for an unknown value. */
+AD_API const char *ad_op_name(int op);
+/* Name of a dtype ("float32", ...), or NULL. */
+AD_API const char *ad_dtype_name(int dtype);
+AD_API size_t ad_dtype_size(int dtype);
+
+/* ---- tensors: creation and release ------------------------------------ */
+/* A new contiguous tensor of `shape`, copying `nbytes` of `data` (row-major,
+   dtype elements; nbytes must equal numel * dtype size).  data NULL gives
+   zeros. */
+AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
+                                     const int64_t *shape, int ndim, ad_tensor **out);
+/* A tensor filled with one value. */
+AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, int ndim,
+                                ad_tensor **out);
+/* start + i * step for i < n. */
+AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtype,
+                                  ad_tensor **out);
+/* Pseudo-random normal (kind 0) or uniform [0,1) (kind 1) values from seed. */
+AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int64_t *shape,
+                                  int ndim, ad_tensor **out);
+/* Adds a reference (for a caller that stores the handle twice). */
+AD_API void ad_tensor_retain(ad_tensor *t);
+/* Ends a reference; frees iteratively when it was the last. NULL is fine. */
+AD_API void ad_tensor_release(ad_tensor *t);
+
+/* ---- tensors: properties ----------------------------------------------- */
+AD_API int ad_tensor_ndim(const ad_tensor *t);
+AD_API int ad_tensor_dtype(const ad_tensor *t);
+AD_API int64_t ad_tensor_numel(const ad_tensor *t);
+/* Copies ndim sizes / strides (elements) into the caller's array. */
+AD_API void ad_tensor_shape(const ad_tensor *t, int64_t *shape);
+AD_API void ad_tensor_strides(const ad_tensor *t, int64_t *strides);
+AD_API uint64_t ad_tensor_id(const ad_tensor *t);
+AD_API int ad_tensor_is_variable(const ad_tensor *t);
+AD_API int ad_tensor_track_op(const ad_tensor *t);
+AD_API int ad_tensor_is_contiguous(const ad_tensor *t);
+/* The recorded op kind (AD_OP_NONE when none). */
+AD_API int ad_tensor_op(const ad_tensor *t);
+/* Address of element 0 of the view (inside the storage), and the storage's
+   version counter.  The memory stays valid while the tensor lives. */
+AD_API void *ad_tensor_data(const ad_tensor *t);
+AD_API uint64_t ad_tensor_version(const ad_tensor *t);
+/* 1 if a and b view the same storage. */
+AD_API int ad_tensor_same_storage(const ad_tensor *a, const ad_tensor *b);
+/* Copies the elements in row-major order into dst (nbytes must be numel *
+   dtype size). */
+AD_API ad_status ad_tensor_copy_to(const ad_tensor *t, void *dst, size_t nbytes);
+
+/* ---- variables and graph ------------------------------------------------ */
+/* A new Var holding a copy of t (float dtypes only).  On a Var returns a new
+   reference to that same Var. */
+AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out);
+/* Writes src into the Var in place and bumps its storage version. */
+AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src);
+/* A new untracked tensor sharing t's storage (t itself when untracked). */
+AD_API ad_status ad_tensor_detach(const ad_tensor *t, ad_tensor **out);
+/* The tracked nodes reachable from t that reach a variable, root first, each
+   node before its inputs.  *out is an array of new references owned by the
+   caller: release each, then ad_free(*out). */
+AD_API ad_status ad_sorted_nodes(const ad_tensor *t, ad_tensor ***out, int64_t *n);
+AD_API void ad_free(void *p);
+
+/* ---- ops --------------------------------------------------------------- */
+/* The generic entry: op over inputs with integer and float arguments (see
+   the op enum for each op's arguments). */
+AD_API ad_status ad_op_call(int op, const ad_tensor *const *inputs, int n_inputs,
+                            const int64_t *iargs, int n_iargs,
+                            const double *fargs, int n_fargs, ad_tensor **out);
+/* Fast paths for the common shapes of call. */
+AD_API ad_status ad_unary(int op, const ad_tensor *x, ad_tensor **out);
+AD_API ad_status ad_binary(int op, const ad_tensor *a, const ad_tensor *b, ad_tensor **out);
+AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **out);
+
+/* ---- backward and the gradient store ------------------------------------ */
+/* Backpropagates from root.  grad may be NULL for a root with one element.
+   retain: tensors whose gradients are kept although they are not variables. */
+AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
+                             const ad_tensor *const *retain, int n_retain,
+                             ad_gradstore **out);
+AD_API ad_status ad_gradstore_new(ad_gradstore **out);
+AD_API void ad_gradstore_release(ad_gradstore *g);
+/* *out = new reference to the gradient of t, or NULL when absent. */
+AD_API ad_status ad_gradstore_get(const ad_gradstore *g, const ad_tensor *t, ad_tensor **out);
+/* Sets the gradient of t (shape must match t's). */
+AD_API ad_status ad_gradstore_insert(ad_gradstore *g, const ad_tensor *t, const ad_tensor *grad);
+/* Removes t's gradient; *out (may be NULL) receives it as a new reference. */
+AD_API ad_status ad_gradstore_remove(ad_gradstore *g, const ad_tensor *t, ad_tensor **out);
+AD_API int64_t ad_gradstore_len(const ad_gradstore *g);
+/* Adds every gradient of src into dst (summing where both have one). */
+AD_API ad_status ad_gradstore_extend(ad_gradstore *dst, const ad_gradstore *src);
+/* The i-th entry: the id of the tensor it belongs to and a new reference to
+   its gradient.  The store keys by id and never keeps the tensor alive. */
+AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *id,
+                                   ad_tensor **grad);
+
+/* ---- grad mode (thread-local) -------------------------------------------- */
+AD_API int ad_is_grad_enabled(void);
+/* Returns the previous mode. */
+AD_API int ad_set_grad_enabled(int enabled);
+
+/* ---- threads ------------------------------------------------------------ */
+AD_API ad_status ad_set_num_threads(int n);
+AD_API int ad_get_num_threads(void);
+/* Name of the GEMM micro-kernel in use; force_portable 1 picks the portable
+   C kernel, 0 restores run-time dispatch. */
+AD_API const char *ad_gemm_kernel(void);
+AD_API void ad_gemm_force_portable(int on);
+
+/* ---- diagnostics (tests) ---------------------------------------------- */
+/* Live tensor handles and live storage bytes in this process. */
+AD_API int64_t ad_live_tensors(void);
+AD_API int64_t ad_live_bytes(void);
+/* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
+AD_API void ad_testing_fail_alloc_after(int64_t n);
+
+/* cffi:end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PYAUTODIFF_H */

@@ -1,0 +1,561 @@
+/* Packed, cache-blocked GEMM after BLIS (Van Zee & van de Geijn, frame/3/gemm):
+
+     jc over n by nc     B panel  kc x nc  packed into NR-wide micro-panels (L3)
+      pc over k by kc
+       ic over m by mc   A block  mc x kc  packed into MR-tall micro-panels (L2)
+        jr over nc by NR   B micro-panel kc x NR stays in L1
+         ir over mc by MR  micro-kernel: MR x NR register tile
+
+   Packing reads any strided layout (unit row or unit column stride take a fast
+   path) and pads edges with zeros, so the micro-kernel only ever sees full
+   tiles; a partial tile of C goes through a small temporary tile. Threads
+   split the m x nc work of one B panel into a grid of row x column ranges;
+   batches of small products are split over the batch instead.
+
+   The per-dtype code is written once below GEMM_TEMPLATE and instantiated
+   for float and double by including this file into itself. */
+#ifndef GEMM_TEMPLATE
+
+#define _GNU_SOURCE
+#include "gemm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel.h"
+
+#define GEMM_ALIGN 64
+#define GEMM_MAX_TILE 512 /* elements of the largest MR x NR tile */
+
+/* Products below this many multiply-adds (m*n*k) run on the calling thread. */
+#define GEMM_PAR_MIN_WORK (96 * 96 * 96)
+/* A row-major A is read in place instead of packed when a thread's share of
+   a B panel has at most this many NR-wide micro-panels. */
+#define GEMM_INPLACE_MAX_PANELS 4
+/* ... and below this one skip packing altogether. */
+#define GEMM_DIRECT_MAX_WORK (8 * 8 * 8)
+
+/* ---- kernel selection ---- */
+
+enum { KSEL_PORTABLE, KSEL_AVX2, KSEL_AVX512 };
+
+static int g_best_kernel = -1; /* what the CPU supports (after PYAUTODIFF_PORTABLE) */
+static pthread_once_t g_kernel_once = PTHREAD_ONCE_INIT;
+static atomic_int g_force_portable;
+
+static void detect_kernel(void)
+{
+    int best = KSEL_PORTABLE;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        best = KSEL_AVX2;
+        if (__builtin_cpu_supports("avx512f"))
+            best = KSEL_AVX512;
+    }
+#endif
+    const char *env = getenv("PYAUTODIFF_PORTABLE");
+    if (env && env[0] == '1' && env[1] == '\0')
+        best = KSEL_PORTABLE;
+    g_best_kernel = best;
+}
+
+static int kernel_sel(void)
+{
+    pthread_once(&g_kernel_once, detect_kernel);
+#ifdef GEMM_TEST_NO_AVX512 /* scratch builds only: measure the AVX2 level */
+    if (g_best_kernel == KSEL_AVX512)
+        g_best_kernel = KSEL_AVX2;
+#endif
+    return atomic_load_explicit(&g_force_portable, memory_order_relaxed) ? KSEL_PORTABLE
+                                                                         : g_best_kernel;
+}
+
+const char *gemm_kernel_name(void)
+{
+    static const char *const names[] = {"portable", "avx2", "avx512"};
+    return names[kernel_sel()];
+}
+
+void gemm_force_portable(int on)
+{
+    atomic_store(&g_force_portable, on != 0);
+}
+
+/* ---- per-thread packing buffers ----
+
+   Grown on demand and kept for the thread's lifetime, so repeated small
+   products do not allocate; freed by a pthread key destructor at thread exit. */
+
+struct packbuf {
+    void *ptr[2]; /* [0]: A block, [1]: B panel */
+    size_t cap[2];
+};
+
+static pthread_key_t g_buf_key;
+static pthread_once_t g_buf_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct packbuf *tl_buf;
+
+static void packbuf_free(void *p)
+{
+    struct packbuf *pb = p;
+    free(pb->ptr[0]);
+    free(pb->ptr[1]);
+    free(pb);
+}
+
+static void packbuf_key_init(void)
+{
+    pthread_key_create(&g_buf_key, packbuf_free);
+}
+
+/* A 64-byte aligned scratch area of at least `bytes`, or NULL if out of memory. */
+static void *packbuf_get(int which, size_t bytes)
+{
+    struct packbuf *pb = tl_buf;
+    if (!pb) {
+        pthread_once(&g_buf_once, packbuf_key_init);
+        pb = calloc(1, sizeof *pb);
+        if (!pb)
+            return NULL;
+        tl_buf = pb;
+        pthread_setspecific(g_buf_key, pb);
+    }
+    if (pb->cap[which] < bytes) {
+        void *p = NULL;
+        size_t want = bytes + bytes / 4;
+        want = (want + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+        if (posix_memalign(&p, GEMM_ALIGN, want) != 0)
+            return NULL;
+        free(pb->ptr[which]);
+        pb->ptr[which] = p;
+        pb->cap[which] = want;
+    }
+    return pb->ptr[which];
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Portable micro-kernel: plain C the compiler vectorises for the baseline ISA. */
+#define PORT_MR 4
+#define PORT_NR 8
+
+#define GEMM_TEMPLATE
+#define T float
+#define S(name) name##_f32
+#define UKR_AVX512 gemm_ukr_f32_avx512, GEMM_AVX512_F32_MR, GEMM_AVX512_F32_NR
+#define UKR_AVX2 gemm_ukr_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
+#include "gemm.c"
+#undef T
+#undef S
+#undef UKR_AVX512
+#undef UKR_AVX2
+
+#define T double
+#define S(name) name##_f64
+#define UKR_AVX512 gemm_ukr_f64_avx512, GEMM_AVX512_F64_MR, GEMM_AVX512_F64_NR
+#define UKR_AVX2 gemm_ukr_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
+#include "gemm.c"
+#undef T
+#undef S
+#undef UKR_AVX512
+#undef UKR_AVX2
+
+#else /* GEMM_TEMPLATE: everything below is instantiated once per dtype T */
+
+static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,
+                            const T *restrict bp, T *restrict c, int64_t rsc, int64_t rows,
+                            int accum)
+{
+    T acc[PORT_MR][PORT_NR] = {{0}};
+    for (int64_t p = 0; p < k; p++) {
+        for (int i = 0; i < PORT_MR; i++)
+            for (int j = 0; j < PORT_NR; j++)
+                acc[i][j] += a[i * rsa] * bp[j];
+        a += csa;
+        bp += PORT_NR;
+    }
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < PORT_NR; j++)
+            c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];
+}
+
+struct S(kernel) {
+    void (*ukr)(int64_t, const T *, int64_t, int64_t, const T *, T *, int64_t, int64_t, int);
+    int mr, nr;
+    int64_t kc, mc, nc; /* mc a multiple of mr, nc of nr */
+};
+
+/* Block sizes per kernel and dtype, measured on Zen 5 (L1 48 KiB, L2 1 MiB,
+   L3 32 MiB). A long kc (fewer passes over C) won over keeping the kc x NR B
+   micro-panel strictly inside L1: L2 streams it fast enough. mc x kc A block
+   (288 KiB f32, 576 KiB f64) stays in L2; the kc x nc B panel in L3. */
+static struct S(kernel) S(pick_kernel)(void)
+{
+    int sel = kernel_sel();
+    int f32 = sizeof(T) == 4;
+    if (sel == KSEL_AVX512)
+        return f32 ? (struct S(kernel)){UKR_AVX512, 512, 144, 4096}
+                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048};
+    if (sel == KSEL_AVX2)
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096}
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048};
+    return (struct S(kernel)){S(ukr_portable), PORT_MR, PORT_NR, 256, 128, 2048};
+}
+
+/* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
+static void S(pack_a)(int64_t mb, int64_t kb, const T *a, int64_t rsa, int64_t csa, T *ap,
+                      int mr)
+{
+    for (int64_t i0 = 0; i0 < mb; i0 += mr) {
+        int64_t ib = min64(mr, mb - i0);
+        const T *src = a + i0 * rsa;
+        if (ib == mr && rsa == 1) {
+            for (int64_t p = 0; p < kb; p++)
+                memcpy(ap + p * mr, src + p * csa, (size_t)mr * sizeof(T));
+        } else if (ib == mr && csa == 1) {
+            for (int i = 0; i < mr; i++) {
+                const T *row = src + i * rsa;
+                for (int64_t p = 0; p < kb; p++)
+                    ap[p * mr + i] = row[p];
+            }
+        } else {
+            for (int64_t p = 0; p < kb; p++) {
+                int64_t i = 0;
+                for (; i < ib; i++)
+                    ap[p * mr + i] = src[i * rsa + p * csa];
+                for (; i < mr; i++)
+                    ap[p * mr + i] = 0;
+            }
+        }
+        ap += (int64_t)mr * kb;
+    }
+}
+
+/* B[kb, nb] -> NR-wide micro-panels, row p of a panel contiguous. */
+static void S(pack_b)(int64_t kb, int64_t nb, const T *b, int64_t rsb, int64_t csb, T *bp,
+                      int nr)
+{
+    for (int64_t j0 = 0; j0 < nb; j0 += nr) {
+        int64_t jb = min64(nr, nb - j0);
+        const T *src = b + j0 * csb;
+        if (jb == nr && csb == 1) {
+            for (int64_t p = 0; p < kb; p++)
+                memcpy(bp + p * nr, src + p * rsb, (size_t)nr * sizeof(T));
+        } else if (jb == nr && rsb == 1) {
+            for (int j = 0; j < nr; j++) {
+                const T *col = src + j * csb;
+                for (int64_t p = 0; p < kb; p++)
+                    bp[p * nr + j] = col[p];
+            }
+        } else {
+            for (int64_t p = 0; p < kb; p++) {
+                int64_t j = 0;
+                for (; j < jb; j++)
+                    bp[p * nr + j] = src[p * rsb + j * csb];
+                for (; j < nr; j++)
+                    bp[p * nr + j] = 0;
+            }
+        }
+        bp += (int64_t)nr * kb;
+    }
+}
+
+/* Macro-kernel: C[mb, cols j0..j1 of the panel] (+)= A block @ packed B panel.
+   The A block is packed (micro-panel i at ap + i*kb) or, when `inplace`, read
+   in place from row-major A with row stride rsa, its last partial micro-panel
+   then packed at ap. */
+static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t j0, int64_t j1,
+                     int64_t kb, int inplace, const T *a, int64_t rsa, const T *ap,
+                     const T *bp, T *c, int64_t rsc, int64_t csc, int accum)
+{
+    const int mr = kn->mr, nr = kn->nr;
+    T tile[GEMM_MAX_TILE] __attribute__((aligned(GEMM_ALIGN)));
+    for (int64_t j = j0; j < j1; j += nr) {
+        int64_t jb = min64(nr, nb - j);
+        const T *bpj = bp + j * kb;
+        for (int64_t i = 0; i < mb; i += mr) {
+            int64_t ib = min64(mr, mb - i);
+            T *cij = c + i * rsc + j * csc;
+            int direct = inplace && ib == mr;
+            const T *ai = direct ? a + i * rsa : inplace ? ap : ap + i * kb;
+            int64_t ars = direct ? rsa : 1, acs = direct ? 1 : mr;
+            if (jb == nr && csc == 1) {
+                kn->ukr(kb, ai, ars, acs, bpj, cij, rsc, ib, accum);
+                continue;
+            }
+            kn->ukr(kb, ai, ars, acs, bpj, tile, nr, ib, 0);
+            for (int64_t ii = 0; ii < ib; ii++)
+                for (int64_t jj = 0; jj < jb; jj++) {
+                    T *cp = cij + ii * rsc + jj * csc;
+                    *cp = accum ? *cp + tile[ii * nr + jj] : tile[ii * nr + jj];
+                }
+        }
+    }
+}
+
+/* Operands of one product (or of a group of batch items sharing B). */
+struct S(prob) {
+    int64_t m, n, k;
+    const T *a;
+    int64_t rsa, csa;
+    const T *b;
+    int64_t rsb, csb;
+    T *c;
+    int64_t rsc, csc;
+    int64_t count;        /* batch items sharing this B */
+    const int64_t *a_off; /* NULL: a single item at offset 0 */
+    const int64_t *c_off;
+};
+
+/* One thread's share of the work on one packed B panel. */
+struct S(panel_job) {
+    const struct S(kernel) *kn;
+    const struct S(prob) *pr;
+    int64_t jc, nb, pc, kb;
+    const T *bp;
+    int tm, tn;       /* thread grid: tm row ranges x tn column ranges */
+    int64_t item;     /* batch item */
+};
+
+static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t r1, int64_t c0,
+                    int64_t c1, int64_t p0, int64_t p1, int accum);
+
+static void S(panel_rows_cols)(struct S(panel_job) *job, int64_t r0, int64_t r1, int64_t c0,
+                               int64_t c1)
+{
+    const struct S(kernel) *kn = job->kn;
+    const struct S(prob) *pr = job->pr;
+    int64_t item = job->item;
+    const T *a = pr->a + (pr->a_off ? pr->a_off[item] : 0);
+    T *c = pr->c + (pr->c_off ? pr->c_off[item] : 0);
+    int accum = job->pc != 0;
+    /* Packing A pays off when the packed block is reused across many B
+       micro-panels; a row-major A feeding only a few is read in place. */
+    int inplace = pr->csa == 1 && ceil_div(c1 - c0, kn->nr) <= GEMM_INPLACE_MAX_PANELS;
+    int64_t mc = inplace ? kn->mr : min64(kn->mc, r1 - r0);
+    T *ap = packbuf_get(0, (size_t)(ceil_div(mc, kn->mr) * kn->mr * job->kb) * sizeof(T));
+    if (!ap) {
+        S(slow)(pr, item, r0, r1, job->jc + c0, job->jc + c1, job->pc, job->pc + job->kb,
+                accum);
+        return;
+    }
+    for (int64_t ic = r0; ic < r1; ic += kn->mc) {
+        int64_t mb = min64(kn->mc, r1 - ic);
+        const T *ablk = a + ic * pr->rsa + job->pc * pr->csa;
+        if (inplace) {
+            int64_t full = mb / kn->mr * kn->mr;
+            if (full < mb)
+                S(pack_a)(mb - full, job->kb, ablk + full * pr->rsa, pr->rsa, 1, ap, kn->mr);
+        } else {
+            S(pack_a)(mb, job->kb, ablk, pr->rsa, pr->csa, ap, kn->mr);
+        }
+        S(macro)(kn, mb, job->nb, c0, c1, job->kb, inplace, ablk, pr->rsa, ap, job->bp,
+                 c + ic * pr->rsc + job->jc * pr->csc, pr->rsc, pr->csc, accum);
+    }
+}
+
+static void S(panel_task)(void *ctx, int64_t t0, int64_t t1)
+{
+    struct S(panel_job) *job = ctx;
+    const struct S(kernel) *kn = job->kn;
+    int64_t pm = ceil_div(job->pr->m, kn->mr), pn = ceil_div(job->nb, kn->nr);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t ti = t / job->tn, tj = t % job->tn;
+        int64_t r0 = pm * ti / job->tm * kn->mr, r1 = min64(pm * (ti + 1) / job->tm * kn->mr, job->pr->m);
+        int64_t c0 = pn * tj / job->tn * kn->nr, c1 = min64(pn * (tj + 1) / job->tn * kn->nr, job->nb);
+        if (r0 < r1 && c0 < c1)
+            S(panel_rows_cols)(job, r0, r1, c0, c1);
+    }
+}
+
+struct S(packb_job) {
+    const struct S(prob) *pr;
+    int64_t jc, pc, kb, nb;
+    T *bp;
+    int nr;
+};
+
+static void S(packb_task)(void *ctx, int64_t p0, int64_t p1)
+{
+    struct S(packb_job) *job = ctx;
+    const struct S(prob) *pr = job->pr;
+    int64_t j0 = p0 * job->nr, j1 = min64(p1 * job->nr, job->nb);
+    S(pack_b)(job->kb, j1 - j0,
+              pr->b + job->pc * pr->rsb + (job->jc + j0) * pr->csb, pr->rsb, pr->csb,
+              job->bp + j0 * job->kb, job->nr);
+}
+
+/* Thread grid tm x tn == threads minimising the largest per-thread tile count;
+   ties go to splitting rows (threads then share one packed B panel). */
+static void S(grid)(int threads, int64_t pm, int64_t pn, int *tm, int *tn)
+{
+    int64_t best = -1;
+    for (int r = threads; r >= 1; r--) {
+        if (threads % r)
+            continue;
+        int64_t w = ceil_div(pm, r) * ceil_div(pn, threads / r);
+        if (best < 0 || w < best) {
+            best = w;
+            *tm = r;
+            *tn = threads / r;
+        }
+    }
+}
+
+/* Naive strided product for the tiny case and for out-of-memory fallback:
+   rows r0..r1, cols c0..c1, k range p0..p1 of one batch item. */
+static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t r1, int64_t c0,
+                    int64_t c1, int64_t p0, int64_t p1, int accum)
+{
+    const T *a = pr->a + (pr->a_off ? pr->a_off[item] : 0);
+    T *c = pr->c + (pr->c_off ? pr->c_off[item] : 0);
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = c0; j < c1; j++) {
+            T s = accum ? c[i * pr->rsc + j * pr->csc] : 0;
+            for (int64_t p = p0; p < p1; p++)
+                s += a[i * pr->rsa + p * pr->csa] * pr->b[p * pr->rsb + j * pr->csb];
+            c[i * pr->rsc + j * pr->csc] = s;
+        }
+}
+
+/* Runs a group of items sharing B; `threads` > 1 parallelises inside each panel. */
+static void S(run_group)(const struct S(prob) *pr, int threads)
+{
+    struct S(kernel) kn = S(pick_kernel)();
+    if (pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK) {
+        for (int64_t it = 0; it < pr->count; it++)
+            S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
+        return;
+    }
+    int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
+    int64_t kcb = min64(kn.kc, pr->k);
+    T *bp = packbuf_get(1, (size_t)(ncb * kcb) * sizeof(T));
+    if (!bp) {
+        for (int64_t it = 0; it < pr->count; it++)
+            S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
+        return;
+    }
+    for (int64_t jc = 0; jc < pr->n; jc += kn.nc) {
+        int64_t nb = min64(kn.nc, pr->n - jc);
+        int64_t pn = ceil_div(nb, kn.nr), pm = ceil_div(pr->m, kn.mr);
+        for (int64_t pc = 0; pc < pr->k; pc += kn.kc) {
+            int64_t kb = min64(kn.kc, pr->k - pc);
+            struct S(packb_job) pj = {pr, jc, pc, kb, nb, bp, kn.nr};
+            if (threads > 1)
+                par_for(pn, S(packb_task), &pj);
+            else
+                S(packb_task)(&pj, 0, pn);
+            struct S(panel_job) job = {&kn, pr, jc, nb, pc, kb, bp, 1, 1, 0};
+            if (threads > 1)
+                S(grid)(threads, pm, pn, &job.tm, &job.tn);
+            for (int64_t it = 0; it < pr->count; it++) {
+                job.item = it;
+                if (threads > 1)
+                    par_for(job.tm * job.tn, S(panel_task), &job);
+                else
+                    S(panel_task)(&job, 0, 1);
+            }
+        }
+    }
+}
+
+static void S(zero_c)(const struct S(prob) *pr, int64_t item)
+{
+    T *c = pr->c + (pr->c_off ? pr->c_off[item] : 0);
+    for (int64_t i = 0; i < pr->m; i++)
+        for (int64_t j = 0; j < pr->n; j++)
+            c[i * pr->rsc + j * pr->csc] = 0;
+}
+
+/* Batch items [i0, i1) on the calling thread, grouping runs of equal b_off. */
+struct S(batch_job) {
+    struct S(prob) base;
+    const int64_t *a_off, *b_off, *c_off;
+};
+
+static void S(batch_task)(void *ctx, int64_t i0, int64_t i1)
+{
+    const struct S(batch_job) *bj = ctx;
+    for (int64_t i = i0; i < i1;) {
+        int64_t e = i + 1;
+        while (e < i1 && bj->b_off[e] == bj->b_off[i])
+            e++;
+        struct S(prob) pr = bj->base;
+        pr.b += bj->b_off[i];
+        pr.count = e - i;
+        pr.a_off = bj->a_off + i;
+        pr.c_off = bj->c_off + i;
+        S(run_group)(&pr, 1);
+        i = e;
+    }
+}
+
+void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
+                   const int64_t *c_off, int64_t m, int64_t n, int64_t k, const T *a,
+                   int64_t rsa, int64_t csa, const T *b, int64_t rsb, int64_t csb, T *c,
+                   int64_t rsc, int64_t csc)
+{
+    if (batch <= 0 || m <= 0 || n <= 0)
+        return;
+    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, 1, NULL, NULL};
+    if (k <= 0) {
+        for (int64_t i = 0; i < batch; i++) {
+            pr.c = c + c_off[i];
+            S(zero_c)(&pr, 0);
+        }
+        return;
+    }
+    /* The micro-kernel writes rows of C with unit column stride; a column-major
+       C is the row-major C^T = B^T A^T, so swap the operands. */
+    if (csc != 1 && rsc == 1) {
+        pr = (struct S(prob)){n, m, k, b, csb, rsb, a, csa, rsa, c, csc, rsc, 1, NULL, NULL};
+        const int64_t *t = a_off;
+        a_off = b_off;
+        b_off = t;
+    }
+    int threads = par_num_threads();
+    int64_t work = m * n * k;
+    int inner = threads > 1 && work >= GEMM_PAR_MIN_WORK;
+    if (batch == 1) {
+        pr.a += a_off[0];
+        pr.b += b_off[0];
+        pr.c += c_off[0];
+        S(run_group)(&pr, inner ? threads : 1);
+        return;
+    }
+    struct S(batch_job) bj = {pr, a_off, b_off, c_off};
+    if (!inner && threads > 1 && work * batch >= GEMM_PAR_MIN_WORK) {
+        par_for(batch, S(batch_task), &bj);
+        return;
+    }
+    if (!inner) {
+        S(batch_task)(&bj, 0, batch);
+        return;
+    }
+    /* Large items: parallelise inside each item's panels, still sharing B. */
+    for (int64_t i = 0; i < batch;) {
+        int64_t e = i + 1;
+        while (e < batch && b_off[e] == b_off[i])
+            e++;
+        struct S(prob) g = pr;
+        g.b += b_off[i];
+        g.count = e - i;
+        g.a_off = a_off + i;
+        g.c_off = c_off + i;
+        S(run_group)(&g, threads);
+        i = e;
+    }
+}
+
+void S(gemm)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t csa, const T *b,
+             int64_t rsb, int64_t csb, T *c, int64_t rsc, int64_t csc)
+{
+    static const int64_t zero = 0;
+    S(gemm_batch)(1, &zero, &zero, &zero, m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc);
+}
+
+#endif /* GEMM_TEMPLATE */

@@ -1,0 +1,123 @@
+/* Internal: packed, cache-blocked matrix multiply (BLIS structure).
+
+   gemm.c holds the five loops, packing, the portable micro-kernel and the run
+   time dispatch; gemm_avx2.c / gemm_avx512.c hold only SIMD micro-kernels,
+   all instantiated from GEMM_UKR_DEFINE below. */
+#ifndef PYAUTODIFF_GEMM_H
+#define PYAUTODIFF_GEMM_H
+
+#include <stdint.h>
+
+/* C[m,n] = A[m,k] @ B[k,n] (overwrites C; C is never aliased with A or B).
+   All strides are in elements and may be any value (row-major, column-major/transposed,
+   sliced with step, or 0 for a broadcast dim). k may be 0 (then C = 0). m or n may be 0. */
+void gemm_f32(int64_t m, int64_t n, int64_t k,
+              const float *a, int64_t rsa, int64_t csa,
+              const float *b, int64_t rsb, int64_t csb,
+              float *c, int64_t rsc, int64_t csc);
+void gemm_f64(int64_t m, int64_t n, int64_t k,
+              const double *a, int64_t rsa, int64_t csa,
+              const double *b, int64_t rsb, int64_t csb,
+              double *c, int64_t rsc, int64_t csc);
+
+/* Batched: for i in [0,batch): C_i = A_i @ B_i with A_i = a + a_off[i], B_i = b + b_off[i],
+   C_i = c + c_off[i] (offsets in elements). Consecutive equal b_off values (B broadcast
+   over the batch) share one packed B. */
+void gemm_batch_f32(int64_t batch, const int64_t *a_off, const int64_t *b_off, const int64_t *c_off,
+                    int64_t m, int64_t n, int64_t k,
+                    const float *a, int64_t rsa, int64_t csa,
+                    const float *b, int64_t rsb, int64_t csb,
+                    float *c, int64_t rsc, int64_t csc);
+void gemm_batch_f64(int64_t batch, const int64_t *a_off, const int64_t *b_off, const int64_t *c_off,
+                    int64_t m, int64_t n, int64_t k,
+                    const double *a, int64_t rsa, int64_t csa,
+                    const double *b, int64_t rsb, int64_t csb,
+                    double *c, int64_t rsc, int64_t csc);
+
+/* Kernel selection: "avx512", "avx2" or "portable". gemm_force_portable(1) forces the
+   portable C micro-kernel, (0) restores auto dispatch (PYAUTODIFF_PORTABLE=1 in the
+   environment, read once at first use, also forces it). */
+const char *gemm_kernel_name(void);
+void gemm_force_portable(int on);
+
+/* ---- micro-kernels (internal to gemm*.c) ----
+
+   A micro-kernel computes one MR x NR tile from a B micro-panel
+     bp: k steps of NR elements (row p of the panel contiguous)
+   and an A micro-panel which is either
+     packed (rsa == 1, csa == MR: column p at ap[p*MR .. p*MR+MR)), or
+     read in place from a row-major A (csa == 1, rsa = its row stride),
+   and writes the first `rows` rows of C[i*rsc + j] (unit column stride, all
+   NR columns), overwriting when accum == 0 and adding otherwise. The in-place
+   form is used when A is row-major and its packed copy would be used only a
+   few times; it always reads all MR rows. Tiles cut in n, and other C
+   layouts, go through a temporary tile in the driver. */
+typedef void (*gemm_ukr_f32)(int64_t k, const float *a, int64_t rsa, int64_t csa, const float *bp,
+                             float *c, int64_t rsc, int64_t rows, int accum);
+typedef void (*gemm_ukr_f64)(int64_t k, const double *a, int64_t rsa, int64_t csa,
+                             const double *bp, double *c, int64_t rsc, int64_t rows, int accum);
+
+void gemm_ukr_f32_avx2(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t,
+                       int64_t, int);
+void gemm_ukr_f64_avx2(int64_t, const double *, int64_t, int64_t, const double *, double *,
+                       int64_t, int64_t, int);
+void gemm_ukr_f32_avx512(int64_t, const float *, int64_t, int64_t, const float *, float *,
+                         int64_t, int64_t, int);
+void gemm_ukr_f64_avx512(int64_t, const double *, int64_t, int64_t, const double *, double *,
+                         int64_t, int64_t, int);
+
+/* Register tiles (MR x NR) of each kernel; the driver's block sizes live in gemm.c. */
+#define GEMM_AVX2_F32_MR 6
+#define GEMM_AVX2_F32_NR 16
+#define GEMM_AVX2_F64_MR 6
+#define GEMM_AVX2_F64_NR 8
+#define GEMM_AVX512_F32_MR 12
+#define GEMM_AVX512_F32_NR 32
+#define GEMM_AVX512_F64_MR 12
+#define GEMM_AVX512_F64_NR 16
+
+/* One template for every SIMD micro-kernel: MR rows x NV vectors of VL lanes.
+   The accumulators are an array the compiler keeps in registers once the
+   constant loops are unrolled; an element of A is broadcast from memory, NV
+   vectors of B are loaded per k step. The k loop is compiled twice, once with
+   the packed layout's constant strides and once with a runtime row stride. */
+#define GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, RSA, CSA)                               \
+    for (int64_t p = 0; p < k; p++) {                                                      \
+        V bv[NV];                                                                          \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] = LOAD(bp + j * VL);    \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                            \
+            V av = SET1(a[i * (RSA)]);                                                     \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                           \
+                acc[i][j] = FMA(av, bv[j], acc[i][j]);                                     \
+        }                                                                                  \
+        a += (CSA);                                                                        \
+        bp += NV * VL;                                                                     \
+    }
+
+#define GEMM_UKR_DEFINE(NAME, T, V_, MR, NV, VL, LOAD, LOADU, STOREU, SET1, FMA, ADD, ZERO) \
+    void NAME(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,                    \
+              const T *restrict bp, T *restrict c, int64_t rsc, int64_t rows, int accum)   \
+    {                                                                                      \
+        typedef V_ V;                                                                      \
+        V acc[MR][NV];                                                                     \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                             \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] = ZERO();      \
+        if (csa == 1)                                                                      \
+            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, rsa, 1)                            \
+        else                                                                               \
+            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, 1, MR)                             \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                            \
+            if (i >= rows)                                                                 \
+                break;                                                                     \
+            T *ci = c + i * rsc;                                                           \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {                         \
+                V r = acc[i][j];                                                           \
+                if (accum)                                                                 \
+                    r = ADD(r, LOADU(ci + j * VL));                                        \
+                STOREU(ci + j * VL, r);                                                    \
+            }                                                                              \
+        }                                                                                  \
+        (void)rsa;                                                                         \
+    }
+
+#endif

@@ -1,0 +1,202 @@
+/* internal.h - the native model shared by every source file (never installed).
+ *
+ * Storage: a refcounted buffer with a version counter.  Tensor: a view
+ * (shape, strides, offset) over a storage plus an optional op record (node).
+ * A node holds its inputs, the storage versions of the values its backward
+ * reads, and the op's integer/float arguments, all in one allocation.
+ */
+#ifndef AD_INTERNAL_H
+#define AD_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../include/pyautodiff.h"
+
+#define AD_MAX_DIMS 16
+#define AD_MAX_INPUTS 8
+
+/* ---- allocation (alloc.c): counted, failure-injectable ------------------ */
+void *ad_malloc(size_t n);
+void *ad_calloc(size_t n);
+void ad_mfree(void *p);
+/* Large aligned buffers for tensor data (64-byte aligned). */
+void *ad_data_alloc(size_t n);
+void ad_data_free(void *p, size_t n);
+extern atomic_llong ad_live_tensor_count;
+extern atomic_llong ad_live_byte_count;
+
+/* ---- errors (error.c) --------------------------------------------------- */
+ad_status ad_fail(ad_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message with "op: " context, keeping the status. */
+ad_status ad_fail_nomem(const char *what);
+/* Formats a shape "(2, 3)" into buf (thread-local ring of buffers). */
+const char *ad_fmt_shape(const int64_t *shape, int ndim);
+
+/* ---- storage and tensors (tensor.c) ------------------------------------ */
+typedef struct ad_storage {
+    atomic_long refs;
+    atomic_uint_least64_t version;
+    size_t nbytes;
+    void *data;
+    bool inline_data; /* data lives right after this header */
+} ad_storage;
+
+typedef struct ad_node ad_node;
+
+struct ad_tensor {
+    atomic_int refs;
+    uint8_t dtype;
+    uint8_t ndim;
+    uint8_t is_variable;
+    uint8_t pad_;
+    uint64_t id;
+    ad_storage *storage; /* reused as the free-list link while dying */
+    int64_t offset;      /* elements */
+    int64_t numel;
+    ad_node *node;
+    int64_t dims[];      /* shape[ndim] then strides[ndim] (elements) */
+};
+
+#define T_SHAPE(t) ((t)->dims)
+#define T_STRIDES(t) ((t)->dims + (t)->ndim)
+
+struct ad_node {
+    int16_t op;
+    uint8_t n_in;
+    uint8_t n_iargs;
+    uint8_t n_fargs;
+    uint8_t tracked;      /* bit i: input i tracks (gets a gradient) */
+    uint8_t saved;        /* bit i: input i's value is read by backward */
+    uint8_t saves_output; /* backward reads the output */
+    uint64_t out_version;
+    const char *site;     /* anomaly mode: where the op was created */
+    /* tail: ad_tensor *in[n_in]; uint64_t version[n_in];
+             int64_t iargs[n_iargs]; double fargs[n_fargs] */
+    uint64_t tail[];
+};
+
+static inline ad_tensor **node_in(const ad_node *n) { return (ad_tensor **)n->tail; }
+static inline uint64_t *node_versions(const ad_node *n) { return (uint64_t *)n->tail + n->n_in; }
+static inline int64_t *node_iargs(const ad_node *n) { return (int64_t *)n->tail + 2 * n->n_in; }
+static inline double *node_fargs(const ad_node *n) {
+    return (double *)((int64_t *)n->tail + 2 * n->n_in + n->n_iargs);
+}
+
+size_t ad_dtype_size_(int dtype);
+bool ad_dtype_is_float(int dtype);
+bool ad_dtype_valid(int dtype);
+const char *ad_dtype_name_(int dtype);
+
+/* A new tensor with a fresh contiguous storage (uninitialised data). */
+ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor **out);
+/* A new tensor viewing t's storage with the given layout (untracked). */
+ad_status ad_tensor_view(const ad_tensor *t, const int64_t *shape, const int64_t *strides,
+                         int ndim, int64_t offset, ad_tensor **out);
+ad_status ad_tensor_zeros(int dtype, const int64_t *shape, int ndim, ad_tensor **out);
+ad_tensor *ad_ref(const ad_tensor *t);
+bool ad_is_contiguous(const ad_tensor *t);
+static inline void *ad_ptr(const ad_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)ad_dtype_size_(t->dtype);
+}
+static inline bool ad_tracks(const ad_tensor *t) { return t->is_variable || t->node != NULL; }
+/* Checks a shape (non-negative sizes, rank, element count and byte size that
+   do not overflow) and returns its element count in *numel. */
+ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,
+                         int64_t *numel);
+const char *ad_tdesc(const ad_tensor *t); /* "float32 (2, 3)" */
+
+/* ---- grad mode (graph.c) ------------------------------------------------ */
+extern _Thread_local int ad_grad_enabled;
+
+/* ---- ops (ops.c) --------------------------------------------------------- */
+typedef struct op_args {
+    const ad_tensor *const *in;
+    int n_in;
+    const int64_t *iargs;
+    int n_iargs;
+    const double *fargs;
+    int n_fargs;
+} op_args;
+
+typedef ad_status (*op_forward_fn)(const op_args *a, ad_tensor **out);
+/* Computes the gradient of each tracked input (grads[i], new references; the
+   caller passes NULLs and handles only the tracked ones). */
+typedef ad_status (*op_backward_fn)(const ad_node *node, const ad_tensor *out,
+                                    const ad_tensor *grad, ad_tensor **grads);
+
+typedef struct op_def {
+    const char *name;
+    int8_t n_in;        /* -1: variadic (>= 1) */
+    int8_t n_iargs;     /* -1: variadic */
+    int8_t n_fargs;
+    op_forward_fn forward;
+    op_backward_fn backward; /* NULL: never recorded (untracked outputs) */
+    /* needs[i]: mask of inputs whose value the gradient of input i reads
+       (bit 7: the output).  needs is indexed by input, up to 4 inputs;
+       variadic ops use needs[0] for every input. */
+    uint8_t needs[4];
+} op_def;
+
+extern const op_def ad_ops[AD_OP__COUNT];
+
+/* Runs an op: validates, computes, records a node when an input tracks and
+   grad mode is on.  All internal code calls ops through this. */
+ad_status ad_call(int op, const ad_tensor *const *in, int n_in, const int64_t *iargs,
+                  int n_iargs, const double *fargs, int n_fargs, ad_tensor **out);
+ad_status ad_call1(int op, const ad_tensor *x, ad_tensor **out);
+ad_status ad_call2(int op, const ad_tensor *a, const ad_tensor *b, ad_tensor **out);
+ad_status ad_calls(int op, const ad_tensor *x, double s, ad_tensor **out);
+
+/* forward functions, by family (elementwise.c, reduce.c, shape.c, matmul.c) */
+ad_status fwd_binary(const op_args *a, ad_tensor **out);
+ad_status fwd_compare(const op_args *a, ad_tensor **out);
+ad_status fwd_unary(const op_args *a, ad_tensor **out);
+ad_status fwd_scalar(const op_args *a, ad_tensor **out);
+ad_status fwd_reduce(const op_args *a, ad_tensor **out);
+ad_status fwd_argreduce(const op_args *a, ad_tensor **out);
+ad_status fwd_reshape(const op_args *a, ad_tensor **out);
+ad_status fwd_permute(const op_args *a, ad_tensor **out);
+ad_status fwd_slice(const op_args *a, ad_tensor **out);
+ad_status fwd_broadcast(const op_args *a, ad_tensor **out);
+ad_status fwd_contiguous(const op_args *a, ad_tensor **out);
+ad_status fwd_to_dtype(const op_args *a, ad_tensor **out);
+ad_status fwd_copy(const op_args *a, ad_tensor **out);
+ad_status fwd_matmul(const op_args *a, ad_tensor **out);
+
+/* The op currently running (for error messages), set by ad_call. */
+extern _Thread_local int ad_current_op;
+#define OPNAME (ad_ops[ad_current_op].name)
+
+/* Copies src (any layout) into the contiguous buffer dst of src's dtype. */
+void ad_copy_strided(const ad_tensor *src, void *dst);
+/* dst[...] = src[...]: same shape and dtype, any layouts. */
+void ad_assign(ad_tensor *dst, const ad_tensor *src);
+/* Converts src (any layout) into the contiguous buffer dst of dtype. */
+void ad_convert_strided(const ad_tensor *src, void *dst, int dtype);
+
+/* Broadcast shape of a and b into out (ndim *out_ndim); error names op. */
+ad_status ad_broadcast_shapes(const int64_t *a, int an, const int64_t *b, int bn, int64_t *out,
+                              int *out_ndim);
+
+/* Sum of g over the dims that broadcasting added to reach `shape`, reshaped
+   to `shape`: one reduction pass whatever the number of dims. */
+ad_status ad_sum_to_shape(const ad_tensor *g, const int64_t *shape, int ndim,
+                          ad_tensor **out);
+
+/* ---- id map (map.c): open addressing, uint64 id -> pointer -------------- */
+typedef struct id_map {
+    uint64_t *keys; /* 0 = empty */
+    void **vals;
+    int64_t cap, len;
+} id_map;
+ad_status map_init(id_map *m, int64_t cap_hint);
+void map_free(id_map *m);
+void **map_get(const id_map *m, uint64_t key);       /* NULL if absent */
+ad_status map_put(id_map *m, uint64_t key, void *val); /* insert or replace */
+void *map_del(id_map *m, uint64_t key);               /* returns old value or NULL */
+
+#endif

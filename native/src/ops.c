@@ -1,0 +1,181 @@
+/* ops.c - the op table and the one entry every op goes through.
+ *
+ * A row names the op, its arity, its forward function (by family), its
+ * backward (backward.c, NULL for ops whose output is never tracked) and which
+ * values each input's gradient reads, so that a node keeps only those
+ * (burn: mul keeps rhs only when lhs is tracked).
+ */
+#include <string.h>
+
+#include "internal.h"
+
+_Thread_local int ad_current_op;
+
+#define OUT 0x80 /* needs bit: the output */
+#define I0 0x01
+#define I1 0x02
+
+/* backward functions (backward.c) */
+#define BW(name) ad_status bw_##name(const ad_node *, const ad_tensor *, const ad_tensor *, ad_tensor **);
+BW(add) BW(sub) BW(mul) BW(div) BW(neg) BW(exp) BW(log) BW(sqr) BW(sqrt) BW(relu) BW(tanh)
+BW(add_scalar) BW(mul_scalar) BW(rsub_scalar) BW(div_scalar) BW(rdiv_scalar) BW(pow_scalar)
+BW(pow_rscalar) BW(sum) BW(mean) BW(maxmin) BW(reshape) BW(permute) BW(slice) BW(broadcast)
+BW(identity) BW(to_dtype) BW(matmul)
+#undef BW
+
+const op_def ad_ops[AD_OP__COUNT] = {
+    /*                 name          in iargs fargs forward          backward        needs */
+    [AD_OP_ADD] = {"add", 2, 0, 0, fwd_binary, bw_add, {0, 0}},
+    [AD_OP_SUB] = {"sub", 2, 0, 0, fwd_binary, bw_sub, {0, 0}},
+    [AD_OP_MUL] = {"mul", 2, 0, 0, fwd_binary, bw_mul, {I1, I0}},
+    [AD_OP_DIV] = {"div", 2, 0, 0, fwd_binary, bw_div, {I1, I1 | OUT}},
+    [AD_OP_NEG] = {"neg", 1, 0, 0, fwd_unary, bw_neg, {0}},
+    [AD_OP_EXP] = {"exp", 1, 0, 0, fwd_unary, bw_exp, {OUT}},
+    [AD_OP_LOG] = {"log", 1, 0, 0, fwd_unary, bw_log, {I0}},
+    [AD_OP_SQR] = {"sqr", 1, 0, 0, fwd_unary, bw_sqr, {I0}},
+    [AD_OP_SQRT] = {"sqrt", 1, 0, 0, fwd_unary, bw_sqrt, {OUT}},
+    [AD_OP_RELU] = {"relu", 1, 0, 0, fwd_unary, bw_relu, {OUT}},
+    [AD_OP_TANH] = {"tanh", 1, 0, 0, fwd_unary, bw_tanh, {OUT}},
+    [AD_OP_ADD_SCALAR] = {"add_scalar", 1, 0, 1, fwd_scalar, bw_add_scalar, {0}},
+    [AD_OP_MUL_SCALAR] = {"mul_scalar", 1, 0, 1, fwd_scalar, bw_mul_scalar, {0}},
+    [AD_OP_RSUB_SCALAR] = {"rsub_scalar", 1, 0, 1, fwd_scalar, bw_rsub_scalar, {0}},
+    [AD_OP_RDIV_SCALAR] = {"rdiv_scalar", 1, 0, 1, fwd_scalar, bw_rdiv_scalar, {I0 | OUT}},
+    [AD_OP_POW_SCALAR] = {"pow_scalar", 1, 0, 1, fwd_scalar, bw_pow_scalar, {I0}},
+    [AD_OP_SUM] = {"sum", 1, -1, 0, fwd_reduce, bw_sum, {0}},
+    [AD_OP_MEAN] = {"mean", 1, -1, 0, fwd_reduce, bw_mean, {0}},
+    [AD_OP_MAX] = {"max", 1, -1, 0, fwd_reduce, bw_maxmin, {I0 | OUT}},
+    [AD_OP_MIN] = {"min", 1, -1, 0, fwd_reduce, bw_maxmin, {I0 | OUT}},
+    [AD_OP_ARGMAX] = {"argmax", 1, -1, 0, fwd_argreduce, NULL, {0}},
+    [AD_OP_ARGMIN] = {"argmin", 1, -1, 0, fwd_argreduce, NULL, {0}},
+    [AD_OP_EQ] = {"eq", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_NE] = {"ne", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_LT] = {"lt", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_LE] = {"le", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_GT] = {"gt", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_GE] = {"ge", 2, 0, 0, fwd_compare, NULL, {0}},
+    [AD_OP_RESHAPE] = {"reshape", 1, -1, 0, fwd_reshape, bw_reshape, {0}},
+    [AD_OP_PERMUTE] = {"permute", 1, -1, 0, fwd_permute, bw_permute, {0}},
+    [AD_OP_SLICE] = {"slice", 1, 4, 0, fwd_slice, bw_slice, {0}},
+    [AD_OP_BROADCAST] = {"broadcast_to", 1, -1, 0, fwd_broadcast, bw_broadcast, {0}},
+    [AD_OP_CONTIGUOUS] = {"contiguous", 1, 0, 0, fwd_contiguous, bw_identity, {0}},
+    [AD_OP_TO_DTYPE] = {"to_dtype", 1, 1, 0, fwd_to_dtype, bw_to_dtype, {0}},
+    [AD_OP_MATMUL] = {"matmul", 2, 0, 0, fwd_matmul, bw_matmul, {I1, I0}},
+    [AD_OP_POW_RSCALAR] = {"pow_rscalar", 1, 0, 1, fwd_scalar, bw_pow_rscalar, {OUT}},
+    [AD_OP_COPY] = {"copy", 1, 0, 0, fwd_copy, bw_identity, {0}},
+    [AD_OP_DIV_SCALAR] = {"div_scalar", 1, 0, 1, fwd_scalar, bw_div_scalar, {0}},
+};
+
+AD_API const char *ad_op_name(int op) {
+    return (op > 0 && op < AD_OP__COUNT && ad_ops[op].name) ? ad_ops[op].name : NULL;
+}
+
+/* Builds the node of a tracked op: inputs that track or whose value a tracked
+   input's gradient reads, the versions of the values backward will read, and
+   the op's arguments, in one allocation. */
+static ad_status record(int op, const op_def *def, const op_args *a, unsigned tracked,
+                        ad_tensor *y) {
+    unsigned saved = 0;
+    for (int i = 0; i < a->n_in; i++)
+        if (tracked & (1u << i)) saved |= def->needs[def->n_in < 0 ? 0 : (i < 4 ? i : 3)];
+    size_t words = 2 * (size_t)a->n_in + (size_t)a->n_iargs + (size_t)a->n_fargs;
+    ad_node *n = ad_malloc(sizeof *n + words * sizeof(uint64_t));
+    if (!n) return ad_fail_nomem(def->name);
+    n->op = (int16_t)op;
+    n->n_in = (uint8_t)a->n_in;
+    n->n_iargs = (uint8_t)a->n_iargs;
+    n->n_fargs = (uint8_t)a->n_fargs;
+    n->tracked = (uint8_t)tracked;
+    n->saved = (uint8_t)(saved & 0x7f);
+    n->saves_output = (saved & OUT) != 0;
+    n->out_version = 0;
+    n->site = NULL;
+    ad_tensor **in = node_in(n);
+    uint64_t *ver = node_versions(n);
+    for (int i = 0; i < a->n_in; i++) {
+        bool keep = (tracked | saved) & (1u << i);
+        in[i] = keep ? ad_ref(a->in[i]) : NULL;
+        ver[i] = keep ? atomic_load(&a->in[i]->storage->version) : 0;
+    }
+    if (a->n_iargs) memcpy(node_iargs(n), a->iargs, a->n_iargs * sizeof(int64_t));
+    if (a->n_fargs) memcpy(node_fargs(n), a->fargs, a->n_fargs * sizeof(double));
+    if (n->saves_output) n->out_version = atomic_load(&y->storage->version);
+    y->node = n;
+    return AD_OK;
+}
+
+ad_status ad_call(int op, const ad_tensor *const *in, int n_in, const int64_t *iargs,
+                  int n_iargs, const double *fargs, int n_fargs, ad_tensor **out) {
+    if (!out) return ad_fail(AD_ERR_VALUE, "op call: out pointer is NULL");
+    *out = NULL;
+    if (op <= 0 || op >= AD_OP__COUNT || !ad_ops[op].forward)
+        return ad_fail(AD_ERR_VALUE, "unknown op kind %d", op);
+    const op_def *def = &ad_ops[op];
+    if ((def->n_in >= 0 && n_in != def->n_in) || n_in < 1 || n_in > AD_MAX_INPUTS)
+        return ad_fail(AD_ERR_VALUE, "%s: takes %d tensor inputs, got %d", def->name, def->n_in,
+                       n_in);
+    if ((def->n_iargs >= 0 && n_iargs != def->n_iargs) || n_iargs < 0 || n_iargs > 64 ||
+        (n_iargs && !iargs))
+        return ad_fail(AD_ERR_VALUE, "%s: takes %d integer arguments, got %d", def->name,
+                       def->n_iargs, n_iargs);
+    if (n_fargs != def->n_fargs || (n_fargs && !fargs))
+        return ad_fail(AD_ERR_VALUE, "%s: takes %d float arguments, got %d", def->name,
+                       def->n_fargs, n_fargs);
+    for (int i = 0; i < n_in; i++)
+        if (!in[i]) return ad_fail(AD_ERR_VALUE, "%s: input %d is NULL", def->name, i);
+    /* reductions and argreductions take keepdim first */
+    if ((def->forward == fwd_reduce || def->forward == fwd_argreduce) && n_iargs < 1)
+        return ad_fail(AD_ERR_VALUE, "%s: missing keepdim argument", def->name);
+
+    op_args a = {in, n_in, iargs, n_iargs, fargs, n_fargs};
+    int outer = ad_current_op;
+    ad_current_op = op;
+    ad_tensor *y = NULL;
+    ad_status st = def->forward(&a, &y);
+    ad_current_op = outer;
+    if (st) return st;
+
+    unsigned tracked = 0;
+    if (def->backward && ad_grad_enabled && ad_dtype_is_float(y->dtype))
+        for (int i = 0; i < n_in; i++)
+            if (ad_tracks(in[i])) tracked |= 1u << i;
+    /* an op that returned its input unchanged (contiguous of a contiguous
+       tensor, to_dtype to the same dtype) records nothing */
+    for (int i = 0; i < n_in && tracked; i++)
+        if (y == in[i]) tracked = 0;
+    if (tracked && (st = record(op, def, &a, tracked, y))) {
+        ad_tensor_release(y);
+        return st;
+    }
+    *out = y;
+    return AD_OK;
+}
+
+ad_status ad_call1(int op, const ad_tensor *x, ad_tensor **out) {
+    return ad_call(op, &x, 1, NULL, 0, NULL, 0, out);
+}
+
+ad_status ad_call2(int op, const ad_tensor *a, const ad_tensor *b, ad_tensor **out) {
+    const ad_tensor *in[2] = {a, b};
+    return ad_call(op, in, 2, NULL, 0, NULL, 0, out);
+}
+
+ad_status ad_calls(int op, const ad_tensor *x, double s, ad_tensor **out) {
+    return ad_call(op, &x, 1, NULL, 0, &s, 1, out);
+}
+
+AD_API ad_status ad_op_call(int op, const ad_tensor *const *inputs, int n_inputs,
+                            const int64_t *iargs, int n_iargs, const double *fargs, int n_fargs,
+                            ad_tensor **out) {
+    return ad_call(op, inputs, n_inputs, iargs, n_iargs, fargs, n_fargs, out);
+}
+AD_API ad_status ad_unary(int op, const ad_tensor *x, ad_tensor **out) {
+    if (op > 0 && op < AD_OP__COUNT && ad_ops[op].n_in != 1)
+        return ad_fail(AD_ERR_VALUE, "%s is not a unary op", ad_ops[op].name);
+    return ad_call1(op, x, out);
+}
+AD_API ad_status ad_binary(int op, const ad_tensor *a, const ad_tensor *b, ad_tensor **out) {
+    return ad_call2(op, a, b, out);
+}
+AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **out) {
+    return ad_calls(op, x, s, out);
+}

@@ -1,0 +1,197 @@
+/* A persistent pthread pool behind par_for.
+
+   Workers are created lazily on the first parallel loop and then live for the
+   process. A loop is published by bumping a generation counter; workers spin
+   briefly on it (a GEMM issues loops back to back, microseconds apart) and
+   then sleep on a condition variable. Chunks are claimed with an atomic
+   counter, so a worker that wakes late simply finds nothing left to do.
+   One loop runs at a time: a caller that finds the pool busy runs its loop
+   inline instead of queueing behind another thread's work. */
+#define _GNU_SOURCE
+#include "parallel.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../include/pyautodiff.h"
+#include "internal.h"
+
+#define PAR_MAX_THREADS 256
+#define PAR_SPIN 20000
+
+static atomic_int g_num_threads;            /* 0 until first read */
+static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t g_use = PTHREAD_MUTEX_INITIALIZER;   /* one loop at a time */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards the sleeps */
+static pthread_cond_t g_work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_done_cv = PTHREAD_COND_INITIALIZER;
+static int g_workers;                        /* created so far; under g_use */
+
+/* The published loop. g_claim packs generation (high 32 bits), chunk count
+   (16 bits) and next unclaimed chunk (16 bits) into one word, so a worker
+   still finishing an old loop can never claim a chunk of a newer one; the
+   job fields below are only read after a successful claim, and are only
+   rewritten once every claimed chunk has finished (g_pending == 0). */
+static void (*g_fn)(void *, int64_t, int64_t);
+static void *g_ctx;
+static int64_t g_n;
+static _Atomic uint64_t g_claim;
+static atomic_uint g_gen;
+static atomic_int g_pending;                 /* chunks not yet finished */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+static void init_threads(void)
+{
+    int n = 0;
+    const char *env = getenv("PYAUTODIFF_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 1)
+            n = v > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)v;
+    }
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : c > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)c;
+    }
+    int zero = 0;
+    atomic_compare_exchange_strong(&g_num_threads, &zero, n);
+}
+
+int par_num_threads(void)
+{
+    int n = atomic_load_explicit(&g_num_threads, memory_order_relaxed);
+    if (n == 0) {
+        pthread_once(&g_threads_once, init_threads);
+        n = atomic_load(&g_num_threads);
+    }
+    return n;
+}
+
+AD_API ad_status ad_set_num_threads(int n)
+{
+    if (n < 1)
+        return ad_fail(AD_ERR_VALUE, "ad_set_num_threads: the thread count must be >= 1, got %d", n);
+    pthread_once(&g_threads_once, init_threads);
+    atomic_store(&g_num_threads, n > PAR_MAX_THREADS ? PAR_MAX_THREADS : n);
+    return AD_OK;
+}
+
+AD_API int ad_get_num_threads(void)
+{
+    return par_num_threads();
+}
+
+static void run_chunks(unsigned gen)
+{
+    uint64_t v = atomic_load_explicit(&g_claim, memory_order_acquire);
+    for (;;) {
+        unsigned idx = (unsigned)(v & 0xffff), chunks = (unsigned)((v >> 16) & 0xffff);
+        if ((unsigned)(v >> 32) != gen || idx >= chunks)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&g_claim, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        g_fn(g_ctx, g_n * idx / chunks, g_n * (idx + 1) / chunks);
+        if (atomic_fetch_sub(&g_pending, 1) == 1) {
+            pthread_mutex_lock(&g_lock);
+            pthread_cond_broadcast(&g_done_cv);
+            pthread_mutex_unlock(&g_lock);
+        }
+        v = atomic_load_explicit(&g_claim, memory_order_acquire);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    unsigned seen = (unsigned)(uintptr_t)arg;
+    for (;;) {
+        unsigned gen;
+        int spin = 0;
+        while ((gen = atomic_load_explicit(&g_gen, memory_order_acquire)) == seen) {
+            if (++spin < PAR_SPIN) {
+                CPU_RELAX();
+                continue;
+            }
+            pthread_mutex_lock(&g_lock);
+            while ((gen = atomic_load(&g_gen)) == seen)
+                pthread_cond_wait(&g_work_cv, &g_lock);
+            pthread_mutex_unlock(&g_lock);
+            break;
+        }
+        seen = gen;
+        run_chunks(gen);
+    }
+    return NULL;
+}
+
+/* Under g_use. Returns how many workers exist (may be fewer than asked). */
+static int ensure_workers(int want)
+{
+    while (g_workers < want) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, worker_main,
+                                (void *)(uintptr_t)atomic_load(&g_gen));
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+        g_workers++;
+    }
+    return g_workers;
+}
+
+void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx)
+{
+    int threads = par_num_threads();
+    if (n <= 0)
+        return;
+    if (n == 1 || threads == 1 || pthread_mutex_trylock(&g_use) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int workers = ensure_workers(threads - 1);
+    int chunks = (int)(n < workers + 1 ? n : workers + 1);
+    if (chunks <= 1) {
+        pthread_mutex_unlock(&g_use);
+        fn(ctx, 0, n);
+        return;
+    }
+    unsigned gen = atomic_load(&g_gen) + 1;
+    g_fn = fn;
+    g_ctx = ctx;
+    g_n = n;
+    atomic_store(&g_pending, chunks);
+    atomic_store_explicit(&g_claim, (uint64_t)gen << 32 | (uint64_t)chunks << 16,
+                          memory_order_release);
+    pthread_mutex_lock(&g_lock);
+    atomic_store_explicit(&g_gen, gen, memory_order_release);
+    pthread_cond_broadcast(&g_work_cv);
+    pthread_mutex_unlock(&g_lock);
+
+    run_chunks(gen);
+
+    int spin = 0;
+    while (atomic_load_explicit(&g_pending, memory_order_acquire) != 0) {
+        if (++spin < PAR_SPIN) {
+            CPU_RELAX();
+            continue;
+        }
+        pthread_mutex_lock(&g_lock);
+        while (atomic_load(&g_pending) != 0)
+            pthread_cond_wait(&g_done_cv, &g_lock);
+        pthread_mutex_unlock(&g_lock);
+        break;
+    }
+    pthread_mutex_unlock(&g_use);
+}

@@ -1,0 +1,306 @@
+/* reduce.c - sum, mean, max, min over any set of dims (one pass), and
+ * argmax/argmin over one dim or the flattened tensor.
+ *
+ * The input is walked by the n-d iterator against an output whose strides are
+ * 0 on the reduced dims: when the innermost loop is a reduced dim the kernel
+ * folds a vector into one value (8 lanes, blocks summed in double for
+ * float32), otherwise it combines a row into the output row, so reducing the
+ * first dim of a matrix streams rows just as reducing the last one does.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "strided.h"
+
+/* iargs: {keepdim, dims...}; no dims: reduce all. */
+typedef struct {
+    bool reduced[AD_MAX_DIMS];
+    int64_t kshape[AD_MAX_DIMS]; /* keepdim shape */
+    int64_t shape[AD_MAX_DIMS];  /* output shape */
+    int ndim, count_reduced;
+    int64_t reduce_numel;
+} reduce_plan;
+
+static ad_status plan_dims(const ad_tensor *x, const int64_t *dims, int ndims, bool keepdim,
+                           reduce_plan *p) {
+    memset(p->reduced, 0, sizeof p->reduced);
+    if (ndims == 0)
+        for (int i = 0; i < x->ndim; i++) p->reduced[i] = true;
+    for (int i = 0; i < ndims; i++) {
+        int64_t d = dims[i];
+        if (d < -x->ndim || d >= (x->ndim ? x->ndim : 1) || (x->ndim == 0 && d != 0 && d != -1))
+            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OPNAME,
+                           (long long)d, ad_tdesc(x), x->ndim);
+        if (x->ndim == 0) continue;
+        if (d < 0) d += x->ndim;
+        if (p->reduced[d])
+            return ad_fail(AD_ERR_VALUE, "%s: dim %lld given twice", OPNAME, (long long)dims[i]);
+        p->reduced[d] = true;
+    }
+    p->ndim = 0;
+    p->count_reduced = 0;
+    p->reduce_numel = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        p->kshape[i] = p->reduced[i] ? 1 : T_SHAPE(x)[i];
+        if (p->reduced[i]) {
+            p->count_reduced++;
+            p->reduce_numel *= T_SHAPE(x)[i];
+        }
+        if (!p->reduced[i] || keepdim) p->shape[p->ndim++] = p->kshape[i];
+    }
+    return AD_OK;
+}
+
+/* ---- kernels ---------------------------------------------------------------- */
+enum { R_SUM, R_MAX, R_MIN };
+
+#define RED_KERNELS(T, SUF, ACC)                                                        \
+    __attribute__((unused)) static void sum_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
+        (void)ctx;                                                                      \
+        T *o = (T *)p[0];                                                               \
+        const T *x = (const T *)p[1];                                                   \
+        if (s[0] == 0) {                                                                \
+            ACC total = 0;                                                              \
+            int64_t i = 0;                                                              \
+            if (s[1] == 1) {                                                            \
+                for (; i + 8 <= n;) {                                                   \
+                    T lane[8] = {0};                                                    \
+                    int64_t end = i + 1024 < n ? i + 1024 : n;                          \
+                    for (; i + 8 <= end; i += 8)                                        \
+                        for (int l = 0; l < 8; l++) lane[l] += x[i + l];                \
+                    T blk = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +               \
+                            ((lane[4] + lane[5]) + (lane[6] + lane[7]));                \
+                    total += (ACC)blk;                                                  \
+                }                                                                       \
+            }                                                                           \
+            for (; i < n; i++) total += (ACC)x[i * s[1]];                               \
+            *o = (T)((ACC)*o + total);                                                  \
+        } else if (s[0] == 1 && s[1] == 1) {                                            \
+            for (int64_t i = 0; i < n; i++) o[i] += x[i];                               \
+        } else {                                                                        \
+            for (int64_t i = 0; i < n; i++) o[i * s[0]] += x[i * s[1]];                 \
+        }                                                                               \
+    }                                                                                   \
+    static void max_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
+        (void)ctx;                                                                      \
+        T *o = (T *)p[0];                                                               \
+        const T *x = (const T *)p[1];                                                   \
+        for (int64_t i = 0; i < n; i++) {                                               \
+            T v = x[i * s[1]], *d = &o[i * s[0]];                                       \
+            if (v > *d || v != v) *d = v;                                               \
+        }                                                                               \
+    }                                                                                   \
+    static void min_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
+        (void)ctx;                                                                      \
+        T *o = (T *)p[0];                                                               \
+        const T *x = (const T *)p[1];                                                   \
+        for (int64_t i = 0; i < n; i++) {                                               \
+            T v = x[i * s[1]], *d = &o[i * s[0]];                                       \
+            if (v < *d || v != v) *d = v;                                               \
+        }                                                                               \
+    }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+RED_KERNELS(float, f32, double)
+RED_KERNELS(double, f64, double)
+RED_KERNELS(int64_t, i64, int64_t)
+RED_KERNELS(int32_t, i32, int64_t)
+RED_KERNELS(uint8_t, u8, int64_t)
+#pragma GCC diagnostic pop
+
+static const inner_fn red_table[3][6] = {
+    [R_SUM] = {[AD_FLOAT32] = sum_f32, [AD_FLOAT64] = sum_f64, [AD_INT64] = sum_i64},
+    [R_MAX] = {[AD_FLOAT32] = max_f32, [AD_FLOAT64] = max_f64, [AD_INT64] = max_i64,
+               [AD_INT32] = max_i32, [AD_UINT8] = max_u8, [AD_BOOL] = max_u8},
+    [R_MIN] = {[AD_FLOAT32] = min_f32, [AD_FLOAT64] = min_f64, [AD_INT64] = min_i64,
+               [AD_INT32] = min_i32, [AD_UINT8] = min_u8, [AD_BOOL] = min_u8},
+};
+
+static void fill_identity(ad_tensor *y, int kind) {
+    void *d = y->storage->data;
+    int64_t n = y->numel;
+    if (kind == R_SUM) {
+        memset(d, 0, (size_t)n * ad_dtype_size_(y->dtype));
+        return;
+    }
+    bool mx = kind == R_MAX;
+    for (int64_t i = 0; i < n; i++) switch (y->dtype) {
+        case AD_FLOAT32: ((float *)d)[i] = mx ? -INFINITY : INFINITY; break;
+        case AD_FLOAT64: ((double *)d)[i] = mx ? -INFINITY : INFINITY; break;
+        case AD_INT64: ((int64_t *)d)[i] = mx ? INT64_MIN : INT64_MAX; break;
+        case AD_INT32: ((int32_t *)d)[i] = mx ? INT32_MIN : INT32_MAX; break;
+        default: ((uint8_t *)d)[i] = mx ? 0 : (y->dtype == AD_BOOL ? 1 : 255); break;
+        }
+}
+
+static ad_status reduce_into(const ad_tensor *x, const reduce_plan *p, int kind,
+                             ad_tensor **out) {
+    ad_tensor *y;
+    ad_status st = ad_tensor_empty(x->dtype, p->shape, p->ndim, &y);
+    if (st) return st;
+    fill_identity(y, kind);
+    /* output strides over the input's shape: 0 on reduced dims */
+    int64_t ostr[AD_MAX_DIMS], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        ostr[i] = p->reduced[i] ? 0 : s;
+        s *= p->kshape[i];
+    }
+    const int64_t *strides[2] = {ostr, T_STRIDES(x)};
+    size_t es[2] = {ad_dtype_size_(x->dtype), ad_dtype_size_(x->dtype)};
+    nditer it;
+    nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
+    char *base[2] = {y->storage->data, ad_ptr(x)};
+    nditer_run(&it, base, red_table[kind][x->dtype], NULL);
+    *out = y;
+    return AD_OK;
+}
+
+ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    int op = ad_current_op;
+    reduce_plan p;
+    ad_status st = plan_dims(x, a->iargs + 1, a->n_iargs - 1, a->iargs[0] != 0, &p);
+    if (st) return st;
+    if (x->dtype == AD_BOOL && op != AD_OP_SUM)
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for bool (input %s)", OPNAME,
+                       ad_tdesc(x));
+    if (op == AD_OP_MEAN && !ad_dtype_is_float(x->dtype))
+        return ad_fail(AD_ERR_DTYPE, "mean: needs a float tensor, got %s (use to_dtype)",
+                       ad_tdesc(x));
+    if ((op == AD_OP_MAX || op == AD_OP_MIN) && p.reduce_numel == 0)
+        return ad_fail(AD_ERR_VALUE, "%s: reduction over a zero-size dim of %s has no identity",
+                       OPNAME, ad_tdesc(x));
+    if (op == AD_OP_SUM && !ad_dtype_is_float(x->dtype) && x->dtype != AD_INT64) {
+        /* small integers sum in int64, as numpy does */
+        ad_tensor *wide;
+        if ((st = ad_tensor_empty(AD_INT64, T_SHAPE(x), x->ndim, &wide))) return st;
+        ad_convert_strided(x, wide->storage->data, AD_INT64);
+        st = reduce_into(wide, &p, R_SUM, out);
+        ad_tensor_release(wide);
+        return st;
+    }
+    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : R_SUM;
+    if ((st = reduce_into(x, &p, kind, out))) return st;
+    if (op == AD_OP_MEAN) {
+        ad_tensor *y = *out;
+        double scale = p.reduce_numel ? 1.0 / (double)p.reduce_numel : NAN;
+        if (y->dtype == AD_FLOAT32)
+            for (int64_t i = 0; i < y->numel; i++) ((float *)y->storage->data)[i] *= (float)scale;
+        else
+            for (int64_t i = 0; i < y->numel; i++) ((double *)y->storage->data)[i] *= scale;
+    }
+    return AD_OK;
+}
+
+/* ---- argmax / argmin ---------------------------------------------------------- */
+typedef struct {
+    int64_t len, stride;
+    int dtype;
+    bool is_max;
+} arg_ctx;
+
+#define ARG_SCAN(T)                                                                     \
+    do {                                                                                \
+        const T *v = (const T *)x;                                                      \
+        T best = v[0];                                                                  \
+        for (int64_t j = 1; j < c->len && best == best; j++) {                          \
+            T e = v[j * c->stride];                                                     \
+            if (e != e || (c->is_max ? e > best : e < best)) {                          \
+                best = e;                                                               \
+                bi = j;                                                                 \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+
+static void arg_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
+    const arg_ctx *c = ctx;
+    int64_t *o = (int64_t *)p[0];
+    size_t es = ad_dtype_size_(c->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        const char *x = p[1] + i * s[1] * (int64_t)es;
+        int64_t bi = 0;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+        switch (c->dtype) {
+        case AD_FLOAT32: ARG_SCAN(float); break;
+        case AD_FLOAT64: ARG_SCAN(double); break;
+        case AD_INT64: ARG_SCAN(int64_t); break;
+        case AD_INT32: ARG_SCAN(int32_t); break;
+        default: ARG_SCAN(uint8_t); break;
+        }
+#pragma GCC diagnostic pop
+        o[i * s[0]] = bi;
+    }
+}
+
+/* iargs: {keepdim} (flattened) or {keepdim, dim} */
+ad_status fwd_argreduce(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    bool keepdim = a->iargs[0] != 0;
+    ad_status st;
+    if (a->n_iargs > 2)
+        return ad_fail(AD_ERR_VALUE, "%s: takes one dim or none, got %d", OPNAME, a->n_iargs - 1);
+    if (a->n_iargs == 1 || x->ndim == 0) {
+        if (a->n_iargs == 2 && a->iargs[1] != 0 && a->iargs[1] != -1)
+            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", OPNAME,
+                           (long long)a->iargs[1], ad_tdesc(x));
+        if (x->numel == 0)
+            return ad_fail(AD_ERR_VALUE, "%s: empty tensor %s has no extremum", OPNAME,
+                           ad_tdesc(x));
+        /* over the flattened tensor: a contiguous copy is one 1-d scan */
+        ad_tensor *flat = NULL;
+        const ad_tensor *src = x;
+        if (!ad_is_contiguous(x)) {
+            if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &flat))) return st;
+            ad_copy_strided(x, flat->storage->data);
+            src = flat;
+        }
+        int64_t ones[AD_MAX_DIMS];
+        for (int i = 0; i < x->ndim; i++) ones[i] = 1;
+        ad_tensor *y;
+        if ((st = ad_tensor_empty(AD_INT64, ones, keepdim ? x->ndim : 0, &y))) {
+            ad_tensor_release(flat);
+            return st;
+        }
+        arg_ctx c = {x->numel, 1, x->dtype, ad_current_op == AD_OP_ARGMAX};
+        int64_t s[2] = {0, 0};
+        char *p[2] = {y->storage->data, ad_ptr(src)};
+        arg_inner(&c, 1, p, s);
+        ad_tensor_release(flat);
+        *out = y;
+        return AD_OK;
+    }
+    int64_t d = a->iargs[1];
+    if (d < -x->ndim || d >= x->ndim)
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OPNAME,
+                       (long long)d, ad_tdesc(x), x->ndim);
+    if (d < 0) d += x->ndim;
+    if (T_SHAPE(x)[d] == 0)
+        return ad_fail(AD_ERR_VALUE, "%s: dim %lld of %s is empty", OPNAME, (long long)d,
+                       ad_tdesc(x));
+    int64_t kshape[AD_MAX_DIMS], oshape[AD_MAX_DIMS], xstr[AD_MAX_DIMS];
+    int on = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        kshape[i] = i == d ? 1 : T_SHAPE(x)[i];
+        xstr[i] = i == d ? 0 : T_STRIDES(x)[i];
+        if (i != d || keepdim) oshape[on++] = kshape[i];
+    }
+    ad_tensor *y;
+    if ((st = ad_tensor_empty(AD_INT64, oshape, on, &y))) return st;
+    int64_t ostr[AD_MAX_DIMS], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        ostr[i] = s;
+        s *= kshape[i];
+    }
+    const int64_t *strides[2] = {ostr, xstr};
+    size_t es[2] = {8, ad_dtype_size_(x->dtype)};
+    nditer it;
+    nditer_init(&it, 2, x->ndim, kshape, strides, es);
+    arg_ctx c = {T_SHAPE(x)[d], T_STRIDES(x)[d], x->dtype, ad_current_op == AD_OP_ARGMAX};
+    char *base[2] = {y->storage->data, ad_ptr(x)};
+    nditer_run(&it, base, arg_inner, &c);
+    *out = y;
+    return AD_OK;
+}

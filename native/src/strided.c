@@ -1,0 +1,202 @@
+/* strided.c - n-d iteration, strided copies and dtype conversion. */
+#include <string.h>
+
+#include "strided.h"
+
+void broadcast_strides(const ad_tensor *t, const int64_t *out_shape, int out_ndim,
+                       int64_t *strides) {
+    int lead = out_ndim - t->ndim;
+    for (int i = 0; i < out_ndim; i++) {
+        int j = i - lead;
+        strides[i] = (j < 0 || (T_SHAPE(t)[j] == 1 && out_shape[i] != 1)) ? 0 : T_STRIDES(t)[j];
+    }
+}
+
+void nditer_init(nditer *it, int nops, int ndim, const int64_t *shape,
+                 const int64_t *const *strides, const size_t *elsize) {
+    it->nops = nops;
+    for (int k = 0; k < nops; k++) it->elsize[k] = elsize[k];
+    int nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue; /* size-1 dims contribute nothing */
+        if (nd > 0) {
+            /* merge with the previous (outer) dim when every operand steps evenly */
+            bool merge = true;
+            for (int k = 0; k < nops && merge; k++)
+                merge = it->strides[k][nd - 1] == strides[k][i] * shape[i];
+            if (merge) {
+                it->shape[nd - 1] *= shape[i];
+                for (int k = 0; k < nops; k++) it->strides[k][nd - 1] = strides[k][i];
+                continue;
+            }
+        }
+        it->shape[nd] = shape[i];
+        for (int k = 0; k < nops; k++) it->strides[k][nd] = strides[k][i];
+        nd++;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0) { /* nothing to iterate */
+            nd = 1;
+            it->shape[0] = 0;
+            for (int k = 0; k < nops; k++) it->strides[k][0] = 0;
+            break;
+        }
+    if (nd == 0) { /* a single element */
+        it->shape[0] = 1;
+        for (int k = 0; k < nops; k++) it->strides[k][0] = 1;
+        nd = 1;
+    }
+    it->ndim = nd;
+}
+
+void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
+    int nd = it->ndim, nops = it->nops, last = nd - 1;
+    int64_t n = it->shape[last];
+    if (n == 0) return;
+    int64_t inner[ITER_MAX_OPS];
+    for (int k = 0; k < nops; k++) inner[k] = it->strides[k][last];
+    char *ptrs[ITER_MAX_OPS];
+    for (int k = 0; k < nops; k++) ptrs[k] = base[k];
+    if (nd == 1) {
+        fn(ctx, n, ptrs, inner);
+        return;
+    }
+    int64_t idx[AD_MAX_DIMS] = {0};
+    for (;;) {
+        char *p[ITER_MAX_OPS];
+        for (int k = 0; k < nops; k++) p[k] = ptrs[k];
+        fn(ctx, n, p, inner);
+        /* odometer over the outer dims */
+        int d = last - 1;
+        for (; d >= 0; d--) {
+            idx[d]++;
+            for (int k = 0; k < nops; k++)
+                ptrs[k] += it->strides[k][d] * (int64_t)it->elsize[k];
+            if (idx[d] < it->shape[d]) break;
+            for (int k = 0; k < nops; k++)
+                ptrs[k] -= it->strides[k][d] * it->shape[d] * (int64_t)it->elsize[k];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+/* ---- copy and convert ------------------------------------------------------ */
+static void copy_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
+    size_t es = *(size_t *)ctx;
+    if (s[0] == 1 && s[1] == 1) {
+        memcpy(p[0], p[1], (size_t)n * es);
+        return;
+    }
+    switch (es) {
+#define COPY_CASE(T)                                                                 \
+    case sizeof(T): {                                                                \
+        T *d = (T *)p[0];                                                            \
+        const T *x = (const T *)p[1];                                                \
+        for (int64_t i = 0; i < n; i++) d[i * s[0]] = x[i * s[1]];                   \
+        break;                                                                       \
+    }
+        COPY_CASE(uint8_t)
+        COPY_CASE(int32_t)
+        COPY_CASE(int64_t)
+#undef COPY_CASE
+    }
+}
+
+static void run_unary_layout(const ad_tensor *src, void *dst, size_t dst_es, inner_fn fn,
+                             void *ctx) {
+    int64_t dst_strides[AD_MAX_DIMS];
+    int64_t s = 1;
+    for (int i = src->ndim - 1; i >= 0; i--) {
+        dst_strides[i] = s;
+        s *= T_SHAPE(src)[i];
+    }
+    const int64_t *strides[2] = {dst_strides, T_STRIDES(src)};
+    size_t es[2] = {dst_es, ad_dtype_size_(src->dtype)};
+    nditer it;
+    nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, es);
+    char *base[2] = {dst, ad_ptr(src)};
+    nditer_run(&it, base, fn, ctx);
+}
+
+void ad_copy_strided(const ad_tensor *src, void *dst) {
+    size_t es = ad_dtype_size_(src->dtype);
+    if (ad_is_contiguous(src)) {
+        memcpy(dst, ad_ptr(src), (size_t)src->numel * es);
+        return;
+    }
+    run_unary_layout(src, dst, es, copy_inner, &es);
+}
+
+/* Conversion kernels: one per (from, to) pair, from one template. */
+#define CONVERT_FROM(TF, NAME_F)                                                       \
+    static void cvt_##NAME_F(void *ctx, int64_t n, char **p, const int64_t *s) {       \
+        int to = *(int *)ctx;                                                          \
+        const TF *x = (const TF *)p[1];                                                \
+        switch (to) {                                                                  \
+        case AD_FLOAT32: {                                                             \
+            float *d = (float *)p[0];                                                  \
+            for (int64_t i = 0; i < n; i++) d[i * s[0]] = (float)x[i * s[1]];          \
+        } break;                                                                       \
+        case AD_FLOAT64: {                                                             \
+            double *d = (double *)p[0];                                                \
+            for (int64_t i = 0; i < n; i++) d[i * s[0]] = (double)x[i * s[1]];         \
+        } break;                                                                       \
+        case AD_INT64: {                                                               \
+            int64_t *d = (int64_t *)p[0];                                              \
+            for (int64_t i = 0; i < n; i++) d[i * s[0]] = to_i64((double)x[i * s[1]]); \
+        } break;                                                                       \
+        case AD_INT32: {                                                               \
+            int32_t *d = (int32_t *)p[0];                                              \
+            for (int64_t i = 0; i < n; i++)                                            \
+                d[i * s[0]] = (int32_t)to_i64((double)x[i * s[1]]);                    \
+        } break;                                                                       \
+        case AD_UINT8: {                                                               \
+            uint8_t *d = (uint8_t *)p[0];                                              \
+            for (int64_t i = 0; i < n; i++)                                            \
+                d[i * s[0]] = (uint8_t)to_i64((double)x[i * s[1]]);                    \
+        } break;                                                                       \
+        case AD_BOOL: {                                                                \
+            uint8_t *d = (uint8_t *)p[0];                                              \
+            for (int64_t i = 0; i < n; i++) d[i * s[0]] = x[i * s[1]] != 0;            \
+        } break;                                                                       \
+        }                                                                              \
+    }
+
+/* float -> integer: truncation toward zero; NaN and out-of-range values (UB in
+   C) become 0 / saturate instead of trapping the sanitizer. */
+static inline int64_t to_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+CONVERT_FROM(float, f32)
+CONVERT_FROM(double, f64)
+CONVERT_FROM(int64_t, i64)
+CONVERT_FROM(int32_t, i32)
+CONVERT_FROM(uint8_t, u8)
+
+void ad_convert_strided(const ad_tensor *src, void *dst, int dtype) {
+    if (dtype == src->dtype) {
+        ad_copy_strided(src, dst);
+        return;
+    }
+    static const inner_fn from[] = {
+        [AD_FLOAT32] = cvt_f32, [AD_FLOAT64] = cvt_f64, [AD_INT64] = cvt_i64,
+        [AD_INT32] = cvt_i32,   [AD_UINT8] = cvt_u8,    [AD_BOOL] = cvt_u8,
+    };
+    run_unary_layout(src, dst, ad_dtype_size_(dtype), from[src->dtype], &dtype);
+}
+
+/* dst[...] = src[...] for two tensors of one shape and dtype, any layouts. */
+void ad_assign(ad_tensor *dst, const ad_tensor *src) {
+    size_t es = ad_dtype_size_(src->dtype);
+    const int64_t *strides[2] = {T_STRIDES(dst), T_STRIDES(src)};
+    size_t sizes[2] = {es, es};
+    nditer it;
+    nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, sizes);
+    char *base[2] = {ad_ptr(dst), ad_ptr(src)};
+    nditer_run(&it, base, copy_inner, &es);
+}

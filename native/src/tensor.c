@@ -1,0 +1,377 @@
+/* tensor.c - storage, tensors as views over it, and their iterative release. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+static atomic_uint_least64_t next_id = 1;
+
+/* ---- dtypes -------------------------------------------------------------- */
+static const struct {
+    const char *name;
+    size_t size;
+    bool is_float;
+} dtypes[] = {
+    [AD_FLOAT32] = {"float32", 4, true}, [AD_FLOAT64] = {"float64", 8, true},
+    [AD_INT64] = {"int64", 8, false},    [AD_INT32] = {"int32", 4, false},
+    [AD_UINT8] = {"uint8", 1, false},    [AD_BOOL] = {"bool", 1, false},
+};
+
+bool ad_dtype_valid(int d) { return d >= 0 && d <= AD_BOOL; }
+size_t ad_dtype_size_(int d) { return dtypes[d].size; }
+bool ad_dtype_is_float(int d) { return dtypes[d].is_float; }
+const char *ad_dtype_name_(int d) { return ad_dtype_valid(d) ? dtypes[d].name : "?"; }
+AD_API const char *ad_dtype_name(int d) { return ad_dtype_valid(d) ? dtypes[d].name : NULL; }
+AD_API size_t ad_dtype_size(int d) { return ad_dtype_valid(d) ? dtypes[d].size : 0; }
+AD_API int ad_abi_version(void) { return AD_ABI_MAJOR * 1000 + AD_ABI_MINOR; }
+
+/* ---- storage --------------------------------------------------------------- */
+enum { INLINE_MAX = 256 };
+
+static ad_storage *storage_new(size_t nbytes) {
+    ad_storage *s;
+    if (nbytes <= INLINE_MAX) {
+        /* one allocation for header and data: small tensors are most tensors */
+        s = ad_malloc(sizeof *s + 16 + nbytes);
+        if (!s) return NULL;
+        s->data = (char *)s + ((sizeof *s + 15) & ~(size_t)15);
+        s->inline_data = true;
+        atomic_fetch_add_explicit(&ad_live_byte_count, (long long)nbytes, memory_order_relaxed);
+    } else {
+        s = ad_malloc(sizeof *s);
+        if (!s) return NULL;
+        s->data = ad_data_alloc(nbytes);
+        if (!s->data) {
+            ad_mfree(s);
+            return NULL;
+        }
+        s->inline_data = false;
+    }
+    atomic_init(&s->refs, 1);
+    atomic_init(&s->version, 0);
+    s->nbytes = nbytes;
+    return s;
+}
+
+static void storage_release(ad_storage *s) {
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+    if (s->inline_data)
+        atomic_fetch_sub_explicit(&ad_live_byte_count, (long long)s->nbytes, memory_order_relaxed);
+    else
+        ad_data_free(s->data, s->nbytes);
+    ad_mfree(s);
+}
+
+/* ---- shapes ------------------------------------------------------------------ */
+ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,
+                         int64_t *numel) {
+    if (ndim < 0 || ndim > AD_MAX_DIMS)
+        return ad_fail(AD_ERR_SHAPE, "%s: %d dims requested, at most %d supported", op, ndim,
+                       AD_MAX_DIMS);
+    if (!ad_dtype_valid(dtype)) return ad_fail(AD_ERR_DTYPE, "%s: unknown dtype %d", op, dtype);
+    int64_t n = 1;
+    bool overflow = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return ad_fail(AD_ERR_SHAPE, "%s: negative size %lld in shape %s", op,
+                           (long long)shape[i], ad_fmt_shape(shape, ndim));
+        if (shape[i] && n > INT64_MAX / shape[i]) overflow = true;
+        else n *= shape[i];
+    }
+    if (n == 0) overflow = false;
+    if (overflow || (uint64_t)n > (uint64_t)(INT64_MAX / 16) / ad_dtype_size_(dtype))
+        return ad_fail(AD_ERR_VALUE, "%s: shape %s of %s has too many elements to allocate", op,
+                       ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype));
+    *numel = n;
+    return AD_OK;
+}
+
+static ad_tensor *tensor_alloc(int ndim) {
+    ad_tensor *t = ad_malloc(sizeof *t + 2 * (size_t)ndim * sizeof(int64_t));
+    if (!t) return NULL;
+    atomic_init(&t->refs, 1);
+    t->ndim = (uint8_t)ndim;
+    t->is_variable = 0;
+    t->pad_ = 0;
+    t->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+    t->offset = 0;
+    t->node = NULL;
+    atomic_fetch_add_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
+    return t;
+}
+
+static void contiguous_strides(const int64_t *shape, int ndim, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] ? shape[i] : 1;
+    }
+}
+
+ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
+    int64_t numel;
+    ad_status st = ad_check_shape("empty", shape, ndim, dtype, &numel);
+    if (st) return st;
+    ad_tensor *t = tensor_alloc(ndim);
+    if (!t) return ad_fail_nomem("tensor");
+    t->storage = storage_new((size_t)numel * ad_dtype_size_(dtype));
+    if (!t->storage) {
+        ad_mfree(t);
+        atomic_fetch_sub(&ad_live_tensor_count, 1);
+        return ad_fail(AD_ERR_NOMEM, "out of memory allocating %s of %s",
+                       ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype));
+    }
+    t->dtype = (uint8_t)dtype;
+    t->numel = numel;
+    memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape);
+    contiguous_strides(shape, ndim, T_STRIDES(t));
+    *out = t;
+    return AD_OK;
+}
+
+ad_status ad_tensor_zeros(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
+    ad_status st = ad_tensor_empty(dtype, shape, ndim, out);
+    if (!st) memset((*out)->storage->data, 0, (*out)->storage->nbytes);
+    return st;
+}
+
+ad_status ad_tensor_view(const ad_tensor *src, const int64_t *shape, const int64_t *strides,
+                         int ndim, int64_t offset, ad_tensor **out) {
+    ad_tensor *t = tensor_alloc(ndim);
+    if (!t) return ad_fail_nomem("view");
+    t->dtype = src->dtype;
+    t->storage = src->storage;
+    atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
+    t->offset = offset;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    t->numel = n;
+    memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape);
+    memcpy(T_STRIDES(t), strides, (size_t)ndim * sizeof *strides);
+    *out = t;
+    return AD_OK;
+}
+
+ad_tensor *ad_ref(const ad_tensor *t) {
+    ad_tensor *m = (ad_tensor *)t;
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+    return m;
+}
+
+AD_API void ad_tensor_retain(ad_tensor *t) {
+    if (t) ad_ref(t);
+}
+
+/* Frees without recursion: tensors whose count reaches zero go on a list
+ * linked through their (already released) storage pointer, so a chain of a
+ * million nodes frees in constant stack and without allocating. */
+AD_API void ad_tensor_release(ad_tensor *t) {
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    storage_release(t->storage);
+    t->storage = NULL;
+    ad_tensor *dying = t;
+    while (dying) {
+        ad_tensor *x = dying;
+        dying = (ad_tensor *)x->storage;
+        ad_node *n = x->node;
+        if (n) {
+            ad_tensor **in = node_in(n);
+            for (int i = 0; i < n->n_in; i++) {
+                ad_tensor *p = in[i];
+                if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+                    continue;
+                storage_release(p->storage);
+                p->storage = (ad_storage *)dying;
+                dying = p;
+            }
+            ad_mfree(n);
+        }
+        ad_mfree(x);
+        atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
+    }
+}
+
+bool ad_is_contiguous(const ad_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        int64_t n = T_SHAPE(t)[i];
+        if (n == 1) continue;
+        if (T_STRIDES(t)[i] != s) return false;
+        s *= n;
+    }
+    return true;
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+static ad_status create(const char *op, int dtype, const int64_t *shape, int ndim,
+                        ad_tensor **out) {
+    int64_t numel;
+    ad_status st = ad_check_shape(op, shape, ndim, dtype, &numel);
+    if (st) return st;
+    return ad_tensor_empty(dtype, shape, ndim, out);
+}
+
+AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
+                                     const int64_t *shape, int ndim, ad_tensor **out) {
+    ad_tensor *t = NULL;
+    ad_status st = create("tensor", dtype, shape, ndim, &t);
+    if (st) return st;
+    if (data && nbytes != t->storage->nbytes) {
+        size_t want = t->storage->nbytes;
+        ad_tensor_release(t);
+        return ad_fail(AD_ERR_VALUE, "tensor: %zu bytes given for shape %s of %s (%zu needed)",
+                       nbytes, ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype), want);
+    }
+    if (data) memcpy(t->storage->data, data, nbytes);
+    else memset(t->storage->data, 0, t->storage->nbytes);
+    *out = t;
+    return AD_OK;
+}
+
+#define FILL_LOOP(T, expr)                                                   \
+    do {                                                                     \
+        T *p_ = (T *)t->storage->data;                                       \
+        for (int64_t i = 0; i < t->numel; i++) p_[i] = (T)(expr);            \
+    } while (0)
+
+#define FILL_ANY(expr)                                                       \
+    switch (t->dtype) {                                                      \
+    case AD_FLOAT32: FILL_LOOP(float, expr); break;                          \
+    case AD_FLOAT64: FILL_LOOP(double, expr); break;                         \
+    case AD_INT64: FILL_LOOP(int64_t, expr); break;                          \
+    case AD_INT32: FILL_LOOP(int32_t, expr); break;                          \
+    case AD_UINT8: FILL_LOOP(uint8_t, expr); break;                          \
+    case AD_BOOL: FILL_LOOP(uint8_t, (expr) != 0); break;                    \
+    }
+
+AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, int ndim,
+                                ad_tensor **out) {
+    ad_tensor *t = NULL;
+    ad_status st = create("full", dtype, shape, ndim, &t);
+    if (st) return st;
+    FILL_ANY(value);
+    *out = t;
+    return AD_OK;
+}
+
+AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtype,
+                                  ad_tensor **out) {
+    ad_tensor *t = NULL;
+    ad_status st = create("arange", dtype, &n, 1, &t);
+    if (st) return st;
+    FILL_ANY(start + (double)i * step);
+    *out = t;
+    return AD_OK;
+}
+
+/* splitmix64 stream; Box-Muller for normals. */
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+static double normal(uint64_t *s) {
+    double u = uniform01(s), v = uniform01(s);
+    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
+}
+
+AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int64_t *shape,
+                                  int ndim, ad_tensor **out) {
+    if (kind != 0 && kind != 1) return ad_fail(AD_ERR_VALUE, "random: unknown kind %d", kind);
+    if (ad_dtype_valid(dtype) && !ad_dtype_is_float(dtype))
+        return ad_fail(AD_ERR_DTYPE, "%s: dtype must be float32 or float64, got %s",
+                       kind ? "rand" : "randn", ad_dtype_name_(dtype));
+    ad_tensor *t = NULL;
+    ad_status st = create(kind ? "rand" : "randn", dtype, shape, ndim, &t);
+    if (st) return st;
+    uint64_t s = seed;
+    if (kind == 0) {
+        FILL_ANY(normal(&s));
+    } else {
+        FILL_ANY(uniform01(&s));
+    }
+    *out = t;
+    return AD_OK;
+}
+
+/* ---- properties ------------------------------------------------------------------ */
+AD_API int ad_tensor_ndim(const ad_tensor *t) { return t->ndim; }
+AD_API int ad_tensor_dtype(const ad_tensor *t) { return t->dtype; }
+AD_API int64_t ad_tensor_numel(const ad_tensor *t) { return t->numel; }
+AD_API void ad_tensor_shape(const ad_tensor *t, int64_t *s) {
+    memcpy(s, T_SHAPE(t), t->ndim * sizeof *s);
+}
+AD_API void ad_tensor_strides(const ad_tensor *t, int64_t *s) {
+    memcpy(s, T_STRIDES(t), t->ndim * sizeof *s);
+}
+AD_API uint64_t ad_tensor_id(const ad_tensor *t) { return t->id; }
+AD_API int ad_tensor_is_variable(const ad_tensor *t) { return t->is_variable; }
+AD_API int ad_tensor_track_op(const ad_tensor *t) { return ad_tracks(t); }
+AD_API int ad_tensor_is_contiguous(const ad_tensor *t) { return ad_is_contiguous(t); }
+AD_API int ad_tensor_op(const ad_tensor *t) { return t->node ? t->node->op : AD_OP_NONE; }
+AD_API void *ad_tensor_data(const ad_tensor *t) { return ad_ptr(t); }
+AD_API uint64_t ad_tensor_version(const ad_tensor *t) {
+    return atomic_load(&t->storage->version);
+}
+AD_API int ad_tensor_same_storage(const ad_tensor *a, const ad_tensor *b) {
+    return a->storage == b->storage;
+}
+
+AD_API ad_status ad_tensor_copy_to(const ad_tensor *t, void *dst, size_t nbytes) {
+    size_t want = (size_t)t->numel * ad_dtype_size_(t->dtype);
+    if (nbytes != want)
+        return ad_fail(AD_ERR_VALUE, "copy_to: %zu bytes given for %s (%zu needed)", nbytes,
+                       ad_tdesc(t), want);
+    ad_copy_strided(t, dst);
+    return AD_OK;
+}
+
+/* ---- variables ------------------------------------------------------------------ */
+AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out) {
+    if (t->is_variable) {
+        *out = ad_ref(t);
+        return AD_OK;
+    }
+    if (!ad_dtype_is_float(t->dtype))
+        return ad_fail(AD_ERR_DTYPE,
+                       "Var: a variable must have a float dtype (float32 or float64), got %s",
+                       ad_tdesc(t));
+    ad_tensor *v;
+    ad_status st = ad_tensor_empty(t->dtype, T_SHAPE(t), t->ndim, &v);
+    if (st) return st;
+    ad_copy_strided(t, v->storage->data);
+    v->is_variable = 1;
+    *out = v;
+    return AD_OK;
+}
+
+AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src) {
+    if (!var->is_variable)
+        return ad_fail(AD_ERR_GRAPH, "set: the target (id %llu) is not a variable",
+                       (unsigned long long)var->id);
+    if (var->storage == src->storage)
+        return ad_fail(AD_ERR_GRAPH, "cannot set a variable to a tensor that is derived from "
+                                     "its value");
+    if (!ad_is_contiguous(var))
+        return ad_fail(AD_ERR_GRAPH, "cannot set a non-contiguous variable");
+    if (var->ndim != src->ndim ||
+        memcmp(T_SHAPE(var), T_SHAPE(src), var->ndim * sizeof(int64_t)) != 0)
+        return ad_fail(AD_ERR_SHAPE, "set: shape mismatch, variable %s, source %s",
+                       ad_tdesc(var), ad_tdesc(src));
+    if (var->dtype != src->dtype)
+        return ad_fail(AD_ERR_DTYPE, "set: dtype mismatch, variable %s, source %s",
+                       ad_tdesc(var), ad_tdesc(src));
+    ad_copy_strided(src, ad_ptr(var));
+    atomic_fetch_add(&var->storage->version, 1);
+    return AD_OK;
+}
+
+AD_API ad_status ad_tensor_detach(const ad_tensor *t, ad_tensor **out) {
+    if (!ad_tracks(t)) {
+        *out = ad_ref(t);
+        return AD_OK;
+    }
+    return ad_tensor_view(t, T_SHAPE(t), T_STRIDES(t), t->ndim, t->offset, out);
+}

@@ -1,0 +1,140 @@
+"""GradStore, grad modes."""
+import functools
+
+from ._lib import ffi, lib, raise_status
+
+
+class GradStore:
+    """Gradients from one backward(), keyed by tensor (by its id: the store
+    never keeps a tensor alive).  store[t] raises KeyError, store.get(t) gives None."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self):
+        out = ffi.new("ad_gradstore **")
+        st = lib.ad_gradstore_new(out)
+        if st:
+            raise_status(st)
+        self._h = out[0]
+
+    @classmethod
+    def _from_handle(cls, h):
+        g = object.__new__(cls)
+        g._h = h
+        return g
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h is not None and lib is not None:
+            self._h = None
+            lib.ad_gradstore_release(h)
+
+    def get(self, t, default=None):
+        from .tensor import Tensor, _wrap
+
+        if not isinstance(t, Tensor):
+            raise TypeError(f"GradStore keys are tensors, got {type(t).__name__}")
+        out = ffi.new("ad_tensor **")
+        st = lib.ad_gradstore_get(self._h, t._h, out)
+        if st:
+            raise_status(st)
+        return default if out[0] == ffi.NULL else _wrap(out[0])
+
+    def __getitem__(self, t):
+        g = self.get(t)
+        if g is None:
+            raise KeyError(f"no gradient for tensor id {t.id} (shape {t.shape}): it is not a "
+                           f"Var the root depends on, nor retained with backward(retain=[...])")
+        return g
+
+    def __contains__(self, t):
+        return self.get(t) is not None
+
+    def __len__(self):
+        return lib.ad_gradstore_len(self._h)
+
+    def insert(self, t, grad):
+        from .tensor import Tensor, tensor
+
+        if not isinstance(grad, Tensor):
+            grad = tensor(grad, dtype=t.dtype)
+        st = lib.ad_gradstore_insert(self._h, t._h, grad._h)
+        if st:
+            raise_status(st)
+
+    __setitem__ = insert
+
+    def remove(self, t):
+        """Removes and returns t's gradient (None when absent)."""
+        from .tensor import _wrap
+
+        out = ffi.new("ad_tensor **")
+        st = lib.ad_gradstore_remove(self._h, t._h, out)
+        if st:
+            raise_status(st)
+        return None if out[0] == ffi.NULL else _wrap(out[0])
+
+    def extend(self, other):
+        """Adds other's gradients into this store (summing where both have one)."""
+        if not isinstance(other, GradStore):
+            raise TypeError("GradStore.extend takes a GradStore")
+        st = lib.ad_gradstore_extend(self._h, other._h)
+        if st:
+            raise_status(st)
+        return self
+
+    def ids(self):
+        """The ids of the tensors that have a gradient here."""
+        return [self._item(i)[0] for i in range(len(self))]
+
+    def _item(self, i):
+        from .tensor import _wrap
+
+        idp = ffi.new("uint64_t *")
+        out = ffi.new("ad_tensor **")
+        st = lib.ad_gradstore_item(self._h, i, idp, out)
+        if st:
+            raise_status(st)
+        return idp[0], _wrap(out[0])
+
+    def __repr__(self):
+        return f"GradStore({len(self)} gradients)"
+
+
+class _GradMode:
+    """Base of no_grad/enable_grad: a context manager and a decorator. The mode
+    is thread-local (kept in C)."""
+
+    enabled = True
+
+    def __enter__(self):
+        self._prev = lib.ad_set_grad_enabled(1 if self.enabled else 0)
+        return self
+
+    def __exit__(self, *exc):
+        lib.ad_set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            with type(self)():
+                return fn(*a, **k)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Nothing is recorded inside, even from Vars (this thread only)."""
+
+    enabled = False
+
+
+class enable_grad(_GradMode):
+    """Recording on inside (e.g. within a no_grad block)."""
+
+    enabled = True
+
+
+def is_grad_enabled():
+    return bool(lib.ad_is_grad_enabled())

@@ -1,0 +1,802 @@
+"""Tensor and Var: thin Python handles over native tensors.
+
+A Tensor holds one native reference (`_h`) and nothing else; every property
+is read from C, every op is one native call.  The op methods are generated
+from the table in ops.py, so an op's Python method, its C forward and its C
+backward all carry the same name.
+"""
+import builtins
+import numbers
+import operator
+
+import numpy as np
+
+from . import dtypes as _dt
+from ._lib import ffi, lib, raise_status
+from .errors import DTypeError, GraphError, InvalidArgumentError, ShapeError
+
+_new = object.__new__
+_release = lib.ad_tensor_release
+_NULL = ffi.NULL
+
+
+def _wrap(h, cls=None):
+    t = _new(cls or Tensor)
+    t._h = h
+    return t
+
+
+def _out():
+    return ffi.new("ad_tensor **")
+
+
+def _shape_arg(shape, name="shape"):
+    """A shape given as a tuple/list of ints or as one int (PyTorch's convention)."""
+    if isinstance(shape, numbers.Integral):
+        return (operator.index(shape),)
+    try:
+        return tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {shape!r}") from None
+
+
+def _dims_arg(dim):
+    if dim is None:
+        return ()
+    if isinstance(dim, numbers.Integral):
+        return (operator.index(dim),)
+    return tuple(operator.index(d) for d in dim)
+
+
+def _call(op, inputs, iargs=(), fargs=()):
+    """The generic native entry: one op over tensors with int/float arguments."""
+    out = ffi.new("ad_tensor **")
+    hs = [t._h for t in inputs]
+    st = lib.ad_op_call(op, hs, len(hs), list(iargs) if iargs else _NULL, len(iargs),
+                        list(fargs) if fargs else _NULL, len(fargs), out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def _unary(op, x):
+    out = ffi.new("ad_tensor **")
+    st = lib.ad_unary(op, x._h, out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def _binary(op, a, b):
+    out = ffi.new("ad_tensor **")
+    st = lib.ad_binary(op, a._h, b._h, out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def _scalar(op, x, s):
+    out = ffi.new("ad_tensor **")
+    st = lib.ad_scalar_op(op, x._h, s, out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def _is_scalar(x):
+    return isinstance(x, (int, float, numbers.Real)) and not isinstance(x, np.ndarray)
+
+
+def _as_tensor_like(x, like):
+    """Turns an operand that is not a Tensor (a numpy array, a list) into one.
+    Python scalars never reach here: they go to the scalar ops."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return from_numpy(x)
+    if isinstance(x, (list, tuple)):
+        return tensor(x, dtype=like.dtype)
+    if isinstance(x, np.generic):
+        return tensor(x, dtype=like.dtype)
+    raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
+
+
+def _full_like_scalar(s, like):
+    """A 0-d tensor of like's dtype holding s (comparisons with a scalar)."""
+    out = ffi.new("ad_tensor **")
+    st = lib.ad_tensor_full(float(s), like._dtype_code(), _NULL, 0, out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+class Tensor:
+    """An immutable n-d array living in native memory, a node of the graph
+    when it depends on a Var."""
+
+    __slots__ = ("_h", "__weakref__")
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # numpy defers to our reflected operators
+
+    def __init__(self, data, dtype=None):
+        src = tensor(data, dtype)
+        self._h = src._h
+        src._h = _NULL
+
+    def __del__(self):
+        h = getattr(self, "_h", _NULL)
+        if h != _NULL and _release is not None:
+            self._h = _NULL
+            _release(h)
+
+    # ---- properties -----------------------------------------------------------
+    @property
+    def shape(self):
+        h = self._h
+        n = lib.ad_tensor_ndim(h)
+        buf = ffi.new("int64_t[]", n or 1)
+        lib.ad_tensor_shape(h, buf)
+        return tuple(buf[0:n])
+
+    def size(self, dim=None):
+        s = self.shape
+        return s if dim is None else s[dim]
+
+    @property
+    def strides(self):
+        """Strides in elements (may be 0 or negative for views)."""
+        h = self._h
+        n = lib.ad_tensor_ndim(h)
+        buf = ffi.new("int64_t[]", n or 1)
+        lib.ad_tensor_strides(h, buf)
+        return tuple(buf[0:n])
+
+    @property
+    def ndim(self):
+        return lib.ad_tensor_ndim(self._h)
+
+    dim = ndim
+
+    def numel(self):
+        return lib.ad_tensor_numel(self._h)
+
+    def _dtype_code(self):
+        return lib.ad_tensor_dtype(self._h)
+
+    @property
+    def dtype(self):
+        return _dt.BY_CODE[lib.ad_tensor_dtype(self._h)]
+
+    @property
+    def id(self):
+        return lib.ad_tensor_id(self._h)
+
+    @property
+    def is_variable(self):
+        return bool(lib.ad_tensor_is_variable(self._h))
+
+    @property
+    def track_op(self):
+        return bool(lib.ad_tensor_track_op(self._h))
+
+    @property
+    def op(self):
+        k = lib.ad_tensor_op(self._h)
+        return ffi.string(lib.ad_op_name(k)).decode() if k else None
+
+    @property
+    def is_contiguous(self):
+        return bool(lib.ad_tensor_is_contiguous(self._h))
+
+    @property
+    def version(self):
+        """The storage's version counter (bumped by Var.set)."""
+        return lib.ad_tensor_version(self._h)
+
+    # ---- conversion ---------------------------------------------------------------
+    def numpy(self):
+        """A read-only numpy view of the tensor's memory (zero-copy; it keeps
+        the storage alive).  A Var's view sees later Var.set writes."""
+        return np.asarray(_ArrayView(self))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise InvalidArgumentError(
+                f"item: only a tensor with one element converts to a Python scalar, "
+                f"got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.dtype is _dt.bool_:
+            raise TypeError("only integer tensors with one element can be used as an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise InvalidArgumentError(
+                f"the truth value of a tensor with shape {self.shape} is ambiguous")
+        return bool(self.item())
+
+    def __len__(self):
+        s = self.shape
+        if not s:
+            raise TypeError("len() of a 0-d tensor")
+        return s[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        name = "Var" if self.is_variable else "tensor"
+        body = np.array2string(self.numpy(), separator=", ", prefix=name + "(")
+        extra = "" if self.dtype is _dt.float32 else f", dtype={self.dtype.name}"
+        op = self.op
+        if op:
+            extra += f", op={op}"
+        return f"{name}({body}{extra})"
+
+    __hash__ = object.__hash__
+
+    # ---- graph --------------------------------------------------------------------
+    def detach(self):
+        out = _out()
+        st = lib.ad_tensor_detach(self._h, out)
+        if st:
+            raise_status(st)
+        if out[0] == self._h and type(self) is Tensor:
+            _release(out[0])
+            return self
+        return _wrap(out[0])
+
+    def sorted_nodes(self):
+        """Tracked nodes that reach a Var: root first, each node before its inputs."""
+        arr = ffi.new("ad_tensor ***")
+        n = ffi.new("int64_t *")
+        st = lib.ad_sorted_nodes(self._h, arr, n)
+        if st:
+            raise_status(st)
+        items = arr[0]
+        try:
+            return [_wrap(items[i], Var if lib.ad_tensor_is_variable(items[i]) else Tensor)
+                    for i in range(n[0])]
+        finally:
+            lib.ad_free(items)
+
+    def backward(self, grad=None, retain=()):
+        """Backpropagates from this tensor and returns an ad.GradStore with the
+        gradient of every Var it depends on (and of the tensors in `retain`)."""
+        from .grad import GradStore
+
+        if grad is not None and not isinstance(grad, Tensor):
+            grad = tensor(grad, dtype=self.dtype)
+        keep = [t._h for t in retain]
+        out = ffi.new("ad_gradstore **")
+        st = lib.ad_backward(self._h, grad._h if grad is not None else _NULL, keep or _NULL,
+                             len(keep), out)
+        if st:
+            raise_status(st)
+        return GradStore._from_handle(out[0])
+
+    # ---- operators ----------------------------------------------------------------
+    def __add__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_ADD_SCALAR, self, o)
+        return _binary(lib.AD_OP_ADD, self, _as_tensor_like(o, self))
+
+    def __radd__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_ADD_SCALAR, self, o)
+        return _binary(lib.AD_OP_ADD, _as_tensor_like(o, self), self)
+
+    def __sub__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_ADD_SCALAR, self, -o)
+        return _binary(lib.AD_OP_SUB, self, _as_tensor_like(o, self))
+
+    def __rsub__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_RSUB_SCALAR, self, o)
+        return _binary(lib.AD_OP_SUB, _as_tensor_like(o, self), self)
+
+    def __mul__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_MUL_SCALAR, self, o)
+        return _binary(lib.AD_OP_MUL, self, _as_tensor_like(o, self))
+
+    def __rmul__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_MUL_SCALAR, self, o)
+        return _binary(lib.AD_OP_MUL, _as_tensor_like(o, self), self)
+
+    def __truediv__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_DIV_SCALAR, self, o)
+        return _binary(lib.AD_OP_DIV, self, _as_tensor_like(o, self))
+
+    def __rtruediv__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_RDIV_SCALAR, self, o)
+        return _binary(lib.AD_OP_DIV, _as_tensor_like(o, self), self)
+
+    def __pow__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_POW_SCALAR, self, o)
+        return self.pow(_as_tensor_like(o, self))
+
+    def __rpow__(self, o):
+        if _is_scalar(o):
+            return _scalar(lib.AD_OP_POW_RSCALAR, self, o)
+        return _as_tensor_like(o, self).pow(self)
+
+    def __matmul__(self, o):
+        return matmul(self, _as_tensor_like(o, self))
+
+    def __rmatmul__(self, o):
+        return matmul(_as_tensor_like(o, self), self)
+
+    def __neg__(self):
+        return _unary(lib.AD_OP_NEG, self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def _cmp(self, o, op):
+        if _is_scalar(o):
+            o = _full_like_scalar(o, self)
+        return _binary(op, self, _as_tensor_like(o, self))
+
+    def __eq__(self, o):
+        return self._cmp(o, lib.AD_OP_EQ)
+
+    def __ne__(self, o):
+        return self._cmp(o, lib.AD_OP_NE)
+
+    def __lt__(self, o):
+        return self._cmp(o, lib.AD_OP_LT)
+
+    def __le__(self, o):
+        return self._cmp(o, lib.AD_OP_LE)
+
+    def __gt__(self, o):
+        return self._cmp(o, lib.AD_OP_GT)
+
+    def __ge__(self, o):
+        return self._cmp(o, lib.AD_OP_GE)
+
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+
+    # ---- elementwise methods ---------------------------------------------------------
+    def add(self, o):
+        return self + o
+
+    def sub(self, o):
+        return self - o
+
+    def mul(self, o):
+        return self * o
+
+    def div(self, o):
+        return self / o
+
+    def neg(self):
+        return _unary(lib.AD_OP_NEG, self)
+
+    def exp(self):
+        return _unary(lib.AD_OP_EXP, self)
+
+    def log(self):
+        return _unary(lib.AD_OP_LOG, self)
+
+    def sqr(self):
+        return _unary(lib.AD_OP_SQR, self)
+
+    def sqrt(self):
+        return _unary(lib.AD_OP_SQRT, self)
+
+    def relu(self):
+        return _unary(lib.AD_OP_RELU, self)
+
+    def tanh(self):
+        return _unary(lib.AD_OP_TANH, self)
+
+    def pow(self, exponent):
+        if _is_scalar(exponent):
+            return _scalar(lib.AD_OP_POW_SCALAR, self, exponent)
+        raise NotImplementedError("pow with a tensor exponent is not available yet")
+
+    # ---- reductions --------------------------------------------------------------------
+    def _reduce(self, op, dim, keepdim):
+        return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+
+    def sum(self, dim=None, keepdim=False):
+        return self._reduce(lib.AD_OP_SUM, dim, keepdim)
+
+    def sum_all(self):
+        return self._reduce(lib.AD_OP_SUM, None, False)
+
+    def mean(self, dim=None, keepdim=False):
+        return self._reduce(lib.AD_OP_MEAN, dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        return self._reduce(lib.AD_OP_MAX, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        return self._reduce(lib.AD_OP_MIN, dim, keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        return _call(lib.AD_OP_ARGMAX, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+
+    def argmin(self, dim=None, keepdim=False):
+        return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+
+    # ---- layout ---------------------------------------------------------------------------
+    def reshape(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        return _call(lib.AD_OP_RESHAPE, (self,), _shape_arg(shape))
+
+    view = reshape
+
+    def permute(self, *dims):
+        if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
+            dims = dims[0]
+        return _call(lib.AD_OP_PERMUTE, (self,), _shape_arg(dims, "dims"))
+
+    def transpose(self, dim0, dim1):
+        n = self.ndim
+        d0, d1 = _norm_dim(dim0, n, "transpose"), _norm_dim(dim1, n, "transpose")
+        perm = list(range(n))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return _call(lib.AD_OP_PERMUTE, (self,), perm)
+
+    def t(self):
+        """Swaps the last two dims (any tensor of rank >= 2)."""
+        if self.ndim < 2:
+            raise ShapeError(f"t: needs at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    @property
+    def T(self):
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def narrow(self, dim, start, length):
+        n = self.ndim
+        d = _norm_dim(dim, n, "narrow")
+        size = self.shape[d]
+        if start < 0:
+            start += size
+        return _call(lib.AD_OP_SLICE, (self,), (d, start, 1, length))
+
+    def broadcast_to(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape))
+
+    expand = broadcast_to
+
+    def squeeze(self, dim=None):
+        shape = self.shape
+        if dim is None:
+            new = tuple(s for s in shape if s != 1)
+        else:
+            dims = {_norm_dim(d, len(shape), "squeeze") for d in _dims_arg(dim)}
+            new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
+        return _call(lib.AD_OP_RESHAPE, (self,), new)
+
+    def unsqueeze(self, dim):
+        shape = list(self.shape)
+        d = _norm_dim(dim, len(shape) + 1, "unsqueeze")
+        shape.insert(d, 1)
+        return _call(lib.AD_OP_RESHAPE, (self,), shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        shape = self.shape
+        if not shape:
+            return self.reshape(1)
+        s = _norm_dim(start_dim, len(shape), "flatten")
+        e = _norm_dim(end_dim, len(shape), "flatten")
+        if s > e:
+            raise InvalidArgumentError(f"flatten: start_dim {start_dim} after end_dim {end_dim}")
+        n = 1
+        for x in shape[s:e + 1]:
+            n *= x
+        return _call(lib.AD_OP_RESHAPE, (self,), shape[:s] + (n,) + shape[e + 1:])
+
+    def contiguous(self):
+        return _unary(lib.AD_OP_CONTIGUOUS, self)
+
+    def to_dtype(self, dtype):
+        return _call(lib.AD_OP_TO_DTYPE, (self,), (_dt.as_dtype(dtype).code,))
+
+    astype = to_dtype
+
+    def float(self):
+        return self.to_dtype(_dt.float32)
+
+    def double(self):
+        return self.to_dtype(_dt.float64)
+
+    def matmul(self, other):
+        return matmul(self, other)
+
+    def __getitem__(self, key):
+        from .indexing import getitem
+
+        return getitem(self, key)
+
+
+def _norm_dim(d, n, op):
+    d = operator.index(d)
+    if not -n <= d < max(n, 1):
+        from .errors import OutOfRangeError
+
+        raise OutOfRangeError(f"{op}: dim {d} out of range for {n} dims")
+    return d + n if d < 0 else d
+
+
+class _ArrayView:
+    """Carries __array_interface__ for numpy and keeps the tensor alive as the
+    array's base."""
+
+    __slots__ = ("__array_interface__", "tensor")
+
+    def __init__(self, t):
+        h = t._h
+        dt = _dt.BY_CODE[lib.ad_tensor_dtype(h)]
+        n = lib.ad_tensor_ndim(h)
+        buf = ffi.new("int64_t[]", 2 * n or 1)
+        lib.ad_tensor_shape(h, buf)
+        shape = tuple(buf[0:n])
+        lib.ad_tensor_strides(h, buf)
+        strides = tuple(s * dt.itemsize for s in buf[0:n])
+        ptr = int(ffi.cast("uintptr_t", lib.ad_tensor_data(h)))
+        self.tensor = t
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": dt.numpy.str,
+            "data": (ptr, True),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+class Var(Tensor):
+    """A mutable leaf (float dtypes only): its value changes only by `set`,
+    which bumps its version."""
+
+    __slots__ = ()
+
+    def __init__(self, data, dtype=None):
+        src = data if isinstance(data, Tensor) and dtype is None else tensor(data, dtype)
+        out = _out()
+        st = lib.ad_var_from_tensor(src._h, out)
+        if st:
+            raise_status(st)
+        if out[0] == src._h:  # data was already a Var: share it
+            pass
+        self._h = out[0]
+
+    @classmethod
+    def from_tensor(cls, t):
+        """A Var holding a copy of t; a Var is returned as it is."""
+        if isinstance(t, Var):
+            return t
+        if not isinstance(t, Tensor):
+            t = tensor(t)
+        out = _out()
+        st = lib.ad_var_from_tensor(t._h, out)
+        if st:
+            raise_status(st)
+        return _wrap(out[0], Var)
+
+    @classmethod
+    def zeros(cls, shape, dtype=None):
+        return cls.from_tensor(zeros(shape, dtype))
+
+    @classmethod
+    def ones(cls, shape, dtype=None):
+        return cls.from_tensor(ones(shape, dtype))
+
+    @classmethod
+    def randn(cls, shape, seed=None, dtype=None, std=1.0):
+        t = randn(shape, seed=seed, dtype=dtype)
+        return cls.from_tensor(t * std if std != 1.0 else t)
+
+    def set(self, src):
+        """Writes src into this Var in place (bumps its version).  src must have
+        the Var's shape and dtype and must not share its storage."""
+        if not isinstance(src, Tensor):
+            src = tensor(src, dtype=self.dtype)
+        st = lib.ad_var_set(self._h, src._h)
+        if st:
+            raise_status(st)
+
+    def as_tensor(self):
+        """The Var seen as a Tensor (same id, still tracked)."""
+        lib.ad_tensor_retain(self._h)
+        return _wrap(self._h)
+
+    def as_detached_tensor(self):
+        """An untracked tensor sharing this Var's storage (new id)."""
+        out = _out()
+        st = lib.ad_tensor_detach(self._h, out)
+        if st:
+            raise_status(st)
+        return _wrap(out[0])
+
+
+# ---- creation ---------------------------------------------------------------------------
+def _check_np_dtype(arr, dtype):
+    if dtype is not None:
+        return _dt.as_dtype(dtype)
+    return _dt.as_dtype(arr.dtype)
+
+
+def tensor(data, dtype=None):
+    """A new tensor from nested lists, scalars, numpy arrays or a Tensor (copied).
+    Python floats give float32, Python ints int64, unless dtype says otherwise."""
+    if isinstance(data, Tensor):
+        t = data.to_dtype(dtype) if dtype is not None else data
+        return _call(lib.AD_OP_COPY, (t.detach(),))
+    if isinstance(data, np.ndarray):
+        return from_numpy(data, dtype)
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as e:
+        raise InvalidArgumentError(f"tensor: cannot convert {type(data).__name__}: {e}") from None
+    if arr.dtype == object:
+        raise InvalidArgumentError(f"tensor: cannot convert ragged or non-numeric data")
+    if dtype is None:
+        if arr.dtype.kind == "f":
+            dtype = _dt.float32
+        elif arr.dtype.kind in "iu":
+            dtype = _dt.int64
+    return from_numpy(arr, dtype)
+
+
+def from_numpy(a, dtype=None):
+    """A new tensor holding a copy of the numpy array a (its dtype kept)."""
+    a = np.asarray(a)
+    dt = _check_np_dtype(a, dtype)
+    if a.dtype != dt.numpy:
+        if a.dtype.kind == "f" and not dt.is_floating_point and dt is not _dt.bool_:
+            if not np.all(np.isfinite(a)):
+                raise InvalidArgumentError(f"tensor: non-finite values cannot become {dt.name}")
+        a = a.astype(dt.numpy)
+    a = np.ascontiguousarray(a)
+    shape = a.shape
+    out = _out()
+    st = lib.ad_tensor_from_data(ffi.from_buffer(a) if a.size else _NULL, a.nbytes, dt.code,
+                                 list(shape) or _NULL, len(shape), out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def _default_dtype(dtype):
+    return _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+
+
+def full(shape, value, dtype=None):
+    shape = _shape_arg(shape)
+    if dtype is None:
+        dtype = (_dt.bool_ if isinstance(value, (bool, np.bool_)) else
+                 _dt.int64 if isinstance(value, numbers.Integral) else _dt.float32)
+    dt = _dt.as_dtype(dtype)
+    out = _out()
+    st = lib.ad_tensor_full(float(value), dt.code, list(shape) or _NULL, len(shape), out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def zeros(shape, dtype=None):
+    return full(shape, 0.0, _default_dtype(dtype))
+
+
+def ones(shape, dtype=None):
+    return full(shape, 1.0, _default_dtype(dtype))
+
+
+def zeros_like(t, dtype=None):
+    return zeros(t.shape, dtype or t.dtype)
+
+
+def ones_like(t, dtype=None):
+    return ones(t.shape, dtype or t.dtype)
+
+
+def full_like(t, value, dtype=None):
+    return full(t.shape, value, dtype or t.dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise InvalidArgumentError("arange: step must not be zero")
+    n = max(0, -(-(stop - start) // step)) if all(
+        isinstance(v, numbers.Integral) for v in (start, stop, step)) else max(
+        0, int(np.ceil((stop - start) / step)))
+    if dtype is None:
+        dtype = (_dt.int64 if all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+                 else _dt.float32)
+    dt = _dt.as_dtype(dtype)
+    out = _out()
+    st = lib.ad_tensor_arange(float(start), float(step), n, dt.code, out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def eye(n, m=None, dtype=None):
+    m = n if m is None else m
+    return from_numpy(np.eye(n, m), _default_dtype(dtype))
+
+
+def _seed(seed):
+    if seed is None:
+        import os
+
+        return int.from_bytes(os.urandom(8), "little")
+    return operator.index(seed) & 0xFFFFFFFFFFFFFFFF
+
+
+def _random(kind, shape, seed, dtype):
+    shape = _shape_arg(shape)
+    dt = _default_dtype(dtype)
+    out = _out()
+    st = lib.ad_tensor_random(kind, _seed(seed), dt.code, list(shape) or _NULL, len(shape), out)
+    if st:
+        raise_status(st)
+    return _wrap(out[0])
+
+
+def randn(shape, seed=None, dtype=None):
+    """Standard normal values; the same seed gives the same values."""
+    return _random(0, shape, seed, dtype)
+
+
+def rand(shape, seed=None, dtype=None):
+    """Uniform values in [0, 1); the same seed gives the same values."""
+    return _random(1, shape, seed, dtype)
+
+
+def matmul(a, b):
+    """a @ b with numpy's rules: 1-d operands are promoted and the added dim
+    removed; batch dims broadcast."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: operands must be Tensors")
+    an, bn = a.ndim, b.ndim
+    if an == 0 or bn == 0:
+        raise ShapeError(f"matmul: 0-d operands are not allowed (shapes {a.shape} and {b.shape})")
+    a2 = a.unsqueeze(0) if an == 1 else a
+    b2 = b.unsqueeze(1) if bn == 1 else b
+    y = _binary(lib.AD_OP_MATMUL, a2, b2)
+    if an == 1 and bn == 1:
+        return y.reshape(())
+    if an == 1:
+        return y.squeeze(-2)
+    if bn == 1:
+        return y.squeeze(-1)
+    return y
+
