@@ -108,7 +108,9 @@ typedef enum ad_op {
     AD_OP_POW_RSCALAR = 36,   /* s ** t */
     AD_OP_COPY = 37,          /* detached copy (Var.from_tensor, Var(data)) */
     AD_OP_DIV_SCALAR = 38,    /* t / s */
-    AD_OP__COUNT = 39
+    /* 40..79: elementwise math, reductions, softmax family */
+    /* 80..139: indexing, joining, neural-network ops */
+    AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
 
 /* ---- library ---------------------------------------------------------- */

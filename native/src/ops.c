@@ -63,6 +63,8 @@ const op_def ad_ops[AD_OP__COUNT] = {
     [AD_OP_POW_RSCALAR] = {"pow_rscalar", 1, 0, 1, fwd_scalar, bw_pow_rscalar, {OUT}},
     [AD_OP_COPY] = {"copy", 1, 0, 0, fwd_copy, bw_identity, {0}},
     [AD_OP_DIV_SCALAR] = {"div_scalar", 1, 0, 1, fwd_scalar, bw_div_scalar, {0}},
+    /* ---- elementwise math, reductions, softmax family (40..79) ---- */
+    /* ---- indexing, joining, neural-network ops (80..139) ---- */
 };
 
 AD_API const char *ad_op_name(int op) {
@@ -169,7 +171,7 @@ AD_API ad_status ad_op_call(int op, const ad_tensor *const *inputs, int n_inputs
     return ad_call(op, inputs, n_inputs, iargs, n_iargs, fargs, n_fargs, out);
 }
 AD_API ad_status ad_unary(int op, const ad_tensor *x, ad_tensor **out) {
-    if (op > 0 && op < AD_OP__COUNT && ad_ops[op].n_in != 1)
+    if (op > 0 && op < AD_OP__COUNT && ad_ops[op].forward && ad_ops[op].n_in != 1)
         return ad_fail(AD_ERR_VALUE, "%s is not a unary op", ad_ops[op].name);
     return ad_call1(op, x, out);
 }
