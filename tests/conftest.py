@@ -5,3 +5,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+import gc
+
+import pytest
+
+import pyautodiff as ad
+
+
+@pytest.fixture(autouse=True)
+def no_native_leaks(request):
+    """Every test must leave the native live-tensor count and live-byte count
+    where it found them (after a gc.collect() on both sides)."""
+    gc.collect()
+    tensors0, bytes0 = ad.live_tensors(), ad.live_bytes()
+    yield
+    gc.collect()
+    tensors1, bytes1 = ad.live_tensors(), ad.live_bytes()
+    if (tensors1, bytes1) != (tensors0, bytes0):
+        pytest.fail(f"native leak in {request.node.nodeid}: live tensors {tensors0} -> "
+                    f"{tensors1}, live bytes {bytes0} -> {bytes1}", pytrace=False)

@@ -109,6 +109,33 @@ typedef enum ad_op {
     AD_OP_COPY = 37,          /* detached copy (Var.from_tensor, Var(data)) */
     AD_OP_DIV_SCALAR = 38,    /* t / s */
     /* 40..79: elementwise math, reductions, softmax family */
+    AD_OP_ABS = 40,
+    AD_OP_RECIP = 41,
+    AD_OP_SIN = 42,
+    AD_OP_COS = 43,
+    AD_OP_SIGMOID = 44,
+    AD_OP_GELU = 45,          /* tanh approximation */
+    AD_OP_GELU_ERF = 46,
+    AD_OP_ERF = 47,
+    AD_OP_SILU = 48,
+    AD_OP_SOFTPLUS = 49,
+    AD_OP_ELU = 50,           /* fargs = {alpha} */
+    AD_OP_LOG1P = 51,
+    AD_OP_EXPM1 = 52,
+    AD_OP_FLOOR = 53,         /* floor/ceil/round/sign: zero gradient */
+    AD_OP_CEIL = 54,
+    AD_OP_ROUND = 55,         /* half to even */
+    AD_OP_SIGN = 56,
+    AD_OP_CLAMP = 57,         /* fargs = {min, max}; -inf/inf for none */
+    AD_OP_MAXIMUM = 58,       /* binary; ties split the gradient */
+    AD_OP_MINIMUM = 59,
+    AD_OP_POW = 60,           /* a ** b, both tensors */
+    AD_OP_WHERE = 61,         /* inputs (cond bool, a, b), broadcast */
+    AD_OP_PROD = 62,          /* reduction: iargs = {keepdim, dims...} */
+    AD_OP_LOGSUMEXP = 63,     /* iargs = {dim, keepdim} */
+    AD_OP_SOFTMAX = 64,       /* iargs = {dim} */
+    AD_OP_LOG_SOFTMAX = 65,   /* iargs = {dim} */
+    AD_OP_CUMSUM = 66,        /* iargs = {dim, reverse} */
     /* 80..139: indexing, joining, neural-network ops */
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;

@@ -38,8 +38,8 @@ const char *ad_fmt_shape(const int64_t *shape, int ndim) {
 
 const char *ad_tdesc(const ad_tensor *t) {
     char *buf = shape_ring[shape_next];
+    shape_next = (shape_next + 1) % 6;
     const char *shape = ad_fmt_shape(T_SHAPE(t), t->ndim);
     snprintf(buf, sizeof shape_ring[0], "%s %s", ad_dtype_name_(t->dtype), shape);
-    shape_next = (shape_next + 1) % 6;
     return buf;
 }

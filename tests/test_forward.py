@@ -1,0 +1,483 @@
+"""Forward values of every core op against numpy, for each dtype where the op
+applies, on contiguous, transposed, sliced and broadcast inputs, with random
+shapes (numpy default_rng with fixed seeds)."""
+import zlib
+
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+
+FLOATS = ["float32", "float64"]
+INTS = ["int64", "int32", "uint8"]
+NUMERIC = FLOATS + INTS
+ALL = NUMERIC + ["bool"]
+LAYOUTS = ["contiguous", "transposed", "sliced", "broadcast"]
+
+
+def values(rng, shape, dtype, positive=False):
+    """Random numpy values of a dtype (small ints so no overflow anywhere)."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in FLOATS:
+        a = rng.standard_normal(shape)
+        if positive:
+            a = np.abs(a) + 0.1
+        return a.astype(dtype)
+    lo = 0 if (positive or dtype == "uint8") else -5
+    return rng.integers(lo + (1 if positive else 0), 6, size=shape).astype(dtype)
+
+
+def present(rng, shape, dtype, layout, positive=False):
+    """(ad tensor, numpy array) with equal values; the ad tensor is a view of
+    the given layout over a native base tensor."""
+    shape = tuple(shape)
+    if layout == "contiguous":
+        a = values(rng, shape, dtype, positive)
+        return ad.tensor(a, dtype=dtype), a
+    if layout == "transposed":
+        assert len(shape) >= 2
+        a = values(rng, shape, dtype, positive)
+        base = ad.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), dtype=dtype)
+        t = base.t()
+        assert not t.is_contiguous or min(shape[-2:]) <= 1
+        return t, a
+    if layout == "sliced":
+        a = values(rng, shape, dtype, positive)
+        big = np.zeros(shape[:-1] + (2 * shape[-1],), dtype=dtype) if shape else None
+        big[..., ::2] = a
+        return ad.tensor(big, dtype=dtype)[..., ::2], a
+    if layout == "broadcast":
+        a0 = values(rng, (1,) + shape[1:], dtype, positive)
+        t = ad.tensor(a0, dtype=dtype).broadcast_to(shape)
+        return t, np.broadcast_to(a0, shape)
+    raise AssertionError(layout)
+
+
+def close(t, expected, dtype=None, rtol=None, atol=None):
+    got = t.numpy()
+    expected = np.asarray(expected)
+    assert t.shape == expected.shape, (t.shape, expected.shape)
+    dt = dtype or expected.dtype.name
+    assert t.dtype == dt, (t.dtype, dt)
+    if dt == "float32":
+        np.testing.assert_allclose(got, expected, rtol=rtol or 1e-5, atol=atol or 1e-6)
+    elif dt == "float64":
+        np.testing.assert_allclose(got, expected, rtol=rtol or 1e-12, atol=atol or 1e-12)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def random_shape(rng, ndim, lo=1, hi=5):
+    return tuple(int(x) for x in rng.integers(lo, hi, size=ndim))
+
+
+# ---- elementwise binary -----------------------------------------------------------
+BINARY = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "div": (lambda a, b: a / b, lambda a, b: a / b),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("op", list(BINARY))
+def test_binary(op, dtype, layout):
+    if op == "div" and dtype not in FLOATS:
+        pytest.skip("div is float only (integer div is a DTypeError, see test_errors)")
+    rng = np.random.default_rng(zlib.crc32(f"{op}{dtype}{layout}".encode()))
+    f_ad, f_np = BINARY[op]
+    for _ in range(3):
+        shape = random_shape(rng, int(rng.integers(2, 4)))
+        x, xn = present(rng, shape, dtype, layout)
+        y, yn = present(rng, shape, dtype, "contiguous", positive=(op == "div"))
+        close(f_ad(x, y), f_np(xn, yn).astype(dtype))
+        close(f_ad(y, x) if op != "div" else f_ad(x, y), (f_np(yn, xn) if op != "div"
+                                                           else f_np(xn, yn)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("shapes", [((2, 3), (3,)), ((2, 1, 3), (4, 1)), ((1,), (2, 2)),
+                                    ((), (2, 3)), ((3, 1), (1, 3)), ((0, 3), (1, 3))])
+def test_binary_broadcasting(dtype, shapes):
+    rng = np.random.default_rng(7)
+    a, b = values(rng, shapes[0], dtype), values(rng, shapes[1], dtype, positive=True)
+    for name, (f_ad, f_np) in BINARY.items():
+        if name == "div" and dtype not in FLOATS:
+            continue
+        close(f_ad(ad.tensor(a, dtype=dtype), ad.tensor(b, dtype=dtype)),
+              f_np(a, b).astype(dtype))
+
+
+# ---- elementwise unary ----------------------------------------------------------------
+UNARY = {
+    "neg": (lambda t: -t, lambda a: -a, NUMERIC, False),
+    "neg_method": (lambda t: t.neg(), lambda a: -a, NUMERIC, False),
+    "exp": (lambda t: t.exp(), np.exp, FLOATS, False),
+    "log": (lambda t: t.log(), np.log, FLOATS, True),
+    "sqr": (lambda t: t.sqr(), np.square, NUMERIC, False),
+    "sqrt": (lambda t: t.sqrt(), np.sqrt, FLOATS, True),
+    "relu": (lambda t: t.relu(), lambda a: np.maximum(a, 0).astype(a.dtype), NUMERIC, False),
+    "tanh": (lambda t: t.tanh(), np.tanh, FLOATS, False),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("op", list(UNARY))
+def test_unary(op, dtype, layout):
+    f_ad, f_np, dtypes, positive = UNARY[op]
+    if dtype not in dtypes:
+        pytest.skip(f"{op} does not apply to {dtype} (DTypeError, see test_errors)")
+    if dtype == "uint8" and op.startswith("neg"):
+        pytest.skip("negating uint8 wraps; covered by numpy semantics elsewhere")
+    rng = np.random.default_rng(zlib.crc32(f"{op}{dtype}{layout}".encode()))
+    for _ in range(3):
+        shape = random_shape(rng, int(rng.integers(2, 4)))
+        x, xn = present(rng, shape, dtype, layout, positive=positive)
+        close(f_ad(x), f_np(xn).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_unary_zero_size_and_0d(dtype):
+    for shape in [(), (0,), (2, 0, 3), (1,)]:
+        a = np.full(shape, 0.5, dtype=dtype)
+        t = ad.tensor(a, dtype=dtype)
+        for name, (f_ad, f_np, _, _) in UNARY.items():
+            close(f_ad(t), f_np(a).astype(dtype))
+
+
+# ---- scalars on either side, pow ----------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_scalar_operands_float(dtype, layout):
+    rng = np.random.default_rng(3)
+    x, a = present(rng, (3, 4), dtype, layout, positive=True)
+    cases = [
+        (x * 0.5, a * 0.5), (0.5 * x, 0.5 * a), (x + 2, a + 2), (2 + x, 2 + a),
+        (x - 1.5, a - 1.5), (1 - x, 1 - a), (x / 4, a / 4), (2 / x, 2 / a),
+        (x ** 2, a ** 2), (x ** 0.5, a ** 0.5), (x ** -1.5, a ** -1.5), (x ** 3, a ** 3),
+        (x.pow(2.5), a ** 2.5), (2 ** x, 2 ** a), (0.5 ** x, 0.5 ** a),
+        (x ** 0, a ** 0), (x ** 1, a ** 1),
+    ]
+    for t, e in cases:
+        close(t, np.asarray(e).astype(dtype))  # a Python scalar never changes the dtype
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_scalar_operands_int(dtype):
+    a = np.array([[-3, 0, 2], [5, -1, 4]], dtype=dtype)
+    x = ad.tensor(a, dtype=dtype)
+    for t, e in [(x * 3, a * 3), (3 * x, 3 * a), (x + 2, a + 2), (2 + x, 2 + a),
+                 (x - 1, a - 1), (1 - x, 1 - a), (x * -1, -a)]:
+        close(t, e.astype(dtype))
+
+
+def test_scalar_operands_uint8():
+    a = np.array([0, 1, 7, 200], dtype=np.uint8)
+    x = ad.tensor(a)
+    assert x.dtype == ad.uint8
+    close(x + 3, (a + 3).astype(np.uint8))
+    close(x * 2, (a * 2).astype(np.uint8))  # wraps as numpy does
+    close(10 - x[:3], (10 - a[:3]).astype(np.uint8))
+
+
+# ---- reductions -----------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_sum(dtype, layout):
+    rng = np.random.default_rng(11)
+    shape = (3, 4, 2) if layout != "transposed" else (2, 3, 4)
+    x, a = present(rng, shape, dtype, layout)
+    for dim in [None, 0, 1, 2, -1, (0, 2), (0, 1, 2), (-1, 0)]:
+        for keepdim in (False, True):
+            e = np.sum(a, axis=dim, keepdims=keepdim).astype(dtype)
+            t = x.sum(dim, keepdim=keepdim)
+            if dim is None and not keepdim:
+                assert t.shape == ()
+            close(t, e, rtol=1e-5)
+    close(x.sum_all(), np.sum(a).astype(dtype))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_mean(dtype, layout):
+    rng = np.random.default_rng(12)
+    x, a = present(rng, (4, 3, 5), dtype, layout)
+    for dim in [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)]:
+        for keepdim in (False, True):
+            close(x.mean(dim, keepdim=keepdim), np.mean(a, axis=dim, keepdims=keepdim))
+    assert x.mean().shape == ()
+
+
+def test_reductions_0d_and_empty():
+    t = ad.tensor(3.5)
+    assert t.shape == ()
+    close(t.sum(), np.float32(3.5))
+    close(t.mean(), np.float32(3.5))
+    e = ad.zeros((0, 3))
+    close(e.sum(), np.float32(0))
+    close(e.sum(0), np.zeros(3, np.float32))
+    close(e.sum(1), np.zeros(0, np.float32))
+    close(e.sum(1, keepdim=True), np.zeros((0, 1), np.float32))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_max_min(dtype, layout):
+    rng = np.random.default_rng(13)
+    x, a = present(rng, (4, 5, 3), dtype, layout)
+    for dim in [0, 1, 2, -1]:
+        for keepdim in (False, True):
+            close(x.max(dim, keepdim=keepdim), np.max(a, axis=dim, keepdims=keepdim))
+            close(x.min(dim, keepdim=keepdim), np.min(a, axis=dim, keepdims=keepdim))
+    close(x.max(), np.max(a))
+    close(x.min(), np.min(a))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_argmax_argmin(dtype, layout):
+    rng = np.random.default_rng(14)
+    shape = (4, 6)
+    # distinct values so the arg is unique
+    base = rng.permutation(24).reshape(shape).astype(dtype)
+    if layout == "broadcast":
+        base = np.broadcast_to(base[:1], shape)
+        x = ad.tensor(np.ascontiguousarray(base[:1]), dtype=dtype).broadcast_to(shape)
+        a = base
+    elif layout == "transposed":
+        x, a = ad.tensor(np.ascontiguousarray(base.T), dtype=dtype).t(), base
+    elif layout == "sliced":
+        big = np.zeros((4, 12), dtype=dtype)
+        big[:, ::2] = base
+        x, a = ad.tensor(big, dtype=dtype)[:, ::2], base
+    else:
+        x, a = ad.tensor(base, dtype=dtype), base
+    for dim in [0, 1, -1]:
+        r = x.argmax(dim)
+        close(r, np.argmax(a, axis=dim).astype(np.int64))
+        assert not r.track_op
+        close(x.argmin(dim), np.argmin(a, axis=dim).astype(np.int64))
+    close(x.argmax(), np.int64(np.argmax(a)))
+    close(x.argmin(), np.int64(np.argmin(a)))
+    close(x.argmax(1, keepdim=True), np.argmax(a, axis=1, keepdims=True).astype(np.int64))
+
+
+# ---- comparisons -----------------------------------------------------------------------------
+CMPS = {
+    "eq": (lambda a, b: a == b, np.equal), "ne": (lambda a, b: a != b, np.not_equal),
+    "lt": (lambda a, b: a < b, np.less), "le": (lambda a, b: a <= b, np.less_equal),
+    "gt": (lambda a, b: a > b, np.greater), "ge": (lambda a, b: a >= b, np.greater_equal),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL)
+def test_comparisons(dtype, layout):
+    rng = np.random.default_rng(15)
+    x, a = present(rng, (3, 4), dtype, layout)
+    y, b = present(rng, (4,), dtype, "contiguous")  # broadcast against a row
+    for name, (f_ad, f_np) in CMPS.items():
+        r = f_ad(x, y)
+        close(r, f_np(a, b), dtype="bool")
+        assert not r.track_op
+        close(getattr(x, name)(y), f_np(a, b), dtype="bool")
+    if dtype != "bool":
+        for name, (f_ad, f_np) in CMPS.items():
+            close(f_ad(x, 1), f_np(a, 1), dtype="bool")  # scalar on the right
+
+
+def test_comparisons_from_var_untracked():
+    w = ad.Var([1.0, 2.0, 3.0])
+    for name, (f_ad, _) in CMPS.items():
+        r = f_ad(w, ad.tensor([2.0, 2.0, 2.0]))
+        assert r.dtype == ad.bool and not r.track_op and r.op is None
+
+
+# ---- layout ops --------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL)
+def test_reshape_family(dtype, layout):
+    rng = np.random.default_rng(16)
+    x, a = present(rng, (2, 3, 4), dtype, layout)
+    close(x.reshape(6, 4), a.reshape(6, 4))
+    close(x.reshape((4, -1)), a.reshape(4, -1))
+    close(x.reshape(-1), a.reshape(-1))
+    close(x.reshape(2, 1, 12), a.reshape(2, 1, 12))
+    close(x.flatten(), a.reshape(-1))
+    close(x.flatten(1), a.reshape(2, 12))
+    close(x.flatten(0, 1), a.reshape(6, 4))
+    close(x.unsqueeze(0), a[None])
+    close(x.unsqueeze(-1), a[..., None])
+    close(x.unsqueeze(1), a[:, None])
+    u = x.unsqueeze(1).unsqueeze(-1)
+    close(u.squeeze(), a)
+    close(u.squeeze(1), a[..., None])
+    close(u.squeeze(-1), a[:, None])
+    close(x.squeeze(0), a)  # dim of size 2: unchanged
+    c = x.contiguous()
+    assert c.is_contiguous
+    close(c, a)
+    one = ad.tensor(values(rng, (1, 1), dtype), dtype=dtype)
+    assert one.reshape(()).shape == ()
+    assert one.squeeze().shape == ()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL)
+def test_transpose_permute(dtype, layout):
+    rng = np.random.default_rng(17)
+    x, a = present(rng, (2, 3, 4), dtype, layout)
+    close(x.transpose(0, 2), np.swapaxes(a, 0, 2))
+    close(x.transpose(-1, 1), np.swapaxes(a, -1, 1))
+    close(x.t(), np.swapaxes(a, -1, -2))
+    close(x.t().t(), a)
+    for perm in [(0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0), (-1, 0, 1)]:
+        close(x.permute(*perm), np.transpose(a, perm))
+        close(x.permute(perm), np.transpose(a, perm))
+    m = ad.tensor(values(rng, (3, 5), dtype), dtype=dtype)
+    close(m.t(), m.numpy().T)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL)
+def test_narrow(dtype, layout):
+    rng = np.random.default_rng(18)
+    x, a = present(rng, (4, 6), dtype, layout)
+    close(x.narrow(0, 1, 2), a[1:3])
+    close(x.narrow(1, 0, 6), a)
+    close(x.narrow(-1, 2, 3), a[:, 2:5])
+    close(x.narrow(1, 3, 0), a[:, 3:3])
+    close(x.narrow(0, -2, 2), a[-2:])
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_broadcast_to(dtype):
+    rng = np.random.default_rng(19)
+    a = values(rng, (3, 1), dtype)
+    x = ad.tensor(a, dtype=dtype)
+    for shape in [(3, 4), (2, 3, 4), (3, 1), (1, 3, 5), (3, 0)]:
+        close(x.broadcast_to(shape), np.broadcast_to(a, shape))
+        close(x.broadcast_to(*shape), np.broadcast_to(a, shape))
+    s = ad.tensor(values(rng, (), dtype), dtype=dtype)
+    close(s.broadcast_to((2, 2)), np.broadcast_to(s.numpy(), (2, 2)))
+    close(x.broadcast_to((2, 3, 4)).t(), np.swapaxes(np.broadcast_to(a, (2, 3, 4)), -1, -2))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL)
+def test_basic_indexing(dtype, layout):
+    rng = np.random.default_rng(20)
+    x, a = present(rng, (4, 5, 6), dtype, layout)
+    keys = [
+        (slice(1, None), slice(None, None, 2)), 1, -1, (-1, -2), (slice(None, None, -1),),
+        (slice(None), slice(None, None, -2)), (Ellipsis, 0), (Ellipsis, -1), None,
+        (None, 1), (slice(1, 3), None, 2), (2, Ellipsis, slice(1, 5, 3)),
+        (slice(-3, -1), slice(4, 0, -1)), (slice(10, 20),), (0, 0, 0), (-4, -5, -6),
+        (slice(None, None, 3), 2, slice(-1, None, -2)), (Ellipsis,), (),
+    ]
+    for k in keys:
+        close(x[k], a[k])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("src", ALL)
+@pytest.mark.parametrize("dst", ALL)
+def test_to_dtype(src, dst, layout):
+    rng = np.random.default_rng(21)
+    x, a = present(rng, (3, 4), src, layout, positive=(dst == "uint8"))
+    if src in FLOATS and dst not in FLOATS and dst != "bool":
+        a = np.trunc(a * 3)  # exact integers inside the target range
+        x = ad.tensor(a, dtype=src)
+        if layout == "transposed":
+            x = ad.tensor(np.ascontiguousarray(a.T), dtype=src).t()
+    r = x.to_dtype(dst)
+    close(r, a.astype(dst))
+    close(x.astype(getattr(np, dst) if dst != "bool" else np.bool_), a.astype(dst))
+
+
+def test_to_dtype_names_and_default_dtypes():
+    assert ad.tensor([1.0, 2.0]).dtype == ad.float32
+    assert ad.tensor([1, 2]).dtype == ad.int64
+    assert ad.tensor([True, False]).dtype == ad.bool
+    t = ad.tensor([1.5, -2.5])
+    for name in ["float64", np.float64, ad.float64, "int32", ad.int32]:
+        r = t.to_dtype(name)
+        assert r.dtype == name
+
+
+# ---- matmul ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_2d(dtype, layout):
+    rng = np.random.default_rng(22)
+    for _ in range(4):
+        m, k, n = (int(v) for v in rng.integers(1, 9, size=3))
+        x, a = present(rng, (m, k), dtype, layout)
+        y, b = present(rng, (k, n), dtype, layout)
+        close(x @ y, a @ b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
+        close(x.matmul(y), a @ b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
+        close(ad.matmul(x, y), a @ b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shapes", [((2, 2, 3), (1, 3, 2)), ((2, 2, 3), (3, 2)),
+                                    ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+                                    ((3,), (3, 2)), ((2, 3), (3,)), ((4,), (4,)),
+                                    ((3,), (2, 3, 4)), ((2, 3, 4), (4,)),
+                                    ((0, 3), (3, 2)), ((2, 0), (0, 3)), ((1, 1), (1, 1))])
+def test_matmul_batched_and_1d(dtype, shapes):
+    rng = np.random.default_rng(23)
+    a, b = values(rng, shapes[0], dtype), values(rng, shapes[1], dtype)
+    r = ad.tensor(a, dtype=dtype) @ ad.tensor(b, dtype=dtype)
+    close(r, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_transposed_batched():
+    rng = np.random.default_rng(24)
+    a = rng.standard_normal((2, 4, 3))
+    b = rng.standard_normal((1, 5, 4))
+    x = ad.tensor(a, dtype="float64").t()  # (2, 3, 4) non-contiguous
+    y = ad.tensor(b, dtype="float64").t()  # (1, 4, 5)
+    close(x @ y, np.swapaxes(a, -1, -2) @ np.swapaxes(b, -1, -2))
+
+
+# ---- random shapes via hypothesis (small budget) ---------------------------------------------------
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4,
+                                                 max_side=4),
+       seed=st.integers(0, 2**16))
+def test_hypothesis_broadcast_binary(shapes, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shapes.input_shapes[0])
+    b = rng.standard_normal(shapes.input_shapes[1])
+    x, y = ad.tensor(a, dtype="float64"), ad.tensor(b, dtype="float64")
+    close(x + y, a + b)
+    close(x * y, a * b)
+    close(x - y, a - b)
+    close((x * y).sum(), np.sum(a * b), rtol=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=5),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_hypothesis_reduce(shape, seed, data):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    x = ad.tensor(a, dtype="float64")
+    dims = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
+    keep = data.draw(st.booleans())
+    dim = tuple(dims) if dims else None
+    close(x.sum(dim, keepdim=keep), np.sum(a, axis=dim, keepdims=keep))
+    close(x.mean(dim, keepdim=keep), np.mean(a, axis=dim, keepdims=keep))
+    d = dims[0] if dims else 0
+    close(x.max(d, keepdim=keep), np.max(a, axis=d, keepdims=keep))
+    close(x.min(d, keepdim=keep), np.min(a, axis=d, keepdims=keep))
