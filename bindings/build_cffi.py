@@ -24,6 +24,8 @@ def cdef_from_header(path=HEADER):
 def make_ffi(extra_compile_args=(), extra_link_args=()):
     ffi = cffi.FFI()
     ffi.cdef(cdef_from_header())
+    # Python side of the anomaly-mode site callback (pyautodiff/anomaly.py)
+    ffi.cdef('extern "Python" const char *_ad_site_callback(void);')
     ffi.set_source(
         "pyautodiff._cffi",
         '#include "pyautodiff.h"',

@@ -138,3 +138,40 @@ class enable_grad(_GradMode):
 
 def is_grad_enabled():
     return bool(lib.ad_is_grad_enabled())
+
+
+def grad(outputs, inputs, grad_outputs=None, allow_unused=False):
+    """Gradients of outputs with respect to inputs, one per input, in order.
+
+    inputs may be Vars or intermediate tensors of the graph.  An input the
+    outputs do not depend on raises ad.GraphError unless allow_unused=True
+    (then its entry is None).  grad_outputs seeds each output (needed for
+    outputs with more than one element)."""
+    from .errors import GraphError
+    from .tensor import Tensor, tensor
+
+    single_out = isinstance(outputs, Tensor)
+    outputs = [outputs] if single_out else list(outputs)
+    single_in = isinstance(inputs, Tensor)
+    inputs = [inputs] if single_in else list(inputs)
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
+    store = None
+    for out, g in zip(outputs, grad_outputs):
+        if g is not None and not isinstance(g, Tensor):
+            g = tensor(g, dtype=out.dtype)
+        s = out.backward(grad=g, retain=inputs)
+        store = s if store is None else store.extend(s)
+    result = []
+    for i, t in enumerate(inputs):
+        g = store.get(t)
+        if g is None and not allow_unused:
+            raise GraphError(f"grad: input {i} (tensor id {t.id}, shape {t.shape}) is not used "
+                             f"by the outputs' graph; pass allow_unused=True to get None")
+        result.append(g)
+    return result

@@ -682,8 +682,8 @@ def from_numpy(a, dtype=None):
             if not np.all(np.isfinite(a)):
                 raise InvalidArgumentError(f"tensor: non-finite values cannot become {dt.name}")
         a = a.astype(dt.numpy)
-    a = np.ascontiguousarray(a)
     shape = a.shape
+    a = np.ascontiguousarray(a).reshape(shape)  # ascontiguousarray turns 0-d into 1-d
     out = _out()
     st = lib.ad_tensor_from_data(ffi.from_buffer(a) if a.size else _NULL, a.nbytes, dt.code,
                                  list(shape) or _NULL, len(shape), out)

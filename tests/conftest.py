@@ -20,8 +20,18 @@ def no_native_leaks(request):
     gc.collect()
     tensors0, bytes0 = ad.live_tensors(), ad.live_bytes()
     yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        return  # the failure's traceback keeps tensors alive; don't report twice
     gc.collect()
     tensors1, bytes1 = ad.live_tensors(), ad.live_bytes()
     if (tensors1, bytes1) != (tensors0, bytes0):
         pytest.fail(f"native leak in {request.node.nodeid}: live tensors {tensors0} -> "
                     f"{tensors1}, live bytes {bytes0} -> {bytes1}", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)

@@ -137,6 +137,22 @@ typedef enum ad_op {
     AD_OP_LOG_SOFTMAX = 65,   /* iargs = {dim} */
     AD_OP_CUMSUM = 66,        /* iargs = {dim, reverse} */
     /* 80..139: indexing, joining, neural-network ops */
+    AD_OP_CAT = 80,           /* variadic inputs; iargs = {dim, size of each input along dim} */
+    AD_OP_PAD = 81,           /* iargs = {before, after} pairs from the last dim back; fargs = {value} */
+    AD_OP_INDEX_SELECT = 82,  /* (x, idx int 1-d); iargs = {dim} */
+    AD_OP_INDEX_ADD = 83,     /* (x, idx, src): x with src[.., i, ..] added at idx[i]; iargs = {dim} */
+    AD_OP_GATHER = 84,        /* (x, idx): out[..i..] = x[..idx[..i..]..]; iargs = {dim} */
+    AD_OP_SCATTER_ADD = 85,   /* (x, idx, src): x with src added at idx along dim; iargs = {dim} */
+    AD_OP_MSE_LOSS = 86,      /* (x, y); iargs = {reduction: 0 none, 1 mean, 2 sum} */
+    AD_OP_CROSS_ENTROPY = 87, /* (logits (N, C), target int (N,)); iargs = {reduction} */
+    AD_OP_NLL_LOSS = 88,      /* (logp (N, C), target int (N,)); iargs = {reduction} */
+    AD_OP_LAYER_NORM = 89,    /* (x[, weight[, bias]]); iargs = {k normalized trailing dims}; fargs = {eps} */
+    AD_OP_DROPOUT = 90,       /* iargs = {seed}; fargs = {p} */
+    AD_OP_CONV2D = 91,        /* (x NCHW, w (O, C/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups} */
+    AD_OP_CONV_TRANSPOSE2D = 92, /* (x, w (Cin, Cout/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups, oph, opw} */
+    AD_OP_CONV2D_WEIGHT_GRAD = 93, /* (x, gy); iargs = {kh, kw, sh, sw, ph, pw, dh, dw, groups}; untracked */
+    AD_OP_MAX_POOL2D = 94,    /* x NCHW; iargs = {kh, kw, sh, sw, ph, pw, dh, dw} */
+    AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d; untracked */
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
 
@@ -245,6 +261,18 @@ AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *i
 AD_API int ad_is_grad_enabled(void);
 /* Returns the previous mode. */
 AD_API int ad_set_grad_enabled(int enabled);
+
+/* ---- anomaly mode (thread-local) ------------------------------------------ */
+/* While on, every recorded node stores the site (e.g. "file.py:12") that the
+   registered callback returns at the moment the op is created, and backward
+   fails with AD_ERR_GRAPH at the first op whose backward produced a NaN or an
+   Inf, naming the op, its shapes and that site.  Off: nothing is recorded. */
+typedef const char *(*ad_site_fn)(void);
+AD_API void ad_set_site_callback(ad_site_fn fn);
+AD_API int ad_set_anomaly_enabled(int enabled); /* returns the previous mode */
+AD_API int ad_is_anomaly_enabled(void);
+/* The creation site recorded for t's op ("" when none). */
+AD_API const char *ad_tensor_site(const ad_tensor *t);
 
 /* ---- threads ------------------------------------------------------------ */
 AD_API ad_status ad_set_num_threads(int n);

@@ -13,7 +13,8 @@
 
 typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb,
                            void *y);
-typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, double s);
+/* s: the op's float arguments (up to two; zeros when it has none) */
+typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const double *s);
 
 /* ---- templates ------------------------------------------------------------ */
 #define DEF_BINARY(NAME, T, EXPR, TY)                                                    \
@@ -47,11 +48,11 @@ typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, double 
     }
 
 #define DEF_UNARY(NAME, T, EXPR)                                                         \
-    static void NAME(int64_t n, const void *px, int64_t sx, void *py, double s_) {      \
+    static void NAME(int64_t n, const void *px, int64_t sx, void *py, const double *s_) { \
         const T *X = (const T *)px;                                                      \
         T *Y = (T *)py;                                                                  \
-        const T s = (T)s_;                                                               \
-        (void)s;                                                                         \
+        const T s = (T)s_[0], s2 = (T)s_[1];                                             \
+        (void)s, (void)s2;                                                               \
         if (sx == 1) {                                                                   \
             for (int64_t i = 0; i < n; i++) {                                            \
                 T x = X[i];                                                              \
@@ -75,7 +76,10 @@ typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, double 
     X(add, a + b, NUM)          \
     X(sub, a - b, NUM)          \
     X(mul, a * b, NUM)          \
-    X(div, a / b, FLOAT)
+    X(div, a / b, FLOAT)        \
+    X(maximum, a > b || a != a ? a : b, NUM) \
+    X(minimum, a < b || a != a ? a : b, NUM) \
+    X(pow, pow(a, b), FLOAT)
 
 #define INST_BIN(T, SUF, OP, EXPR) DEF_BINARY(bin_##OP##_##SUF, T, EXPR, T)
 #define DEF_BIN_NUM(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR) INT_TYPES(INST_BIN, OP, EXPR)
@@ -105,7 +109,28 @@ CMP_OPS(DEF_CMP)
     X(div_scalar, x / s, FLOAT)                          \
     X(rdiv_scalar, s / x, FLOAT)                         \
     X(pow_scalar, pow(x, s), FLOAT)             \
-    X(pow_rscalar, pow(s, x), FLOAT)
+    X(pow_rscalar, pow(s, x), FLOAT)            \
+    X(abs, x < 0 ? -x : x, NUM)                          \
+    X(sign, x > 0 ? 1 : (x < 0 ? -1 : x), NUM)           \
+    X(clamp, (x < s ? s : x) > s2 ? s2 : (x < s ? s : x), NUM) \
+    X(recip, 1 / x, FLOAT)                               \
+    X(sin, sin(x), FLOAT)                                \
+    X(cos, cos(x), FLOAT)                                \
+    X(sigmoid, x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), FLOAT) \
+    X(gelu, 0.5 * x * (1 + tanh(GELU_C * (x + GELU_K * x * x * x))), FLOAT) \
+    X(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)), FLOAT) \
+    X(erf, erf(x), FLOAT)                                \
+    X(silu, x / (1 + exp(-x)), FLOAT)                    \
+    X(softplus, x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), FLOAT) \
+    X(elu, x > 0 ? x : s * expm1(x), FLOAT)              \
+    X(log1p, log1p(x), FLOAT)                            \
+    X(expm1, expm1(x), FLOAT)                            \
+    X(floor, floor(x), FLOAT)                            \
+    X(ceil, ceil(x), FLOAT)                              \
+    X(round, nearbyint(x), FLOAT)
+#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
+#define GELU_K 0.044715
+#define SQRT1_2 0.7071067811865476
 
 #define INST_UN(T, SUF, OP, EXPR) DEF_UNARY(un_##OP##_##SUF, T, EXPR)
 #define DEF_UN_NUM(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR) INT_TYPES(INST_UN, OP, EXPR)
@@ -129,6 +154,8 @@ UN_OPS(DEF_UN)
 static const bin_kernel bin_table[AD_OP__COUNT][6] = {
     [AD_OP_ADD] = ROW_NUM(bin_, add), [AD_OP_SUB] = ROW_NUM(bin_, sub),
     [AD_OP_MUL] = ROW_NUM(bin_, mul), [AD_OP_DIV] = ROW_FLOAT(bin_, div),
+    [AD_OP_MAXIMUM] = ROW_NUM(bin_, maximum), [AD_OP_MINIMUM] = ROW_NUM(bin_, minimum),
+    [AD_OP_POW] = ROW_FLOAT(bin_, pow),
     [AD_OP_EQ] = ROW_ALL(cmp_, eq),   [AD_OP_NE] = ROW_ALL(cmp_, ne),
     [AD_OP_LT] = ROW_ALL(cmp_, lt),   [AD_OP_LE] = ROW_ALL(cmp_, le),
     [AD_OP_GT] = ROW_ALL(cmp_, gt),   [AD_OP_GE] = ROW_ALL(cmp_, ge),
@@ -149,6 +176,24 @@ static const un_kernel un_table[AD_OP__COUNT][6] = {
     [AD_OP_RDIV_SCALAR] = ROW_FLOAT(un_, rdiv_scalar),
     [AD_OP_POW_SCALAR] = ROW_FLOAT(un_, pow_scalar),
     [AD_OP_POW_RSCALAR] = ROW_FLOAT(un_, pow_rscalar),
+    [AD_OP_ABS] = ROW_NUM(un_, abs),
+    [AD_OP_SIGN] = ROW_NUM(un_, sign),
+    [AD_OP_CLAMP] = ROW_NUM(un_, clamp),
+    [AD_OP_RECIP] = ROW_FLOAT(un_, recip),
+    [AD_OP_SIN] = ROW_FLOAT(un_, sin),
+    [AD_OP_COS] = ROW_FLOAT(un_, cos),
+    [AD_OP_SIGMOID] = ROW_FLOAT(un_, sigmoid),
+    [AD_OP_GELU] = ROW_FLOAT(un_, gelu),
+    [AD_OP_GELU_ERF] = ROW_FLOAT(un_, gelu_erf),
+    [AD_OP_ERF] = ROW_FLOAT(un_, erf),
+    [AD_OP_SILU] = ROW_FLOAT(un_, silu),
+    [AD_OP_SOFTPLUS] = ROW_FLOAT(un_, softplus),
+    [AD_OP_ELU] = ROW_FLOAT(un_, elu),
+    [AD_OP_LOG1P] = ROW_FLOAT(un_, log1p),
+    [AD_OP_EXPM1] = ROW_FLOAT(un_, expm1),
+    [AD_OP_FLOOR] = ROW_FLOAT(un_, floor),
+    [AD_OP_CEIL] = ROW_FLOAT(un_, ceil),
+    [AD_OP_ROUND] = ROW_FLOAT(un_, round),
 };
 
 /* ---- forward functions ----------------------------------------------------------- */
@@ -207,7 +252,7 @@ ad_status fwd_compare(const op_args *a, ad_tensor **out) { return run_binary(a, 
 
 typedef struct {
     un_kernel k;
-    double s;
+    double s[2];
 } un_ctx;
 
 static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
@@ -215,7 +260,7 @@ static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     c->k(n, p[1], s[1], p[0], c->s);
 }
 
-static ad_status run_unary(const ad_tensor *x, double s, ad_tensor **out) {
+static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **out) {
     un_kernel k = un_table[ad_current_op][x->dtype];
     if (!k)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OPNAME,
@@ -228,13 +273,13 @@ static ad_status run_unary(const ad_tensor *x, double s, ad_tensor **out) {
     nditer it;
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
-    un_ctx c = {k, s};
+    un_ctx c = {k, {s, s2}};
     nditer_run(&it, base, un_inner, &c);
     *out = y;
     return AD_OK;
 }
 
-ad_status fwd_unary(const op_args *a, ad_tensor **out) { return run_unary(a->in[0], 0, out); }
+ad_status fwd_unary(const op_args *a, ad_tensor **out) { return run_unary(a->in[0], 0, 0, out); }
 
 ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
@@ -244,5 +289,77 @@ ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
                        "%s: scalar %g is not an integer and the tensor is %s (a scalar never "
                        "changes a tensor's dtype; convert with to_dtype)",
                        OPNAME, s, ad_tdesc(x));
-    return run_unary(x, s, out);
+    return run_unary(x, s, 0, out);
+}
+
+/* clamp: fargs {min, max}, -inf / inf for an absent bound.  Integer tensors
+   take integer bounds, saturated to the dtype's range before the kernel
+   converts them. */
+ad_status fwd_clamp(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    double lo = a->fargs[0], hi = a->fargs[1];
+    if (lo != lo || hi != hi)
+        return ad_fail(AD_ERR_VALUE, "clamp: a bound is NaN (min %g, max %g)", lo, hi);
+    if (!ad_dtype_is_float(x->dtype) && x->dtype != AD_BOOL) {
+        if ((isfinite(lo) && lo != floor(lo)) || (isfinite(hi) && hi != floor(hi)))
+            return ad_fail(AD_ERR_DTYPE,
+                           "clamp: bounds %g, %g are not integers and the tensor is %s", lo, hi,
+                           ad_tdesc(x));
+        double tmin = x->dtype == AD_INT64 ? -9223372036854775808.0
+                      : x->dtype == AD_INT32 ? -2147483648.0 : 0.0;
+        double tmax = x->dtype == AD_INT64 ? 9223372036854774784.0
+                      : x->dtype == AD_INT32 ? 2147483647.0 : 255.0;
+        lo = lo < tmin ? tmin : lo > tmax ? tmax : lo;
+        hi = hi < tmin ? tmin : hi > tmax ? tmax : hi;
+    }
+    return run_unary(x, lo, hi, out);
+}
+
+/* where(cond, a, b): a select (never a blend), so a non-finite value in the
+   unselected branch never reaches the output. */
+static void where_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
+    size_t es = *(size_t *)ctx;
+    const uint8_t *c = (const uint8_t *)p[1];
+    switch (es) {
+#define WHERE_CASE(T)                                                                   \
+    case sizeof(T): {                                                                   \
+        T *y = (T *)p[0];                                                               \
+        const T *A = (const T *)p[2], *B = (const T *)p[3];                             \
+        for (int64_t i = 0; i < n; i++) y[i * s[0]] = c[i * s[1]] ? A[i * s[2]] : B[i * s[3]]; \
+        break;                                                                          \
+    }
+        WHERE_CASE(uint8_t)
+        WHERE_CASE(int32_t)
+        WHERE_CASE(int64_t)
+#undef WHERE_CASE
+    }
+}
+
+ad_status fwd_where(const op_args *args, ad_tensor **out) {
+    const ad_tensor *c = args->in[0], *a = args->in[1], *b = args->in[2];
+    if (c->dtype != AD_BOOL)
+        return ad_fail(AD_ERR_DTYPE, "where: condition must be bool, got %s", ad_tdesc(c));
+    if (a->dtype != b->dtype)
+        return ad_fail(AD_ERR_DTYPE, "where: dtype mismatch, %s and %s (convert one with to_dtype)",
+                       ad_tdesc(a), ad_tdesc(b));
+    int64_t ab[AD_MAX_DIMS], shape[AD_MAX_DIMS];
+    int nab, nd;
+    ad_status st = ad_broadcast_shapes(T_SHAPE(a), a->ndim, T_SHAPE(b), b->ndim, ab, &nab);
+    if (!st) st = ad_broadcast_shapes(T_SHAPE(c), c->ndim, ab, nab, shape, &nd);
+    if (st) return st;
+    ad_tensor *y;
+    if ((st = ad_tensor_empty(a->dtype, shape, nd, &y))) return st;
+    int64_t sc[AD_MAX_DIMS], sa[AD_MAX_DIMS], sb[AD_MAX_DIMS];
+    broadcast_strides(c, shape, nd, sc);
+    broadcast_strides(a, shape, nd, sa);
+    broadcast_strides(b, shape, nd, sb);
+    const int64_t *strides[4] = {T_STRIDES(y), sc, sa, sb};
+    size_t es = ad_dtype_size_(a->dtype);
+    size_t sizes[4] = {es, 1, es, es};
+    nditer it;
+    nditer_init(&it, 4, nd, shape, strides, sizes);
+    char *base[4] = {ad_ptr(y), ad_ptr(c), ad_ptr(a), ad_ptr(b)};
+    nditer_run(&it, base, where_inner, &es);
+    *out = y;
+    return AD_OK;
 }

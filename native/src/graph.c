@@ -6,17 +6,83 @@
  * what comes back into a map keyed by tensor id.  A gradient leaves the map
  * when its node consumes it, so intermediates are freed as the walk goes.
  */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
 _Thread_local int ad_grad_enabled = 1;
+_Thread_local int ad_anomaly_enabled = 0;
+static _Atomic(ad_site_fn) site_callback;
 
 AD_API int ad_is_grad_enabled(void) { return ad_grad_enabled; }
 AD_API int ad_set_grad_enabled(int enabled) {
     int prev = ad_grad_enabled;
     ad_grad_enabled = enabled != 0;
     return prev;
+}
+
+/* ---- anomaly mode ------------------------------------------------------------ */
+AD_API void ad_set_site_callback(ad_site_fn fn) { atomic_store(&site_callback, fn); }
+AD_API int ad_is_anomaly_enabled(void) { return ad_anomaly_enabled; }
+AD_API int ad_set_anomaly_enabled(int enabled) {
+    int prev = ad_anomaly_enabled;
+    ad_anomaly_enabled = enabled != 0;
+    return prev;
+}
+AD_API const char *ad_tensor_site(const ad_tensor *t) {
+    return t->node && t->node->site ? t->node->site : "";
+}
+
+char *ad_anomaly_site(void) {
+    ad_site_fn fn = atomic_load(&site_callback);
+    const char *s = fn ? fn() : NULL;
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *copy = ad_malloc(n);
+    if (copy) memcpy(copy, s, n);
+    return copy;
+}
+
+/* true when a float tensor holds a NaN or an Inf (anomaly mode only) */
+static bool has_nonfinite(const ad_tensor *t) {
+    const int64_t *shape = T_SHAPE(t), *strides = T_STRIDES(t);
+    int64_t idx[AD_MAX_DIMS] = {0};
+    if (t->numel == 0) return false;
+    const char *base = ad_ptr(t);
+    size_t es = ad_dtype_size_(t->dtype);
+    for (int64_t k = 0; k < t->numel; k++) {
+        int64_t off = 0;
+        for (int d = 0; d < t->ndim; d++) off += idx[d] * strides[d];
+        double v = t->dtype == AD_FLOAT32 ? (double)*(const float *)(base + off * (int64_t)es)
+                                          : *(const double *)(base + off * (int64_t)es);
+        if (!isfinite(v)) return true;
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return false;
+}
+
+static ad_status anomaly_check(const ad_tensor *t, ad_tensor *const *gr) {
+    const ad_node *n = t->node;
+    for (int i = 0; i < n->n_in; i++) {
+        if (!gr[i] || !ad_dtype_is_float(gr[i]->dtype) || !has_nonfinite(gr[i])) continue;
+        char shapes[256] = "";
+        size_t len = 0;
+        ad_tensor **in = node_in(n);
+        for (int j = 0; j < n->n_in && len < sizeof shapes; j++)
+            len += (size_t)snprintf(shapes + len, sizeof shapes - len, "%s%s", j ? ", " : "",
+                                    in[j] ? ad_tdesc(in[j]) : "(untracked)");
+        return ad_fail(AD_ERR_GRAPH,
+                       "backward: the backward of %s (inputs %s; output %s) produced a "
+                       "non-finite gradient for input %d; the op was created at %s",
+                       ad_ops[n->op].name, shapes, ad_tdesc(t), i,
+                       n->site ? n->site : "an unknown site (created outside detect_anomaly)");
+    }
+    return AD_OK;
 }
 
 struct ad_gradstore {
@@ -234,6 +300,7 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
         ad_tensor *gr[AD_MAX_INPUTS] = {NULL};
         st = check_versions(t);
         if (!st) st = ad_ops[n->op].backward(n, t, g, gr);
+        if (!st && (ad_anomaly_enabled || n->site)) st = anomaly_check(t, gr);
         ad_tensor_release(g);
         ad_tensor **in = node_in(n);
         for (int i = 0; i < n->n_in; i++) {

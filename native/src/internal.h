@@ -111,6 +111,10 @@ const char *ad_tdesc(const ad_tensor *t); /* "float32 (2, 3)" */
 
 /* ---- grad mode (graph.c) ------------------------------------------------ */
 extern _Thread_local int ad_grad_enabled;
+extern _Thread_local int ad_anomaly_enabled;
+/* The creation site for a node in anomaly mode (a new ad_malloc'd string or
+   NULL). */
+char *ad_anomaly_site(void);
 
 /* ---- ops (ops.c) --------------------------------------------------------- */
 typedef struct op_args {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "nnops.h"
 
 _Thread_local int ad_current_op;
 
@@ -21,6 +22,9 @@ BW(add) BW(sub) BW(mul) BW(div) BW(neg) BW(exp) BW(log) BW(sqr) BW(sqrt) BW(relu
 BW(add_scalar) BW(mul_scalar) BW(rsub_scalar) BW(div_scalar) BW(rdiv_scalar) BW(pow_scalar)
 BW(pow_rscalar) BW(sum) BW(mean) BW(maxmin) BW(reshape) BW(permute) BW(slice) BW(broadcast)
 BW(identity) BW(to_dtype) BW(matmul)
+BW(cat) BW(pad) BW(index_select) BW(index_add) BW(gather) BW(scatter_add) BW(mse_loss)
+BW(cross_entropy) BW(nll_loss) BW(layer_norm) BW(dropout) BW(conv2d) BW(conv_transpose2d)
+BW(max_pool2d)
 #undef BW
 
 const op_def ad_ops[AD_OP__COUNT] = {
@@ -65,6 +69,26 @@ const op_def ad_ops[AD_OP__COUNT] = {
     [AD_OP_DIV_SCALAR] = {"div_scalar", 1, 0, 1, fwd_scalar, bw_div_scalar, {0}},
     /* ---- elementwise math, reductions, softmax family (40..79) ---- */
     /* ---- indexing, joining, neural-network ops (80..139) ---- */
+    [AD_OP_CAT] = {"cat", -1, -1, 0, fwd_cat, bw_cat, {0}},
+    [AD_OP_PAD] = {"pad", 1, -1, 1, fwd_pad, bw_pad, {0}},
+    [AD_OP_INDEX_SELECT] = {"index_select", 2, 1, 0, fwd_index_select, bw_index_select, {I1}},
+    [AD_OP_INDEX_ADD] = {"index_add", 3, 1, 0, fwd_index_add, bw_index_add, {0, 0, I1}},
+    [AD_OP_GATHER] = {"gather", 2, 1, 0, fwd_gather, bw_gather, {I1}},
+    [AD_OP_SCATTER_ADD] = {"scatter_add", 3, 1, 0, fwd_scatter_add, bw_scatter_add, {0, 0, I1}},
+    [AD_OP_MSE_LOSS] = {"mse_loss", 2, 1, 0, fwd_mse_loss, bw_mse_loss, {I0 | I1, I0 | I1}},
+    [AD_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 1, 0, fwd_cross_entropy, bw_cross_entropy,
+                             {I0 | I1}},
+    [AD_OP_NLL_LOSS] = {"nll_loss", 2, 1, 0, fwd_nll_loss, bw_nll_loss, {I1}},
+    [AD_OP_LAYER_NORM] = {"layer_norm", -1, 1, 1, fwd_layer_norm, bw_layer_norm, {I0 | I1}},
+    [AD_OP_DROPOUT] = {"dropout", 1, 1, 1, fwd_dropout, bw_dropout, {0}},
+    [AD_OP_CONV2D] = {"conv2d", 2, 7, 0, fwd_conv2d, bw_conv2d, {I1, I0}},
+    [AD_OP_CONV_TRANSPOSE2D] = {"conv_transpose2d", 2, 9, 0, fwd_conv_transpose2d,
+                                bw_conv_transpose2d, {I1, I0}},
+    [AD_OP_CONV2D_WEIGHT_GRAD] = {"conv2d_weight_grad", 2, 9, 0, fwd_conv2d_weight_grad, NULL,
+                                  {0}},
+    [AD_OP_MAX_POOL2D] = {"max_pool2d", 1, 8, 0, fwd_max_pool2d, bw_max_pool2d, {I0}},
+    [AD_OP_MAX_POOL2D_BACKWARD] = {"max_pool2d_backward", 2, 8, 0, fwd_max_pool2d_backward,
+                                   NULL, {0}},
 };
 
 AD_API const char *ad_op_name(int op) {
@@ -90,7 +114,7 @@ static ad_status record(int op, const op_def *def, const op_args *a, unsigned tr
     n->saved = (uint8_t)(saved & 0x7f);
     n->saves_output = (saved & OUT) != 0;
     n->out_version = 0;
-    n->site = NULL;
+    n->site = ad_anomaly_enabled ? ad_anomaly_site() : NULL;
     ad_tensor **in = node_in(n);
     uint64_t *ver = node_versions(n);
     for (int i = 0; i < a->n_in; i++) {

@@ -53,7 +53,7 @@ static ad_status plan_dims(const ad_tensor *x, const int64_t *dims, int ndims, b
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
-enum { R_SUM, R_MAX, R_MIN };
+enum { R_SUM, R_MAX, R_MIN, R_PROD };
 
 #define RED_KERNELS(T, SUF, ACC)                                                        \
     __attribute__((unused)) static void sum_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
@@ -110,12 +110,32 @@ RED_KERNELS(int32_t, i32, int64_t)
 RED_KERNELS(uint8_t, u8, int64_t)
 #pragma GCC diagnostic pop
 
-static const inner_fn red_table[3][6] = {
+/* prod accumulates float32 in double and int64 in uint64 (wraps, no UB) */
+#define PROD_KERNEL(T, SUF, ACC)                                                        \
+    static void prod_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {         \
+        (void)ctx;                                                                      \
+        T *o = (T *)p[0];                                                               \
+        const T *x = (const T *)p[1];                                                   \
+        if (s[0] == 0) {                                                                \
+            ACC total = 1;                                                              \
+            for (int64_t i = 0; i < n; i++) total *= (ACC)x[i * s[1]];                  \
+            *o = (T)((ACC)*o * total);                                                  \
+        } else {                                                                        \
+            for (int64_t i = 0; i < n; i++)                                             \
+                o[i * s[0]] = (T)((ACC)o[i * s[0]] * (ACC)x[i * s[1]]);                 \
+        }                                                                               \
+    }
+PROD_KERNEL(float, f32, double)
+PROD_KERNEL(double, f64, double)
+PROD_KERNEL(int64_t, i64, uint64_t)
+
+static const inner_fn red_table[4][6] = {
     [R_SUM] = {[AD_FLOAT32] = sum_f32, [AD_FLOAT64] = sum_f64, [AD_INT64] = sum_i64},
     [R_MAX] = {[AD_FLOAT32] = max_f32, [AD_FLOAT64] = max_f64, [AD_INT64] = max_i64,
                [AD_INT32] = max_i32, [AD_UINT8] = max_u8, [AD_BOOL] = max_u8},
     [R_MIN] = {[AD_FLOAT32] = min_f32, [AD_FLOAT64] = min_f64, [AD_INT64] = min_i64,
                [AD_INT32] = min_i32, [AD_UINT8] = min_u8, [AD_BOOL] = min_u8},
+    [R_PROD] = {[AD_FLOAT32] = prod_f32, [AD_FLOAT64] = prod_f64, [AD_INT64] = prod_i64},
 };
 
 static void fill_identity(ad_tensor *y, int kind) {
@@ -123,6 +143,14 @@ static void fill_identity(ad_tensor *y, int kind) {
     int64_t n = y->numel;
     if (kind == R_SUM) {
         memset(d, 0, (size_t)n * ad_dtype_size_(y->dtype));
+        return;
+    }
+    if (kind == R_PROD) {
+        for (int64_t i = 0; i < n; i++) switch (y->dtype) {
+            case AD_FLOAT32: ((float *)d)[i] = 1; break;
+            case AD_FLOAT64: ((double *)d)[i] = 1; break;
+            default: ((int64_t *)d)[i] = 1; break;
+            }
         return;
     }
     bool mx = kind == R_MAX;
@@ -163,7 +191,7 @@ ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
     reduce_plan p;
     ad_status st = plan_dims(x, a->iargs + 1, a->n_iargs - 1, a->iargs[0] != 0, &p);
     if (st) return st;
-    if (x->dtype == AD_BOOL && op != AD_OP_SUM)
+    if (x->dtype == AD_BOOL && op != AD_OP_SUM && op != AD_OP_PROD)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for bool (input %s)", OPNAME,
                        ad_tdesc(x));
     if (op == AD_OP_MEAN && !ad_dtype_is_float(x->dtype))
@@ -172,16 +200,17 @@ ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
     if ((op == AD_OP_MAX || op == AD_OP_MIN) && p.reduce_numel == 0)
         return ad_fail(AD_ERR_VALUE, "%s: reduction over a zero-size dim of %s has no identity",
                        OPNAME, ad_tdesc(x));
-    if (op == AD_OP_SUM && !ad_dtype_is_float(x->dtype) && x->dtype != AD_INT64) {
-        /* small integers sum in int64, as numpy does */
+    if ((op == AD_OP_SUM || op == AD_OP_PROD) && !ad_dtype_is_float(x->dtype) &&
+        x->dtype != AD_INT64) {
+        /* small integers sum and multiply in int64, as numpy does */
         ad_tensor *wide;
         if ((st = ad_tensor_empty(AD_INT64, T_SHAPE(x), x->ndim, &wide))) return st;
         ad_convert_strided(x, wide->storage->data, AD_INT64);
-        st = reduce_into(wide, &p, R_SUM, out);
+        st = reduce_into(wide, &p, op == AD_OP_PROD ? R_PROD : R_SUM, out);
         ad_tensor_release(wide);
         return st;
     }
-    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : R_SUM;
+    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
     if ((st = reduce_into(x, &p, kind, out))) return st;
     if (op == AD_OP_MEAN) {
         ad_tensor *y = *out;

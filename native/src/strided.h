@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-#define ITER_MAX_OPS 3
+#define ITER_MAX_OPS 4
 
 typedef struct nditer {
     int nops, ndim;

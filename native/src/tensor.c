@@ -184,6 +184,7 @@ AD_API void ad_tensor_release(ad_tensor *t) {
                 p->storage = (ad_storage *)dying;
                 dying = p;
             }
+            ad_mfree((void *)n->site);
             ad_mfree(n);
         }
         ad_mfree(x);

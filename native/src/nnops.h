@@ -1,0 +1,36 @@
+/* nnops.h - forward functions of the indexing, joining and neural-network
+ * ops (index.c, nn.c, conv.c) and the small helpers they share. */
+#ifndef AD_NNOPS_H
+#define AD_NNOPS_H
+
+#include "internal.h"
+
+ad_status fwd_cat(const op_args *a, ad_tensor **out);
+ad_status fwd_pad(const op_args *a, ad_tensor **out);
+ad_status fwd_index_select(const op_args *a, ad_tensor **out);
+ad_status fwd_index_add(const op_args *a, ad_tensor **out);
+ad_status fwd_gather(const op_args *a, ad_tensor **out);
+ad_status fwd_scatter_add(const op_args *a, ad_tensor **out);
+ad_status fwd_mse_loss(const op_args *a, ad_tensor **out);
+ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out);
+ad_status fwd_nll_loss(const op_args *a, ad_tensor **out);
+ad_status fwd_layer_norm(const op_args *a, ad_tensor **out);
+ad_status fwd_dropout(const op_args *a, ad_tensor **out);
+ad_status fwd_conv2d(const op_args *a, ad_tensor **out);
+ad_status fwd_conv_transpose2d(const op_args *a, ad_tensor **out);
+ad_status fwd_conv2d_weight_grad(const op_args *a, ad_tensor **out);
+ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out);
+ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out);
+
+/* x's elements in row-major order: x's own memory when contiguous, else a
+   contiguous copy in *tmp (release it afterwards; NULL when not needed). */
+ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data);
+
+/* An integer index tensor (int64 or int32, any layout) as a new contiguous
+   int64 buffer (ad_mfree it); DTypeError names the op for other dtypes. */
+ad_status nn_index_buf(const ad_tensor *idx, const char *what, int64_t **buf);
+
+/* Normalizes dim for an ndim-d tensor; IndexError naming the op otherwise. */
+ad_status nn_dim(int64_t dim, const ad_tensor *x, int *out);
+
+#endif
