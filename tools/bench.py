@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""pyautodiff beside numpy (and PyTorch when installed), in one run.
+
+    python tools/bench.py            # everything (several minutes)
+    python tools/bench.py --quick    # about a minute: fewer sizes, fewer repeats
+    python tools/bench.py --only matmul,overhead
+
+Every row times the libraries interleaved (a, b, c, a, b, c, ...) and reports
+medians; the ratio columns are other_time / pyautodiff_time, so > 1.0 means
+pyautodiff is faster (for matmul that is the GFLOP/s ratio).  Thread counts are
+fixed per child process (numpy's OpenBLAS, PyTorch and pyautodiff alike): each
+thread setting runs in its own process started by this script.
+
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which this workplace sets for old
+OpenBLAS builds and which slow a current numpy, are unset in the children so
+numpy runs its best kernel; the kernel in use is printed.
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train")
+
+
+# ---------------------------------------------------------------------------- child side
+def timeit(fns, repeat, number=None, budget=0.05):
+    """Interleaved medians of seconds per call for each fn."""
+    for f in fns:
+        f()
+    if number is None:
+        t0 = time.perf_counter()
+        fns[0]()
+        one = max(time.perf_counter() - t0, 1e-7)
+        number = max(1, int(budget / one))
+    samples = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                f()
+            samples[i].append((time.perf_counter() - t0) / number)
+    return [statistics.median(s) for s in samples]
+
+
+class Row:
+    def __init__(self, out, section, name, threads):
+        self.out, self.section, self.name, self.threads = out, section, name, threads
+
+    def emit(self, times, extra=None):
+        rec = {"section": self.section, "name": self.name, "threads": self.threads,
+               "times": times}
+        if extra:
+            rec.update(extra)
+        self.out.append(rec)
+        print(json.dumps(rec), flush=True)
+
+
+def child(args):
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
+    ad.set_num_threads(args.threads)
+    quick = args.quick
+    rep = 5 if quick else 11
+    out = []
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    rng = np.random.default_rng(0)
+
+    def libs_for(np_fn, ad_fn, torch_fn=None):
+        fns = {"pyautodiff": ad_fn, "numpy": np_fn}
+        if torch is not None and torch_fn is not None:
+            fns["torch"] = torch_fn
+        return fns
+
+    def run(section, name, fns, extra=None, repeat=rep, number=None):
+        names = list(fns)
+        ts = timeit([fns[k] for k in names], repeat, number)
+        Row(out, section, name, args.threads).emit(dict(zip(names, ts)), extra)
+
+    if "matmul" in only:
+        sizes = [64, 256, 1024] if quick else [64, 128, 256, 512, 1024, 2048]
+        cases = [(n, n, n, "float32") for n in sizes]
+        cases += [(n, n, n, "float64") for n in ([1024] if quick else [512, 1024])]
+        for m, k, n, dt in cases:
+            a = rng.standard_normal((m, k)).astype(dt)
+            b = rng.standard_normal((k, n)).astype(dt)
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            fns = libs_for(lambda: a @ b, lambda: ta @ tb,
+                           (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
+                           if torch else None)
+            run("matmul", f"{dt} {m}x{k} @ {k}x{n}", fns, {"flops": 2 * m * n * k})
+        # an MLP layer: forward X@W and its two backward products
+        x = rng.standard_normal((128, 784)).astype("float32")
+        w = rng.standard_normal((784, 512)).astype("float32")
+        g = rng.standard_normal((128, 512)).astype("float32")
+        tx, tw, tg = ad.from_numpy(x), ad.from_numpy(w), ad.from_numpy(g)
+        for name, f_np, f_ad, f_t in (
+                ("mlp fwd (128x784)@(784x512)", lambda: x @ w, lambda: tx @ tw,
+                 lambda X=torch.from_numpy(x) if torch else None,
+                 W=torch.from_numpy(w) if torch else None: X @ W),
+                ("mlp bwd X^T@G (784x128)@(128x512)", lambda: x.T @ g, lambda: tx.t() @ tg,
+                 lambda X=torch.from_numpy(x) if torch else None,
+                 G=torch.from_numpy(g) if torch else None: X.t() @ G),
+                ("mlp bwd G@W^T (128x512)@(512x784)", lambda: g @ w.T, lambda: tg @ tw.t(),
+                 lambda G=torch.from_numpy(g) if torch else None,
+                 W=torch.from_numpy(w) if torch else None: G @ W.t())):
+            run("matmul", name, libs_for(f_np, f_ad, f_t if torch else None))
+        a = rng.standard_normal((256, 32, 64)).astype("float32")
+        b = rng.standard_normal((256, 64, 32)).astype("float32")
+        ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+        run("matmul", "batched 256 x (32x64 @ 64x32)",
+            libs_for(lambda: a @ b, lambda: ta @ tb,
+                     (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
+                     if torch else None))
+
+    if "elementwise" in only:
+        sizes = [1000, 100_000, 10_000_000] if not quick else [1000, 10_000_000]
+        for n in sizes:
+            a = rng.standard_normal(n).astype("float32")
+            b = rng.standard_normal(n).astype("float32")
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            A, B = (torch.from_numpy(a), torch.from_numpy(b)) if torch else (None, None)
+            for name, f_np, f_ad, f_t in (
+                    ("add", lambda: a + b, lambda: ta + tb, lambda: A + B),
+                    ("mul", lambda: a * b, lambda: ta * tb, lambda: A * B),
+                    ("exp", lambda: np.exp(a), lambda: ta.exp(), lambda: A.exp()),
+                    ("tanh", lambda: np.tanh(a), lambda: ta.tanh(), lambda: A.tanh()),
+                    ("relu", lambda: np.maximum(a, 0), lambda: ta.relu(), lambda: A.relu())):
+                run("elementwise", f"{name} float32 n={n:.0e}",
+                    libs_for(f_np, f_ad, f_t if torch else None))
+        m = rng.standard_normal((1024, 1024)).astype("float32")
+        v = rng.standard_normal(1024).astype("float32")
+        tm, tv = ad.from_numpy(m), ad.from_numpy(v)
+        M, V = (torch.from_numpy(m), torch.from_numpy(v)) if torch else (None, None)
+        for name, f_np, f_ad, f_t in (
+                ("broadcast add 1024x1024 + 1024", lambda: m + v, lambda: tm + tv,
+                 lambda: M + V),
+                ("sum all 1024x1024", lambda: m.sum(), lambda: tm.sum(), lambda: M.sum()),
+                ("sum last dim 1024x1024", lambda: m.sum(1), lambda: tm.sum(1),
+                 lambda: M.sum(1)),
+                ("sum first dim 1024x1024", lambda: m.sum(0), lambda: tm.sum(0),
+                 lambda: M.sum(0))):
+            run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
+
+    if "overhead" in only:
+        a = np.ones((4, 4), np.float32)
+        ta, tb, tw = ad.from_numpy(a), ad.from_numpy(a), ad.Var(a)
+        if torch:
+            A, B = torch.ones(4, 4), torch.ones(4, 4)
+            W = torch.ones(4, 4, requires_grad=True)
+        for name, f_np, f_ad, f_t, f_adt, f_tt in (
+                ("add", lambda: a + a, lambda: ta + tb, lambda: A + B, lambda: tw + tb,
+                 lambda: W + B),
+                ("mul", lambda: a * a, lambda: ta * tb, lambda: A * B, lambda: tw * tb,
+                 lambda: W * B),
+                ("exp", lambda: np.exp(a), lambda: ta.exp(), lambda: A.exp(),
+                 lambda: tw.exp(), lambda: W.exp()),
+                ("matmul", lambda: a @ a, lambda: ta @ tb, lambda: A @ B, lambda: tw @ tb,
+                 lambda: W @ B),
+                ("sum", lambda: a.sum(), lambda: ta.sum(), lambda: A.sum(), lambda: tw.sum(),
+                 lambda: W.sum())):
+            run("overhead", f"(4,4) {name} untracked",
+                libs_for(f_np, f_ad, f_t if torch else None), repeat=rep, number=20000)
+            fns = {"pyautodiff": f_adt}
+            if torch:
+                fns["torch"] = f_tt
+            run("overhead", f"(4,4) {name} tracked", fns, repeat=rep, number=20000)
+
+        def chain_ad():
+            y = tw
+            for _ in range(100):
+                y = y + tb
+            y.sum().backward()
+
+        fns = {"pyautodiff": chain_ad}
+        if torch:
+            def chain_t():
+                y = W
+                for _ in range(100):
+                    y = y + B
+                y.sum().backward()
+                W.grad = None
+
+            fns["torch"] = chain_t
+        run("overhead", "chain of 100 tracked adds + sum + backward (per op)", fns,
+            extra={"per": 102})
+
+    if "train" in only:
+        def mlp_ad():
+            ws = [ad.Var.randn((784, 512), seed=1, std=0.05), ad.Var.zeros(512),
+                  ad.Var.randn((512, 512), seed=2, std=0.05), ad.Var.zeros(512),
+                  ad.Var.randn((512, 10), seed=3, std=0.05), ad.Var.zeros(10)]
+            x = ad.randn((128, 784), seed=4)
+            labels = rng.integers(0, 10, 128)
+            target = ad.from_numpy(np.eye(10, dtype=np.float32)[labels])
+            ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
+            tlab = ad.from_numpy(labels.astype(np.int64))
+
+            def step():
+                h = (x @ ws[0] + ws[1]).relu()
+                h = (h @ ws[2] + ws[3]).relu()
+                logits = h @ ws[4] + ws[5]
+                loss = ce(logits, tlab) if ce else ((logits - target) ** 2).mean()
+                g = loss.backward()
+                with ad.no_grad():
+                    for w in ws:
+                        w.set(w - g[w] * 0.01)
+            return step
+
+        fns = {"pyautodiff": mlp_ad()}
+        if torch:
+            def mlp_t():
+                tg = torch.Generator().manual_seed(0)
+                ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
+                      torch.zeros(512, requires_grad=True),
+                      (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
+                      torch.zeros(512, requires_grad=True),
+                      (torch.randn(512, 10, generator=tg) * 0.05).requires_grad_(),
+                      torch.zeros(10, requires_grad=True)]
+                x = torch.randn(128, 784, generator=tg)
+                labels = torch.from_numpy(rng.integers(0, 10, 128))
+                opt = torch.optim.SGD(ws, lr=0.01)
+                target = torch.nn.functional.one_hot(labels, 10).float()
+                use_ce = hasattr(getattr(ad, "nn", None), "cross_entropy")
+
+                def step():
+                    h = (x @ ws[0] + ws[1]).relu()
+                    h = (h @ ws[2] + ws[3]).relu()
+                    logits = h @ ws[4] + ws[5]
+                    loss = (torch.nn.functional.cross_entropy(logits, labels) if use_ce
+                            else ((logits - target) ** 2).mean())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                return step
+
+            fns["torch"] = mlp_t()
+        run("train", "MLP 784-512-512-10 batch 128 SGD step", fns, repeat=rep, number=5)
+
+    if "chain" in only and args.threads == 1:
+        n = 200_000 if quick else 1_000_000
+        for lib in (["pyautodiff", "torch"] if torch else ["pyautodiff"]):
+            r = subprocess.run([sys.executable, __file__, "--chain-child", lib, str(n)],
+                               capture_output=True, text=True, env=os.environ.copy())
+            if r.returncode:
+                print(r.stderr, file=sys.stderr)
+                continue
+            rec = json.loads(r.stdout.strip().splitlines()[-1])
+            Row(out, "chain", f"{n:,}-op chain y = y*1.0001 + 0.001 (forward, backward, free)",
+                1).emit({lib: rec["seconds"] / rec["nodes"]},
+                        {"bytes_per_node": {lib: rec["bytes_per_node"]}})
+    return out
+
+
+def peak_rss():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def chain_child(lib, n):
+    """One chain in a fresh process: time per node and peak RSS growth per node."""
+    sys.path.insert(0, ROOT)
+    gc.collect()
+    if lib == "torch":
+        import torch
+
+        x = torch.ones(4, requires_grad=True)
+        base = peak_rss()
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(n // 2):
+            y = y * 1.0001 + 0.001
+        y.sum().backward()
+        del y
+        secs = time.perf_counter() - t0
+    else:
+        import pyautodiff as ad
+
+        x = ad.Var.ones(4)
+        base = peak_rss()
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(n // 2):
+            y = y * 1.0001 + 0.001
+        y.sum().backward()
+        del y
+        secs = time.perf_counter() - t0
+    grown = peak_rss() - base
+    print(json.dumps({"nodes": n, "seconds": secs, "bytes_per_node": grown / n}))
+
+
+# ---------------------------------------------------------------------------- parent side
+def fmt_time(s):
+    if s < 1e-6:
+        return f"{s * 1e9:7.0f}ns"
+    if s < 1e-3:
+        return f"{s * 1e6:7.2f}us"
+    return f"{s * 1e3:7.2f}ms"
+
+
+def report(rows):
+    print("\n" + "=" * 100)
+    print("ratio = other / pyautodiff time (> 1.0: pyautodiff faster; for matmul, the GFLOP/s "
+          "ratio)")
+    cur = None
+    for r in rows:
+        if r["section"] != cur:
+            cur = r["section"]
+            print(f"\n[{cur}]")
+            print(f"{'row':<58}{'thr':>4} {'pyautodiff':>10} {'numpy':>10} {'torch':>10} "
+                  f"{'vs numpy':>9} {'vs torch':>9}")
+        t = r["times"]
+        ours = t.get("pyautodiff")
+        per = r.get("per", 1)
+        cells = []
+        for k in ("pyautodiff", "numpy", "torch"):
+            cells.append(fmt_time(t[k] / per) if k in t else f"{'-':>9}")
+        ratios = []
+        for k in ("numpy", "torch"):
+            ratios.append(f"{t[k] / ours:8.2f}x" if k in t and ours else f"{'-':>9}")
+        extra = ""
+        if "flops" in r and ours:
+            extra = f"  {r['flops'] / ours / 1e9:6.1f} GFLOP/s"
+        if "bytes_per_node" in r:
+            extra = "  " + ", ".join(f"{k}: {v:.0f} B/node" for k, v in
+                                    r["bytes_per_node"].items())
+        print(f"{r['name']:<58}{r['threads']:>4} {' '.join(cells)} {' '.join(ratios)}{extra}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="", help="comma list of " + ",".join(SECTIONS))
+    ap.add_argument("--threads", type=int, default=0, help="child: thread count")
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--chain-child", nargs=2)
+    args = ap.parse_args()
+    if args.chain_child:
+        chain_child(args.chain_child[0], int(args.chain_child[1]))
+        return
+    if args.child:
+        child(args)
+        return
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    try:
+        import numpy as np  # noqa: F401
+
+        info = subprocess.run([sys.executable, "-c",
+                               "import numpy, json; c = numpy.show_config(mode='dicts');"
+                               "print(c['Build Dependencies']['blas'].get('openblas configuration',''))"],
+                              capture_output=True, text=True, env=env).stdout.strip()
+        print("numpy BLAS:", info)
+    except Exception:
+        pass
+    try:
+        import torch
+
+        print("torch", torch.__version__)
+    except ImportError:
+        print("torch not installed: pip install torch==2.13.0 to add it to the comparison")
+    rows = []
+    for threads in (1, 2):
+        cenv = dict(env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                    MKL_NUM_THREADS=str(threads), PYAUTODIFF_NUM_THREADS=str(threads))
+        cmd = [sys.executable, __file__, "--child", "--threads", str(threads)]
+        if args.quick:
+            cmd.append("--quick")
+        if args.only:
+            cmd += ["--only", args.only]
+        print(f"-- {threads} thread(s)", flush=True)
+        p = subprocess.run(cmd, env=cenv, capture_output=True, text=True)
+        if p.returncode:
+            sys.stderr.write(p.stderr)
+            raise SystemExit(f"benchmark child failed ({threads} threads)")
+        for line in p.stdout.splitlines():
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    rows.sort(key=lambda r: (SECTIONS.index(r["section"]), r["threads"]))
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
