@@ -8,11 +8,13 @@ backward all carry the same name.
 import builtins
 import numbers
 import operator
+import threading
 
 import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
+from . import indexing as _ix
 from .errors import DTypeError, GraphError, InvalidArgumentError, ShapeError
 
 _new = object.__new__
@@ -26,8 +28,17 @@ def _wrap(h, cls=None):
     return t
 
 
+_tls = threading.local()
+
+
 def _out():
-    return ffi.new("ad_tensor **")
+    """This thread's out-pointer slot: a native call writes its result handle
+    there (one slot per thread, because cffi releases the GIL during calls)."""
+    try:
+        return _tls.out
+    except AttributeError:
+        p = _tls.out = ffi.new("ad_tensor **")
+        return p
 
 
 def _shape_arg(shape, name="shape"):
@@ -50,7 +61,7 @@ def _dims_arg(dim):
 
 def _call(op, inputs, iargs=(), fargs=()):
     """The generic native entry: one op over tensors with int/float arguments."""
-    out = ffi.new("ad_tensor **")
+    out = _out()
     hs = [t._h for t in inputs]
     st = lib.ad_op_call(op, hs, len(hs), list(iargs) if iargs else _NULL, len(iargs),
                         list(fargs) if fargs else _NULL, len(fargs), out)
@@ -59,32 +70,73 @@ def _call(op, inputs, iargs=(), fargs=()):
     return _wrap(out[0])
 
 
+_ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
+
+
 def _unary(op, x):
-    out = ffi.new("ad_tensor **")
-    st = lib.ad_unary(op, x._h, out)
+    out = _out()
+    st = _ad_unary(op, x._h, out)
     if st:
         raise_status(st)
-    return _wrap(out[0])
+    t = _new(Tensor)
+    t._h = out[0]
+    return t
 
 
 def _binary(op, a, b):
-    out = ffi.new("ad_tensor **")
-    st = lib.ad_binary(op, a._h, b._h, out)
+    out = _out()
+    st = _ad_binary(op, a._h, b._h, out)
     if st:
         raise_status(st)
-    return _wrap(out[0])
+    t = _new(Tensor)
+    t._h = out[0]
+    return t
 
 
 def _scalar(op, x, s):
-    out = ffi.new("ad_tensor **")
-    st = lib.ad_scalar_op(op, x._h, s, out)
+    out = _out()
+    st = _ad_scalar(op, x._h, s, out)
     if st:
         raise_status(st)
-    return _wrap(out[0])
+    t = _new(Tensor)
+    t._h = out[0]
+    return t
+
+
+def _operator(op, scalar_op, reflected=False, negate_scalar=False):
+    """An arithmetic operator method: tensor operands go to the binary op,
+    Python scalars to the tensor-scalar op (which never changes the dtype)."""
+
+    def method(self, o):
+        try:
+            out = _tls.out
+        except AttributeError:
+            out = _out()
+        if not isinstance(o, Tensor):
+            if _is_scalar(o):
+                st = _ad_scalar(scalar_op, self._h, -o if negate_scalar else o, out)
+                if st:
+                    raise_status(st)
+                t = _new(Tensor)
+                t._h = out[0]
+                return t
+            o = _as_tensor_like(o, self)
+        st = _ad_binary(op, o._h, self._h, out) if reflected else _ad_binary(op, self._h, o._h,
+                                                                             out)
+        if st:
+            raise_status(st)
+        t = _new(Tensor)
+        t._h = out[0]
+        return t
+
+    return method
 
 
 def _is_scalar(x):
-    return isinstance(x, (int, float, numbers.Real)) and not isinstance(x, np.ndarray)
+    t = type(x)
+    if t is float or t is int:
+        return True
+    return isinstance(x, numbers.Real) and not isinstance(x, (np.ndarray, Tensor))
 
 
 def _as_tensor_like(x, like):
@@ -123,11 +175,12 @@ class Tensor:
         self._h = src._h
         src._h = _NULL
 
-    def __del__(self):
-        h = getattr(self, "_h", _NULL)
-        if h != _NULL and _release is not None:
-            self._h = _NULL
-            _release(h)
+    def __del__(self, _release=_release):
+        try:
+            h = self._h
+        except AttributeError:  # __init__ failed before taking a handle
+            return
+        _release(h)  # NULL is fine
 
     # ---- properties -----------------------------------------------------------
     @property
@@ -294,45 +347,14 @@ class Tensor:
         return GradStore._from_handle(out[0])
 
     # ---- operators ----------------------------------------------------------------
-    def __add__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_ADD_SCALAR, self, o)
-        return _binary(lib.AD_OP_ADD, self, _as_tensor_like(o, self))
-
-    def __radd__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_ADD_SCALAR, self, o)
-        return _binary(lib.AD_OP_ADD, _as_tensor_like(o, self), self)
-
-    def __sub__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_ADD_SCALAR, self, -o)
-        return _binary(lib.AD_OP_SUB, self, _as_tensor_like(o, self))
-
-    def __rsub__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_RSUB_SCALAR, self, o)
-        return _binary(lib.AD_OP_SUB, _as_tensor_like(o, self), self)
-
-    def __mul__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_MUL_SCALAR, self, o)
-        return _binary(lib.AD_OP_MUL, self, _as_tensor_like(o, self))
-
-    def __rmul__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_MUL_SCALAR, self, o)
-        return _binary(lib.AD_OP_MUL, _as_tensor_like(o, self), self)
-
-    def __truediv__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_DIV_SCALAR, self, o)
-        return _binary(lib.AD_OP_DIV, self, _as_tensor_like(o, self))
-
-    def __rtruediv__(self, o):
-        if _is_scalar(o):
-            return _scalar(lib.AD_OP_RDIV_SCALAR, self, o)
-        return _binary(lib.AD_OP_DIV, _as_tensor_like(o, self), self)
+    __add__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR)
+    __radd__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR, reflected=True)
+    __sub__ = _operator(lib.AD_OP_SUB, lib.AD_OP_ADD_SCALAR, negate_scalar=True)
+    __rsub__ = _operator(lib.AD_OP_SUB, lib.AD_OP_RSUB_SCALAR, reflected=True)
+    __mul__ = _operator(lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR)
+    __rmul__ = _operator(lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR, reflected=True)
+    __truediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_DIV_SCALAR)
+    __rtruediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_RDIV_SCALAR, reflected=True)
 
     def __pow__(self, o):
         if _is_scalar(o):
@@ -421,7 +443,81 @@ class Tensor:
     def pow(self, exponent):
         if _is_scalar(exponent):
             return _scalar(lib.AD_OP_POW_SCALAR, self, exponent)
-        raise NotImplementedError("pow with a tensor exponent is not available yet")
+        return _binary(lib.AD_OP_POW, self, _as_tensor_like(exponent, self))
+
+    # ---- elementwise math (op kinds 40..79) ----------------------------------------------
+    def abs(self):
+        """|x|; its gradient is 0 at 0."""
+        return _unary(lib.AD_OP_ABS, self)
+
+    def recip(self):
+        return _unary(lib.AD_OP_RECIP, self)
+
+    def sin(self):
+        return _unary(lib.AD_OP_SIN, self)
+
+    def cos(self):
+        return _unary(lib.AD_OP_COS, self)
+
+    def sigmoid(self):
+        return _unary(lib.AD_OP_SIGMOID, self)
+
+    def gelu(self):
+        """GELU, tanh approximation (PyTorch's approximate='tanh')."""
+        return _unary(lib.AD_OP_GELU, self)
+
+    def gelu_erf(self):
+        """Exact GELU, x * Phi(x) with the normal CDF through erf."""
+        return _unary(lib.AD_OP_GELU_ERF, self)
+
+    def erf(self):
+        return _unary(lib.AD_OP_ERF, self)
+
+    def silu(self):
+        return _unary(lib.AD_OP_SILU, self)
+
+    def softplus(self):
+        """log(1 + exp(x)), computed stably."""
+        return _unary(lib.AD_OP_SOFTPLUS, self)
+
+    def elu(self, alpha=1.0):
+        return _scalar(lib.AD_OP_ELU, self, alpha)
+
+    def log1p(self):
+        return _unary(lib.AD_OP_LOG1P, self)
+
+    def expm1(self):
+        return _unary(lib.AD_OP_EXPM1, self)
+
+    def floor(self):
+        """Piecewise constant: its gradient is 0 everywhere."""
+        return _unary(lib.AD_OP_FLOOR, self)
+
+    def ceil(self):
+        """Piecewise constant: its gradient is 0 everywhere."""
+        return _unary(lib.AD_OP_CEIL, self)
+
+    def round(self):
+        """Rounds half to even (as numpy and PyTorch); its gradient is 0 everywhere."""
+        return _unary(lib.AD_OP_ROUND, self)
+
+    def sign(self):
+        """-1, 0 or 1; its gradient is 0 everywhere."""
+        return _unary(lib.AD_OP_SIGN, self)
+
+    def clamp(self, min=None, max=None):
+        """Limits values to [min, max] (either may be None); the gradient passes
+        where min <= x <= max (inclusive, as PyTorch)."""
+        return _call(lib.AD_OP_CLAMP, (self,), (), (-np.inf if min is None else float(min),
+                                                    np.inf if max is None else float(max)))
+
+    def maximum(self, other):
+        """Elementwise max; where the operands tie each gets half the gradient."""
+        return maximum(self, other)
+
+    def minimum(self, other):
+        """Elementwise min; where the operands tie each gets half the gradient."""
+        return minimum(self, other)
 
     # ---- reductions --------------------------------------------------------------------
     def _reduce(self, op, dim, keepdim):
@@ -447,6 +543,51 @@ class Tensor:
 
     def argmin(self, dim=None, keepdim=False):
         return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+
+    def prod(self, dim=None, keepdim=False):
+        """Product over dims; its gradient is exact where inputs are zero."""
+        return self._reduce(lib.AD_OP_PROD, dim, keepdim)
+
+    def logsumexp(self, dim, keepdim=False):
+        """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints."""
+        dims = _dims_arg(dim)
+        if len(dims) == 1:
+            return _call(lib.AD_OP_LOGSUMEXP, (self,), (dims[0], 1 if keepdim else 0))
+        # several dims: move them last, merge them into one, reduce that one
+        n = self.ndim
+        red = sorted({_norm_dim(d, n, "logsumexp") for d in dims})
+        keep = [d for d in range(n) if d not in red]
+        x = self.permute(keep + red)
+        m = 1
+        for d in red:
+            m *= self.shape[d]
+        x = x.reshape(tuple(self.shape[d] for d in keep) + (m,))
+        y = _call(lib.AD_OP_LOGSUMEXP, (x,), (-1, 0))
+        if keepdim:
+            y = y.reshape(tuple(1 if d in red else s for d, s in enumerate(self.shape)))
+        return y
+
+    def softmax(self, dim):
+        return _call(lib.AD_OP_SOFTMAX, (self,), (operator.index(dim),))
+
+    def log_softmax(self, dim):
+        return _call(lib.AD_OP_LOG_SOFTMAX, (self,), (operator.index(dim),))
+
+    def var(self, dim=None, correction=1, keepdim=False):
+        """sum((x - mean)^2) / (N - correction) over dims (composed of
+        differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
+        d = self - self.mean(dim, keepdim=True)
+        n = 1
+        for i in ({_norm_dim(i, self.ndim, "var") for i in _dims_arg(dim)} if dim is not None
+                  else range(self.ndim)):
+            n *= self.shape[i]
+        return (d * d).sum(dim, keepdim) / builtins.max(n - correction, 0)
+
+    def std(self, dim=None, correction=1, keepdim=False):
+        return self.var(dim, correction, keepdim).sqrt()
+
+    def cumsum(self, dim):
+        return _call(lib.AD_OP_CUMSUM, (self,), (operator.index(dim), 0))
 
     # ---- layout ---------------------------------------------------------------------------
     def reshape(self, *shape):
@@ -537,6 +678,31 @@ class Tensor:
 
     def matmul(self, other):
         return matmul(self, other)
+
+    # ---- joining and selecting (indexing.py) ------------------------------------------------
+    def flip(self, dims):
+        return _ix.flip(self, dims)
+
+    def repeat(self, *sizes):
+        return _ix.repeat(self, *sizes)
+
+    def split(self, split_size_or_sections, dim=0):
+        return _ix.split(self, split_size_or_sections, dim)
+
+    def chunk(self, chunks, dim=0):
+        return _ix.chunk(self, chunks, dim)
+
+    def index_select(self, dim, index):
+        return _ix.index_select(self, dim, index)
+
+    def index_add(self, dim, index, source):
+        return _ix.index_add(self, dim, index, source)
+
+    def gather(self, dim, index):
+        return _ix.gather(self, dim, index)
+
+    def scatter_add(self, dim, index, src):
+        return _ix.scatter_add(self, dim, index, src)
 
     def __getitem__(self, key):
         from .indexing import getitem
@@ -779,6 +945,37 @@ def randn(shape, seed=None, dtype=None):
 def rand(shape, seed=None, dtype=None):
     """Uniform values in [0, 1); the same seed gives the same values."""
     return _random(1, shape, seed, dtype)
+
+
+def _pair(a, b):
+    """Two operands as tensors; a Python scalar takes the other's dtype."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = tensor(a)
+    if isinstance(a, Tensor):
+        return a, (_full_like_scalar(b, a) if _is_scalar(b) else _as_tensor_like(b, a))
+    return (_full_like_scalar(a, b) if _is_scalar(a) else _as_tensor_like(a, b)), b
+
+
+def maximum(a, b):
+    """Elementwise max with broadcasting (NaN propagates); where a and b tie
+    each gets half the gradient."""
+    return _binary(lib.AD_OP_MAXIMUM, *_pair(a, b))
+
+
+def minimum(a, b):
+    """Elementwise min with broadcasting (NaN propagates); where a and b tie
+    each gets half the gradient."""
+    return _binary(lib.AD_OP_MINIMUM, *_pair(a, b))
+
+
+def where(cond, a, b):
+    """a where cond (a bool tensor) is true, else b; all three broadcast.  The
+    gradient is selected, not masked: a non-finite value in the unselected
+    branch never reaches it."""
+    if not isinstance(cond, Tensor):
+        cond = tensor(cond, dtype=_dt.bool_)
+    a, b = _pair(a, b)
+    return _call(lib.AD_OP_WHERE, (cond, a, b))
 
 
 def matmul(a, b):
