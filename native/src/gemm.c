@@ -8,9 +8,11 @@
 
    Packing reads any strided layout (unit row or unit column stride take a fast
    path) and pads edges with zeros, so the micro-kernel only ever sees full
-   tiles; a partial tile of C goes through a small temporary tile. Threads
-   split the m x nc work of one B panel into a grid of row x column ranges;
-   batches of small products are split over the batch instead.
+   tiles; a partial tile of C goes through a small temporary tile. A
+   row-major A whose packed copy would be reused only a few times is read in
+   place instead, and matrix-vector products (m or n == 1) skip packing.
+   Threads split the m x nc work of one B panel into a grid of row x column
+   ranges; batches of small products are split over the batch instead.
 
    The per-dtype code is written once below GEMM_TEMPLATE and instantiated
    for float and double by including this file into itself. */
@@ -29,13 +31,15 @@
 #define GEMM_ALIGN 64
 #define GEMM_MAX_TILE 512 /* elements of the largest MR x NR tile */
 
-/* Products below this many multiply-adds (m*n*k) run on the calling thread. */
+/* Products below this many multiply-adds (m*n*k) run on the calling thread
+   (measured: two threads start to win between 96^3 and 128^3) ... */
 #define GEMM_PAR_MIN_WORK (96 * 96 * 96)
-/* A row-major A is read in place instead of packed when a thread's share of
-   a B panel has at most this many NR-wide micro-panels. */
-#define GEMM_INPLACE_MAX_PANELS 4
 /* ... and below this one skip packing altogether. */
 #define GEMM_DIRECT_MAX_WORK (8 * 8 * 8)
+/* A row-major A is read in place instead of packed when a thread's share of
+   a B panel has at most this many NR-wide micro-panels (too few reuses of a
+   packed copy to pay for it: batches of small products, n = 32 .. 128). */
+#define GEMM_INPLACE_MAX_PANELS 4
 
 /* ---- kernel selection ---- */
 
@@ -56,6 +60,10 @@ static void detect_kernel(void)
             best = KSEL_AVX512;
     }
 #endif
+#ifdef GEMM_TEST_NO_AVX512 /* scratch builds only: measure the AVX2 level */
+    if (best == KSEL_AVX512)
+        best = KSEL_AVX2;
+#endif
     const char *env = getenv("PYAUTODIFF_PORTABLE");
     if (env && env[0] == '1' && env[1] == '\0')
         best = KSEL_PORTABLE;
@@ -65,10 +73,6 @@ static void detect_kernel(void)
 static int kernel_sel(void)
 {
     pthread_once(&g_kernel_once, detect_kernel);
-#ifdef GEMM_TEST_NO_AVX512 /* scratch builds only: measure the AVX2 level */
-    if (g_best_kernel == KSEL_AVX512)
-        g_best_kernel = KSEL_AVX2;
-#endif
     return atomic_load_explicit(&g_force_portable, memory_order_relaxed) ? KSEL_PORTABLE
                                                                          : g_best_kernel;
 }
@@ -143,26 +147,37 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define PORT_MR 4
 #define PORT_NR 8
 
+GEMM_GEMV_DEFINE(f32_portable, float)
+GEMM_GEMV_DEFINE(f64_portable, double)
+
 #define GEMM_TEMPLATE
 #define T float
 #define S(name) name##_f32
 #define UKR_AVX512 gemm_ukr_f32_avx512, GEMM_AVX512_F32_MR, GEMM_AVX512_F32_NR
 #define UKR_AVX2 gemm_ukr_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
+#define GEMV(isa) gemm_dotrows_f32_##isa, gemm_axpyrows_f32_##isa
+#define PACKBT_AVX2 gemm_packbt_f32_avx2
 #include "gemm.c"
 #undef T
 #undef S
 #undef UKR_AVX512
 #undef UKR_AVX2
+#undef GEMV
+#undef PACKBT_AVX2
 
 #define T double
 #define S(name) name##_f64
 #define UKR_AVX512 gemm_ukr_f64_avx512, GEMM_AVX512_F64_MR, GEMM_AVX512_F64_NR
 #define UKR_AVX2 gemm_ukr_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
+#define GEMV(isa) gemm_dotrows_f64_##isa, gemm_axpyrows_f64_##isa
+#define PACKBT_AVX2 gemm_packbt_f64_avx2
 #include "gemm.c"
 #undef T
 #undef S
 #undef UKR_AVX512
 #undef UKR_AVX2
+#undef GEMV
+#undef PACKBT_AVX2
 
 #else /* GEMM_TEMPLATE: everything below is instantiated once per dtype T */
 
@@ -187,6 +202,9 @@ struct S(kernel) {
     void (*ukr)(int64_t, const T *, int64_t, int64_t, const T *, T *, int64_t, int64_t, int);
     int mr, nr;
     int64_t kc, mc, nc; /* mc a multiple of mr, nc of nr */
+    void (*dotrows)(int64_t, int64_t, const T *, int64_t, const T *, T *, int64_t);
+    void (*axpyrows)(int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *);
+    void (*packbt)(int64_t, const T *, int64_t, T *, int); /* NULL: scalar */
 };
 
 /* Block sizes per kernel and dtype, measured on Zen 5 (L1 48 KiB, L2 1 MiB,
@@ -197,13 +215,18 @@ static struct S(kernel) S(pick_kernel)(void)
 {
     int sel = kernel_sel();
     int f32 = sizeof(T) == 4;
+    (void)f32;
+#if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
-        return f32 ? (struct S(kernel)){UKR_AVX512, 512, 144, 4096}
-                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048};
+        return f32 ? (struct S(kernel)){UKR_AVX512, 512, 144, 4096, GEMV(avx512), PACKBT_AVX2}
+                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048, GEMV(avx512), PACKBT_AVX2};
     if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048};
-    return (struct S(kernel)){S(ukr_portable), PORT_MR, PORT_NR, 256, 128, 2048};
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2}
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2};
+#endif
+    (void)sel;
+    return (struct S(kernel)){S(ukr_portable), PORT_MR, PORT_NR, 256, 128, 2048,
+                              GEMV(portable), NULL};
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
@@ -236,15 +259,18 @@ static void S(pack_a)(int64_t mb, int64_t kb, const T *a, int64_t rsa, int64_t c
 }
 
 /* B[kb, nb] -> NR-wide micro-panels, row p of a panel contiguous. */
-static void S(pack_b)(int64_t kb, int64_t nb, const T *b, int64_t rsb, int64_t csb, T *bp,
-                      int nr)
+static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const T *b,
+                      int64_t rsb, int64_t csb, T *bp)
 {
+    const int nr = kn->nr;
     for (int64_t j0 = 0; j0 < nb; j0 += nr) {
         int64_t jb = min64(nr, nb - j0);
         const T *src = b + j0 * csb;
         if (jb == nr && csb == 1) {
             for (int64_t p = 0; p < kb; p++)
                 memcpy(bp + p * nr, src + p * rsb, (size_t)nr * sizeof(T));
+        } else if (jb == nr && rsb == 1 && kn->packbt) {
+            kn->packbt(kb, src, csb, bp, nr);
         } else if (jb == nr && rsb == 1) {
             for (int j = 0; j < nr; j++) {
                 const T *col = src + j * csb;
@@ -365,14 +391,17 @@ static void S(panel_task)(void *ctx, int64_t t0, int64_t t1)
     int64_t pm = ceil_div(job->pr->m, kn->mr), pn = ceil_div(job->nb, kn->nr);
     for (int64_t t = t0; t < t1; t++) {
         int64_t ti = t / job->tn, tj = t % job->tn;
-        int64_t r0 = pm * ti / job->tm * kn->mr, r1 = min64(pm * (ti + 1) / job->tm * kn->mr, job->pr->m);
-        int64_t c0 = pn * tj / job->tn * kn->nr, c1 = min64(pn * (tj + 1) / job->tn * kn->nr, job->nb);
+        int64_t r0 = pm * ti / job->tm * kn->mr;
+        int64_t r1 = min64(pm * (ti + 1) / job->tm * kn->mr, job->pr->m);
+        int64_t c0 = pn * tj / job->tn * kn->nr;
+        int64_t c1 = min64(pn * (tj + 1) / job->tn * kn->nr, job->nb);
         if (r0 < r1 && c0 < c1)
             S(panel_rows_cols)(job, r0, r1, c0, c1);
     }
 }
 
 struct S(packb_job) {
+    const struct S(kernel) *kn;
     const struct S(prob) *pr;
     int64_t jc, pc, kb, nb;
     T *bp;
@@ -384,9 +413,8 @@ static void S(packb_task)(void *ctx, int64_t p0, int64_t p1)
     struct S(packb_job) *job = ctx;
     const struct S(prob) *pr = job->pr;
     int64_t j0 = p0 * job->nr, j1 = min64(p1 * job->nr, job->nb);
-    S(pack_b)(job->kb, j1 - j0,
-              pr->b + job->pc * pr->rsb + (job->jc + j0) * pr->csb, pr->rsb, pr->csb,
-              job->bp + j0 * job->kb, job->nr);
+    S(pack_b)(job->kn, job->kb, j1 - j0, pr->b + job->pc * pr->rsb + (job->jc + j0) * pr->csb,
+              pr->rsb, pr->csb, job->bp + j0 * job->kb);
 }
 
 /* Thread grid tm x tn == threads minimising the largest per-thread tile count;
@@ -422,10 +450,45 @@ static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t 
         }
 }
 
+/* y[rows] = M[rows, cols] x without packing, when M or M^T has unit-stride rows
+   and the vector on that side is contiguous. Returns 0 if the layout does not fit. */
+static int S(gemv)(const struct S(kernel) *kn, int64_t rows, int64_t cols, const T *mat,
+                   int64_t rsm, int64_t csm, const T *x, int64_t incx, T *y, int64_t incy)
+{
+    if (csm == 1 && incx == 1) {
+        kn->dotrows(rows, cols, mat, rsm, x, y, incy);
+        return 1;
+    }
+    if (rsm == 1 && incy == 1) {
+        kn->axpyrows(cols, rows, x, incx, mat, csm, y);
+        return 1;
+    }
+    return 0;
+}
+
+/* Matrix-vector item (n == 1: y = A b; m == 1: y^T = a^T B, i.e. y = B^T a). */
+static int S(vec_item)(const struct S(kernel) *kn, const struct S(prob) *pr, int64_t item)
+{
+    const T *a = pr->a + (pr->a_off ? pr->a_off[item] : 0);
+    T *c = pr->c + (pr->c_off ? pr->c_off[item] : 0);
+    if (pr->n == 1)
+        return S(gemv)(kn, pr->m, pr->k, a, pr->rsa, pr->csa, pr->b, pr->rsb, c, pr->rsc);
+    return S(gemv)(kn, pr->n, pr->k, pr->b, pr->csb, pr->rsb, a, pr->csa, c, pr->csc);
+}
+
 /* Runs a group of items sharing B; `threads` > 1 parallelises inside each panel. */
 static void S(run_group)(const struct S(prob) *pr, int threads)
 {
     struct S(kernel) kn = S(pick_kernel)();
+    if (pr->m == 1 || pr->n == 1) {
+        int64_t it = 0;
+        while (it < pr->count && S(vec_item)(&kn, pr, it))
+            it++;
+        if (it == pr->count)
+            return;
+        /* other layouts: fall through to the packed path (it == 0 always:
+           the layout is the same for every item) */
+    }
     if (pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK) {
         for (int64_t it = 0; it < pr->count; it++)
             S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
@@ -444,7 +507,7 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
         int64_t pn = ceil_div(nb, kn.nr), pm = ceil_div(pr->m, kn.mr);
         for (int64_t pc = 0; pc < pr->k; pc += kn.kc) {
             int64_t kb = min64(kn.kc, pr->k - pc);
-            struct S(packb_job) pj = {pr, jc, pc, kb, nb, bp, kn.nr};
+            struct S(packb_job) pj = {&kn, pr, jc, pc, kb, nb, bp, kn.nr};
             if (threads > 1)
                 par_for(pn, S(packb_task), &pj);
             else

@@ -11,3 +11,68 @@ GEMM_UKR_DEFINE(gemm_ukr_f32_avx2, float, __m256, GEMM_AVX2_F32_MR, 2, 8, _mm256
 GEMM_UKR_DEFINE(gemm_ukr_f64_avx2, double, __m256d, GEMM_AVX2_F64_MR, 2, 4, _mm256_load_pd,
                 _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_fmadd_pd,
                 _mm256_add_pd, _mm256_setzero_pd)
+
+GEMM_GEMV_DEFINE(f32_avx2, float)
+GEMM_GEMV_DEFINE(f64_avx2, double)
+
+/* Packing a column-major B (unit row stride) into row-contiguous micro-panels
+   is a transpose; doing it in 8 x 8 (float) or 4 x 4 (double) register blocks
+   instead of element by element matters when m is small and the packing cost
+   is not amortised (the G @ W^T product of an MLP's backward). nr must be a
+   multiple of the block; the k tail is copied element by element. */
+static inline void transpose8_ps(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, int nr)
+{
+    int64_t p = 0;
+    for (; p + 8 <= kb; p += 8)
+        for (int j = 0; j < nr; j += 8) {
+            __m256 r[8];
+            for (int jj = 0; jj < 8; jj++)
+                r[jj] = _mm256_loadu_ps(src + (j + jj) * csb + p);
+            transpose8_ps(r);
+            for (int pp = 0; pp < 8; pp++)
+                _mm256_store_ps(bp + (p + pp) * nr + j, r[pp]);
+        }
+    for (; p < kb; p++)
+        for (int j = 0; j < nr; j++)
+            bp[p * nr + j] = src[j * csb + p];
+}
+
+void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp, int nr)
+{
+    int64_t p = 0;
+    for (; p + 4 <= kb; p += 4)
+        for (int j = 0; j < nr; j += 4) {
+            __m256d r0 = _mm256_loadu_pd(src + j * csb + p);
+            __m256d r1 = _mm256_loadu_pd(src + (j + 1) * csb + p);
+            __m256d r2 = _mm256_loadu_pd(src + (j + 2) * csb + p);
+            __m256d r3 = _mm256_loadu_pd(src + (j + 3) * csb + p);
+            __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+            __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+            _mm256_store_pd(bp + p * nr + j, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_store_pd(bp + (p + 1) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_store_pd(bp + (p + 2) * nr + j, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_store_pd(bp + (p + 3) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+    for (; p < kb; p++)
+        for (int j = 0; j < nr; j++)
+            bp[p * nr + j] = src[j * csb + p];
+}

@@ -12,3 +12,6 @@ GEMM_UKR_DEFINE(gemm_ukr_f32_avx512, float, __m512, GEMM_AVX512_F32_MR, 2, 16, _
 GEMM_UKR_DEFINE(gemm_ukr_f64_avx512, double, __m512d, GEMM_AVX512_F64_MR, 2, 8, _mm512_load_pd,
                 _mm512_loadu_pd, _mm512_storeu_pd, _mm512_set1_pd, _mm512_fmadd_pd,
                 _mm512_add_pd, _mm512_setzero_pd)
+
+GEMM_GEMV_DEFINE(f32_avx512, float)
+GEMM_GEMV_DEFINE(f64_avx512, double)

@@ -79,7 +79,8 @@ int par_num_threads(void)
 AD_API ad_status ad_set_num_threads(int n)
 {
     if (n < 1)
-        return ad_fail(AD_ERR_VALUE, "ad_set_num_threads: the thread count must be >= 1, got %d", n);
+        return ad_fail(AD_ERR_VALUE, "ad_set_num_threads: the thread count must be >= 1, got %d",
+                       n);
     pthread_once(&g_threads_once, init_threads);
     atomic_store(&g_num_threads, n > PAR_MAX_THREADS ? PAR_MAX_THREADS : n);
     return AD_OK;
@@ -133,9 +134,26 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* A forked child has none of the parent's workers, and a loop that was
+   running in the parent never finishes there: start the pool afresh. (Even
+   without this a child would not hang, only run loops on one thread, since
+   the caller itself claims every chunk nobody else takes.) */
+static void pool_after_fork_child(void)
+{
+    pthread_mutex_init(&g_use, NULL);
+    pthread_mutex_init(&g_lock, NULL);
+    pthread_cond_init(&g_work_cv, NULL);
+    pthread_cond_init(&g_done_cv, NULL);
+    g_workers = 0;
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
+
 /* Under g_use. Returns how many workers exist (may be fewer than asked). */
 static int ensure_workers(int want)
 {
+    pthread_once(&g_atfork_once, register_atfork);
     while (g_workers < want) {
         pthread_t t;
         pthread_attr_t attr;
@@ -160,8 +178,9 @@ void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void 
         fn(ctx, 0, n);
         return;
     }
-    int workers = ensure_workers(threads - 1);
-    int chunks = (int)(n < workers + 1 ? n : workers + 1);
+    int workers = ensure_workers(threads - 1); /* more may exist from an earlier setting */
+    int avail = workers + 1 < threads ? workers + 1 : threads;
+    int chunks = (int)(n < avail ? n : avail);
     if (chunks <= 1) {
         pthread_mutex_unlock(&g_use);
         fn(ctx, 0, n);

@@ -127,8 +127,8 @@ static void run_one(int64_t m, int64_t n, int64_t k, int la, int lb, int lc, siz
 
 static void run_batch(int64_t batch, int64_t m, int64_t n, int64_t k, int bcast_b, size_t esz)
 {
-    int64_t *ao = malloc(sizeof(int64_t) * (size_t)batch), *bo = malloc(sizeof(int64_t) * (size_t)batch),
-            *co = malloc(sizeof(int64_t) * (size_t)batch);
+    size_t offs = sizeof(int64_t) * (size_t)batch;
+    int64_t *ao = malloc(offs), *bo = malloc(offs), *co = malloc(offs);
     struct view a = make_view(batch * m, k, L_ROW, esz);
     struct view b = make_view(bcast_b ? k : batch * k, n, L_ROW, esz);
     struct view c = make_view(batch * m, n, L_ROW, esz);
@@ -162,7 +162,8 @@ static void run_batch(int64_t batch, int64_t m, int64_t n, int64_t k, int bcast_
     free(co);
 }
 
-static const int64_t k_sizes[] = {0, 1, 2, 3, 5, 7, 11, 12, 13, 16, 17, 31, 32, 33, 47, 64, 97, 131};
+static const int64_t k_sizes[] = {0,  1,  2,  3,  5,  7,  11, 12, 13,
+                                  16, 17, 31, 32, 33, 47, 64, 97, 131};
 
 static int64_t pick(void) { return k_sizes[rnd() % (sizeof k_sizes / sizeof k_sizes[0])]; }
 
@@ -171,8 +172,9 @@ static void *concurrent_worker(void *arg)
     (void)arg;
     for (int i = 0; i < 20; i++) {
         int64_t m = 40 + i, n = 70, k = 150;
-        float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(k * n)),
-              *c = malloc(sizeof(float) * (size_t)(m * n));
+        float *a = malloc(sizeof(float) * (size_t)(m * k));
+        float *b = malloc(sizeof(float) * (size_t)(k * n));
+        float *c = malloc(sizeof(float) * (size_t)(m * n));
         for (int64_t t = 0; t < m * k; t++)
             a[t] = (float)((t % 7) - 3);
         for (int64_t t = 0; t < k * n; t++)
