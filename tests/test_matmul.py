@@ -1,0 +1,131 @@
+"""matmul against numpy for both micro-kernels (SIMD and portable) and for 1
+and 2 threads: odd shapes, primes, sizes that are no multiple of any block,
+and transposed, sliced and broadcast operands straight from their strides."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29), (33, 65, 17),
+          (64, 64, 64), (97, 101, 103), (130, 7, 257), (1, 300, 1), (300, 1, 300), (6, 512, 16),
+          (145, 513, 33)]
+
+
+@pytest.fixture(params=["simd", "portable"])
+def kernel(request):
+    lib.ad_gemm_force_portable(1 if request.param == "portable" else 0)
+    name = ffi.string(lib.ad_gemm_kernel()).decode()
+    assert (name == "portable") == (request.param == "portable")
+    yield name
+    lib.ad_gemm_force_portable(0)
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    old = ad.get_num_threads()
+    ad.set_num_threads(request.param)
+    yield request.param
+    ad.set_num_threads(old)
+
+
+TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _check(a, b, dt):
+    got = (a @ b).numpy().astype(np.float64)
+    want = np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
+    scale = np.abs(np.asarray(a)).astype(np.float64) @ np.abs(np.asarray(b)).astype(np.float64)
+    tol = TOL[dt]
+    assert np.all(np.abs(got - want) <= tol["atol"] + tol["rtol"] * np.maximum(scale, 1)), \
+        f"max err {np.max(np.abs(got - want))}"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_shapes(kernel, threads, dt, m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    _check(ad.from_numpy(a), ad.from_numpy(b), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_layouts(kernel, threads, dt):
+    rng = np.random.default_rng(7)
+    a = ad.from_numpy(rng.standard_normal((70, 90)).astype(dt))
+    b = ad.from_numpy(rng.standard_normal((90, 50)).astype(dt))
+    w = ad.from_numpy(rng.standard_normal((50, 90)).astype(dt))
+    _check(a, w.t(), dt)                       # x @ w.t()
+    _check(a.t(), a, dt)                       # aT @ a (backward's lhsT @ grad)
+    _check(a[::2, 1::3], b[1::3, ::-2], dt)    # sliced, negative step
+    _check(a[:, :50], ad.from_numpy(np.ones((1, 1), dt)).broadcast_to((50, 40)), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_batched_broadcast(kernel, threads, dt):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 4, 17, 9)).astype(dt)
+    b = rng.standard_normal((1, 9, 23)).astype(dt)  # reused for every batch
+    got = (ad.from_numpy(a) @ ad.from_numpy(b)).numpy()
+    np.testing.assert_allclose(got, a @ b, **TOL[dt])
+    a2 = rng.standard_normal((256, 32, 64)).astype(dt)
+    b2 = rng.standard_normal((256, 64, 32)).astype(dt)
+    np.testing.assert_allclose((ad.from_numpy(a2) @ ad.from_numpy(b2)).numpy(), a2 @ b2,
+                               **TOL[dt])
+
+
+def test_gradients_through_both_kernels(kernel):
+    from gradcheck import check_grad
+
+    rng = np.random.default_rng(0)
+    check_grad(lambda x, y: x @ y, [rng.standard_normal((5, 7)), rng.standard_normal((7, 3))])
+
+
+def test_env_var_forces_portable():
+    code = "import pyautodiff as ad; from pyautodiff._lib import ffi, lib; " \
+           "print(ffi.string(lib.ad_gemm_kernel()).decode())"
+    env = dict(os.environ, PYAUTODIFF_PORTABLE="1", PYTHONPATH=ROOT)
+    out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "portable", out.stderr
+
+
+def test_thread_count_api():
+    old = ad.get_num_threads()
+    try:
+        ad.set_num_threads(1)
+        assert ad.get_num_threads() == 1
+        with pytest.raises(ValueError):
+            ad.set_num_threads(0)
+    finally:
+        ad.set_num_threads(old)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_c_gemm_check(tmp_path):
+    """The kernel's own C test: every layout, both kernels, threads calling at once."""
+    exe = str(tmp_path / "gemm_check")
+    srcs = [os.path.join(ROOT, "native", "src", f) for f in
+            ("gemm.c", "gemm_avx2.c", "gemm_avx512.c", "parallel.c")]
+    isa = {"gemm_avx2.c": ["-mavx2", "-mfma"],
+           "gemm_avx512.c": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]}
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    objs = []
+    for s in srcs:
+        o = str(tmp_path / (os.path.basename(s) + ".o"))
+        subprocess.run(["gcc", "-O2", "-std=c11", "-pthread", "-I" + os.path.join(ROOT, "native",
+                        "include"), *isa.get(os.path.basename(s), []), "-c", s, "-o", o],
+                       check=True, env=env)
+        objs.append(o)
+    subprocess.run(["gcc", "-O2", "-std=c11", "-pthread", "-I" + os.path.join(ROOT, "native",
+                    "include"), "-I" + os.path.join(ROOT, "native", "src"),
+                    os.path.join(ROOT, "native", "tests", "gemm_check.c"), *objs, "-o", exe,
+                    "-lm"], check=True, env=env)
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
