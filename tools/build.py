@@ -79,7 +79,9 @@ def compile_objects(mode, objdir):
 
 def link_library(mode, objs):
     out = os.path.join(PKG, LIBNAME)
-    run([cc(), "-shared", *MODES[mode], "-pthread", "-o", out, *objs, "-lm"])
+    tmp = out + ".tmp"
+    run([cc(), "-shared", *MODES[mode], "-pthread", "-o", tmp, *objs, "-lm"])
+    os.replace(tmp, out)  # a new inode: processes that loaded the old file keep it intact
     return out
 
 
@@ -102,7 +104,8 @@ def build_bindings(mode, builddir):
     os.makedirs(tmp, exist_ok=True)
     path = ffi.compile(tmpdir=tmp, verbose=False)
     target = os.path.join(PKG, os.path.basename(path))
-    shutil.copy2(path, target)
+    shutil.copy2(path, target + ".tmp")
+    os.replace(target + ".tmp", target)
     print("built", os.path.relpath(target, ROOT))
     return target
 

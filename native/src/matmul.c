@@ -23,7 +23,9 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
     int bnd;
     ad_status st = ad_broadcast_shapes(T_SHAPE(a), a->ndim - 2, T_SHAPE(b), b->ndim - 2, shape,
                                        &bnd);
-    if (st) return st;
+    if (st)
+        return ad_fail(AD_ERR_SHAPE, "matmul: batch dims of %s and %s cannot be broadcast "
+                       "together", ad_tdesc(a), ad_tdesc(b));
     if (bnd + 2 > AD_MAX_DIMS) return ad_fail(AD_ERR_SHAPE, "matmul: too many dims");
     shape[bnd] = m;
     shape[bnd + 1] = n;

@@ -123,7 +123,7 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
     }
     t->dtype = (uint8_t)dtype;
     t->numel = numel;
-    memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape);
+    if (ndim) memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape); /* 0-d: shape may be NULL */
     contiguous_strides(shape, ndim, T_STRIDES(t));
     *out = t;
     return AD_OK;
@@ -146,8 +146,10 @@ ad_status ad_tensor_view(const ad_tensor *src, const int64_t *shape, const int64
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     t->numel = n;
-    memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape);
-    memcpy(T_STRIDES(t), strides, (size_t)ndim * sizeof *strides);
+    if (ndim) { /* 0-d: shape and strides may be NULL */
+        memcpy(T_SHAPE(t), shape, (size_t)ndim * sizeof *shape);
+        memcpy(T_STRIDES(t), strides, (size_t)ndim * sizeof *strides);
+    }
     *out = t;
     return AD_OK;
 }

@@ -1,0 +1,348 @@
+"""Error paths: each wrong shape, dtype, dim, index and state raises the
+documented exception type, with the op name and the shapes (and dtypes) in
+the message.  The autouse fixture in conftest.py checks that nothing leaked
+(native live-tensor and live-byte counters) after every one of them."""
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+
+
+def ones23():
+    # (not a pytest fixture: fixture values outlive the leak check's teardown)
+    return ad.ones((2, 3))
+
+
+# ---- shapes ----------------------------------------------------------------------------------
+def test_broadcast_mismatch_add():
+    a = ones23()
+    with pytest.raises(ad.ShapeError, match=r"add: shapes \(2, 3\) and \(4, 3\) cannot be "
+                                            r"broadcast"):
+        a + ad.ones((4, 3))
+    for op in ("sub", "mul", "div", "lt", "eq"):
+        with pytest.raises(ad.ShapeError, match=rf"{op}: .*\(2, 3\).*\(2,\)"):
+            getattr(a, op)(ad.ones(2))
+    assert issubclass(ad.ShapeError, ValueError) and issubclass(ad.ShapeError, ad.Error)
+
+
+def test_broadcast_mismatch_from_var_records_nothing():
+    w = ad.Var.ones((2, 3))
+    with pytest.raises(ad.ShapeError, match="mul"):
+        w * ad.ones((3, 2))
+
+
+def test_matmul_inner_dim_mismatch():
+    a = ones23()
+    with pytest.raises(ad.ShapeError, match=r"matmul: inner dims differ.*\(2, 3\).*\(2, 3\)"):
+        a @ ad.ones((2, 3))
+    with pytest.raises(ad.ShapeError, match=r"matmul.*\(2, 2, 3\).*\(2, 4, 2\)"):
+        ad.ones((2, 2, 3)) @ ad.ones((2, 4, 2))
+    with pytest.raises(ad.ShapeError, match=r"matmul.*\(2, 2, 3\).*\(3, 3, 2\)"):
+        ad.ones((2, 2, 3)) @ ad.ones((3, 3, 2))  # batch dims 2 vs 3
+    with pytest.raises(ad.ShapeError, match=r"matmul.*\(\).*\(2, 3\)"):
+        ad.tensor(1.0) @ a
+    with pytest.raises(ad.ShapeError, match="matmul"):
+        ad.ones(3) @ ad.ones(4)
+
+
+def test_reshape_wrong_numel():
+    a = ones23()
+    with pytest.raises(ad.ShapeError, match=r"reshape: cannot reshape float32 \(2, 3\).*\(4, 2\)"):
+        a.reshape(4, 2)
+    with pytest.raises(ad.ShapeError, match=r"reshape.*\(-1, 4\)"):
+        a.reshape(-1, 4)
+    with pytest.raises(ad.ShapeError, match=r"reshape: only one dim can be -1"):
+        a.reshape(-1, -1)
+    with pytest.raises(ad.ShapeError, match="reshape"):
+        a.reshape(7)
+
+
+def test_broadcast_to_bad_shape():
+    a = ones23()
+    with pytest.raises(ad.ShapeError, match=r"broadcast_to: cannot broadcast float32 \(2, 3\) "
+                                            r"to \(3, 3\)"):
+        a.broadcast_to((3, 3))
+    with pytest.raises(ad.ShapeError, match=r"broadcast_to.*\(3,\)"):
+        a.broadcast_to((3,))
+
+
+def test_t_needs_two_dims():
+    with pytest.raises(ad.ShapeError, match=r"t: needs at least 2 dims, got shape \(3,\)"):
+        ad.ones(3).t()
+
+
+def test_negative_size():
+    a = ones23()
+    with pytest.raises(ad.ShapeError, match=r"negative size -1 in shape \(-1, 3\)"):
+        ad.zeros((-1, 3))
+
+
+# ---- dtypes ----------------------------------------------------------------------------------
+def test_matmul_int_dtype():
+    i = ad.ones((2, 2), dtype=ad.int64)
+    with pytest.raises(ad.DTypeError, match=r"matmul: .*float.*int64 \(2, 2\)"):
+        i @ i
+    assert issubclass(ad.DTypeError, TypeError)
+
+
+def test_mixed_float32_float64():
+    a = ones23()
+    # documented rule: binary ops need equal dtypes (no promotion)
+    b = ad.ones((2, 3), dtype=ad.float64)
+    with pytest.raises(ad.DTypeError, match=r"add: dtype mismatch, float32 \(2, 3\) and "
+                                            r"float64 \(2, 3\)"):
+        a + b
+    for op in ("sub", "mul", "div", "lt"):
+        with pytest.raises(ad.DTypeError, match=rf"{op}: dtype mismatch.*float32.*float64"):
+            getattr(a, op)(b)
+    with pytest.raises(ad.DTypeError, match="matmul"):
+        a @ ad.ones((3, 2), dtype=ad.float64)
+
+
+def test_exp_of_int64():
+    t = ad.tensor([1, 2, 3])
+    for op in ("exp", "log", "sqrt", "tanh"):
+        with pytest.raises(ad.DTypeError, match=rf"{op}: not supported for int64 "
+                                                r"\(input int64 \(3,\)\)"):
+            getattr(t, op)()
+
+
+def test_div_of_ints():
+    t = ad.tensor([1, 2, 3])
+    with pytest.raises(ad.DTypeError, match=r"div: not supported for int64 operands "
+                                            r"\(int64 \(3,\), int64 \(3,\)\)"):
+        t / t
+    with pytest.raises(ad.DTypeError, match=r"div_scalar: not supported for int64"):
+        t / 2
+    with pytest.raises(ad.DTypeError, match=r"rdiv_scalar: not supported for int64"):
+        2 / t
+
+
+def test_scalar_never_changes_dtype():
+    t = ad.tensor([1, 2, 3])
+    with pytest.raises(ad.DTypeError, match=r"mul_scalar: scalar 0.5 is not an integer and "
+                                            r"the tensor is int64 \(3,\)"):
+        t * 0.5
+    with pytest.raises(ad.DTypeError, match="pow_scalar"):
+        t ** 2
+
+
+def test_bool_arithmetic_and_int_mean():
+    b = ad.tensor([True, False])
+    with pytest.raises(ad.DTypeError, match=r"add: not supported for bool"):
+        b + b
+    with pytest.raises(ad.DTypeError, match=r"neg: not supported for bool"):
+        -b
+    with pytest.raises(ad.DTypeError, match=r"mean: needs a float tensor, got int64 \(3,\)"):
+        ad.tensor([1, 2, 3]).mean()
+    with pytest.raises(ad.DTypeError, match=r"max: not supported for bool"):
+        b.max(0)
+
+
+def test_bad_dtype_names():
+    for bad, pat in [("floaty", "not a dtype: 'floaty'"), ("complex64", "complex64 is not "
+                                                                        "supported"),
+                     (np.float16, "float16 is not supported"), (object, "not supported")]:
+        with pytest.raises(ad.DTypeError, match=pat):
+            ad.zeros(3, dtype=bad)
+    with pytest.raises(ad.DTypeError, match="float16"):
+        ad.ones(2).to_dtype("float16")
+    with pytest.raises(ad.DTypeError):
+        ad.tensor(np.zeros(2, dtype=np.complex128))
+
+
+def test_integer_var():
+    with pytest.raises(ad.DTypeError, match=r"Var: a variable must have a float dtype.*int64 "
+                                            r"\(2,\)"):
+        ad.Var([1, 2])
+
+
+# ---- dims ---------------------------------------------------------------------------------------
+def test_reduction_dim_out_of_range():
+    a = ones23()
+    for op in ("sum", "mean", "max", "min", "argmax", "argmin"):
+        with pytest.raises(IndexError, match=rf"{op}: dim 2 out of range for float32 \(2, 3\)"):
+            getattr(a, op)(2)
+        with pytest.raises(IndexError, match=rf"{op}: dim -3 out of range"):
+            getattr(a, op)(-3)
+    with pytest.raises(ad.OutOfRangeError):
+        a.sum((0, 5))
+
+
+def test_duplicate_dims():
+    a = ones23()
+    with pytest.raises(ValueError, match=r"sum: dim 0 given twice"):
+        a.sum((0, 0))
+    with pytest.raises(ValueError, match=r"mean: dim -1 given twice"):
+        a.mean((1, -1))
+
+
+def test_permute_bad_dims():
+    a = ones23()
+    with pytest.raises(ValueError, match=r"permute: dim 0 repeated in \(0, 0\)"):
+        a.permute(0, 0)
+    with pytest.raises(ad.ShapeError, match=r"permute: 1 dims given for float32 \(2, 3\)"):
+        a.permute(0)
+    with pytest.raises(IndexError, match=r"permute: dim 2 out of range for float32 \(2, 3\)"):
+        a.permute(0, 2)
+    with pytest.raises(IndexError, match=r"transpose: dim 2 out of range for 2 dims"):
+        a.transpose(0, 2)
+
+
+def test_squeeze_unsqueeze_bad_dims():
+    a = ones23()
+    with pytest.raises(IndexError, match="squeeze: dim 4 out of range"):
+        a.squeeze(4)
+    with pytest.raises(IndexError, match="unsqueeze: dim 4 out of range for 3 dims"):
+        a.unsqueeze(4)
+    with pytest.raises(IndexError, match="flatten"):
+        a.flatten(3)
+
+
+def test_reduce_empty():
+    a = ones23()
+    e = ad.zeros((0, 3))
+    with pytest.raises(ValueError, match=r"max: reduction over a zero-size dim of float32 "
+                                         r"\(0, 3\)"):
+        e.max(0)
+    with pytest.raises(ValueError, match=r"argmax.*\(0, 3\)"):
+        e.argmax(0)
+
+
+# ---- indices -----------------------------------------------------------------------------------
+def test_narrow_out_of_range():
+    a = ones23()
+    with pytest.raises(IndexError, match=r"(narrow|slice): 5 elements from 2 by step 1 out of "
+                                         r"range for dim 1 of float32 \(2, 3\)"):
+        a.narrow(1, 2, 5)
+    with pytest.raises(IndexError, match=r"(narrow|slice).*-1 elements"):
+        a.narrow(1, 0, -1)
+    with pytest.raises(IndexError, match=r"narrow: dim 3 out of range"):
+        a.narrow(3, 0, 1)
+    with pytest.raises(IndexError, match=r"(narrow|slice).*out of range"):
+        a.narrow(0, 3, 1)
+
+
+def test_index_out_of_range():
+    a = ones23()
+    with pytest.raises(IndexError, match=r"index 2 is out of range for dim 0 of size 2 "
+                                         r"\(shape \(2, 3\)\)"):
+        a[2]
+    with pytest.raises(IndexError, match=r"index -4 is out of range for dim 1 of size 3"):
+        a[0, -4]
+    with pytest.raises(IndexError, match=r"too many indices: 3 for a tensor of 2 dims"):
+        a[0, 0, 0]
+    with pytest.raises(IndexError, match="single ellipsis"):
+        a[..., ...]
+    with pytest.raises(ValueError, match="step"):
+        a[::0]
+    with pytest.raises(TypeError, match="unsupported index type"):
+        a["x"]
+    with pytest.raises(IndexError):
+        ad.tensor(1.0)[0]
+
+
+def test_slices_out_of_range_clip_like_python():
+    a = ones23()
+    # Python/numpy slicing clips instead of raising
+    assert a[5:].shape == (0, 3) and a[:, 1:100].shape == (2, 2)
+
+
+# ---- state ---------------------------------------------------------------------------------------
+def test_backward_on_untracked_root():
+    a = ones23()
+    with pytest.raises(ad.GraphError, match=r"backward: the root \(tensor id \d+, float32 \(\)\) "
+                                            r"does not depend on any Var"):
+        a.sum().backward()
+    assert issubclass(ad.GraphError, RuntimeError)
+
+
+def test_backward_grad_wrong_shape_and_dtype():
+    w = ad.Var(np.ones(3))
+    y = w * 2
+    with pytest.raises(ad.ShapeError, match=r"backward: grad has shape \(4,\) but the root has "
+                                            r"float64 \(3,\)"):
+        y.backward(grad=ad.ones(4, dtype=ad.float64))
+    with pytest.raises(ad.DTypeError, match=r"backward: grad is float32 \(3,\) but the root is "
+                                            r"float64 \(3,\)"):
+        y.backward(grad=ad.ones(3))
+    with pytest.raises(ad.ShapeError, match=r"backward: the root has shape \(3,\)"):
+        y.backward()
+
+
+def test_backward_int_root():
+    w = ad.Var([1.0, 2.0])
+    with pytest.raises(ad.GraphError):
+        (w > 0).to_dtype(ad.float32).sum().backward()  # comparisons are untracked
+
+
+def test_var_set_errors():
+    w = ad.Var([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(ad.GraphError, match="cannot set a variable to a tensor that is derived "
+                                            "from its value"):
+        w.set(w.t())
+    with pytest.raises(ad.ShapeError, match=r"set: shape mismatch, variable float32 \(2, 2\), "
+                                            r"source float32 \(\)"):
+        w.set(ad.tensor(1.0))
+    with pytest.raises(ad.DTypeError, match=r"set: dtype mismatch"):
+        w.set(ad.ones((2, 2), dtype=ad.int64))
+
+
+def test_version_error_then_recover():
+    w = ad.Var([1.0, 2.0])
+    loss = w.exp().sum()  # exp saves its output, sqr/mul its input: both are w-derived
+    loss2 = w.sqr().sum()
+    w.set(ad.tensor([0.0, 0.0]))
+    with pytest.raises(ad.GraphError, match=r"sqr.*tensor id \d+.*version 0 at save, now 1"):
+        loss2.backward()
+    assert loss.backward()[w].numpy().tolist() == pytest.approx([np.e, np.e ** 2], rel=1e-6)
+
+
+def test_item_and_bool_of_many_elements():
+    a = ones23()
+    with pytest.raises(ValueError, match=r"item: only a tensor with one element .*\(2, 3\)"):
+        a.item()
+    with pytest.raises(ValueError, match=r"ambiguous"):
+        bool(a)
+
+
+def test_bad_data():
+    with pytest.raises(ValueError, match="tensor: cannot convert"):
+        ad.tensor([[1, 2], [3]])
+    with pytest.raises(ValueError, match="tensor: cannot convert"):
+        ad.tensor(["a", object()])
+
+
+def test_huge_shape_no_allocation_attempt():
+    # a clear error before any allocation (PyTorch: RuntimeError from the
+    # allocator; numpy: ValueError "array is too big")
+    for shape in [(2 ** 40, 2 ** 40), (2 ** 62,), (2 ** 31, 2 ** 31, 2 ** 31),
+                  (2 ** 61, 4)]:
+        with pytest.raises(ad.Error, match=r"too many elements to allocate") as ei:
+            ad.zeros(shape)
+        assert isinstance(ei.value, (ValueError, MemoryError))
+        assert "(" + ", ".join(map(str, shape)) in str(ei.value)
+    with pytest.raises(ad.Error, match="too many elements"):
+        ad.ones((2 ** 40, 2 ** 40), dtype=ad.float64)
+
+
+def test_allocation_failure_is_memory_error():
+    # element counts that pass the size check but cannot be allocated: the
+    # allocator's failure becomes ad.OutOfMemoryError (a MemoryError) naming the
+    # shape.  (Under AddressSanitizer run with ASAN_OPTIONS=allocator_may_return_null=1.)
+    with pytest.raises(ad.OutOfMemoryError, match=r"out of memory allocating \(1125899906842624,\) "
+                                                  r"of float32"):
+        ad.zeros((2 ** 50,))
+    with pytest.raises(MemoryError, match=r"\(1073741824, 1048576\)"):
+        ad.zeros((2 ** 20,)).broadcast_to((2 ** 30, 2 ** 20)).contiguous()
+
+
+def test_errors_leave_no_garbage():
+    """Many failing calls in a row: the fixture checks that none leaked."""
+    w = ad.Var.ones((2, 3))
+    for _ in range(50):
+        for f in (lambda: w + ad.ones((4, 3)), lambda: w @ ad.ones((2, 3)),
+                  lambda: w.sum(7), lambda: w.reshape(5), lambda: (w * 2).backward(),
+                  lambda: w.narrow(0, 1, 9), lambda: w.exp().to_dtype("int8")):
+            with pytest.raises(ad.Error):
+                f()
