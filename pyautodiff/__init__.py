@@ -12,6 +12,10 @@ from .errors import (DTypeError, Error, GraphError, InternalError, InvalidArgume
 from .dtypes import DType, bool_, float32, float64, int32, int64, uint8
 from .tensor import (Tensor, Var, arange, eye, from_numpy, full, full_like, matmul, ones,
                      ones_like, rand, randn, tensor, zeros, zeros_like)
+from .tensor import maximum, minimum, where
+from .indexing import (cat, chunk, flip, gather, index_add, index_select, scatter_add,
+                       split, stack)
+from . import nn
 from .grad import GradStore, enable_grad, grad, is_grad_enabled, no_grad
 from .anomaly import detect_anomaly, is_anomaly_enabled
 from ._lib import lib as _lib

@@ -632,7 +632,8 @@ class Tensor:
             shape = shape[0]
         return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape))
 
-    expand = broadcast_to
+    def expand(self, *sizes):
+        return _ix.expand(self, *sizes)
 
     def squeeze(self, dim=None):
         shape = self.shape
@@ -948,12 +949,20 @@ def rand(shape, seed=None, dtype=None):
 
 
 def _pair(a, b):
-    """Two operands as tensors; a Python scalar takes the other's dtype."""
+    """Two operands as tensors; a Python scalar takes the other's dtype (and
+    must fit it: a scalar never changes a tensor's dtype)."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = tensor(a)
-    if isinstance(a, Tensor):
-        return a, (_full_like_scalar(b, a) if _is_scalar(b) else _as_tensor_like(b, a))
-    return (_full_like_scalar(a, b) if _is_scalar(a) else _as_tensor_like(a, b)), b
+
+    def conv(s, like):
+        if not _is_scalar(s):
+            return _as_tensor_like(s, like)
+        if not like.dtype.is_floating_point and not float(s).is_integer():
+            raise DTypeError(f"scalar {s} is not an integer and the tensor is {like.dtype.name} "
+                             f"(a scalar never changes a tensor's dtype; convert with to_dtype)")
+        return _full_like_scalar(s, like)
+
+    return (a, conv(b, a)) if isinstance(a, Tensor) else (conv(a, b), b)
 
 
 def maximum(a, b):

@@ -47,11 +47,21 @@ typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const d
         }                                                                                \
     }
 
+/* A double argument in an integer kernel goes through a saturating int64
+   conversion (a direct out-of-range cast is undefined behaviour in C). */
+static inline int64_t sat_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)sat_i64(v))
+
 #define DEF_UNARY(NAME, T, EXPR)                                                         \
     static void NAME(int64_t n, const void *px, int64_t sx, void *py, const double *s_) { \
         const T *X = (const T *)px;                                                      \
         T *Y = (T *)py;                                                                  \
-        const T s = (T)s_[0], s2 = (T)s_[1];                                             \
+        const T s = SCALAR_AS(T, s_[0]), s2 = SCALAR_AS(T, s_[1]);                       \
         (void)s, (void)s2;                                                               \
         if (sx == 1) {                                                                   \
             for (int64_t i = 0; i < n; i++) {                                            \
@@ -284,7 +294,7 @@ ad_status fwd_unary(const op_args *a, ad_tensor **out) { return run_unary(a->in[
 ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     double s = a->fargs[0];
-    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)(int64_t)s))
+    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)sat_i64(s)))
         return ad_fail(AD_ERR_DTYPE,
                        "%s: scalar %g is not an integer and the tensor is %s (a scalar never "
                        "changes a tensor's dtype; convert with to_dtype)",

@@ -170,6 +170,12 @@ ad_status fwd_contiguous(const op_args *a, ad_tensor **out);
 ad_status fwd_to_dtype(const op_args *a, ad_tensor **out);
 ad_status fwd_copy(const op_args *a, ad_tensor **out);
 ad_status fwd_matmul(const op_args *a, ad_tensor **out);
+/* elementwise math, softmax family (elementwise.c, lanes.c) */
+ad_status fwd_clamp(const op_args *a, ad_tensor **out);
+ad_status fwd_where(const op_args *a, ad_tensor **out);
+ad_status fwd_logsumexp(const op_args *a, ad_tensor **out);
+ad_status fwd_softmax(const op_args *a, ad_tensor **out);
+ad_status fwd_cumsum(const op_args *a, ad_tensor **out);
 
 /* The op currently running (for error messages), set by ad_call. */
 extern _Thread_local int ad_current_op;

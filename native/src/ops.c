@@ -22,6 +22,10 @@ BW(add) BW(sub) BW(mul) BW(div) BW(neg) BW(exp) BW(log) BW(sqr) BW(sqrt) BW(relu
 BW(add_scalar) BW(mul_scalar) BW(rsub_scalar) BW(div_scalar) BW(rdiv_scalar) BW(pow_scalar)
 BW(pow_rscalar) BW(sum) BW(mean) BW(maxmin) BW(reshape) BW(permute) BW(slice) BW(broadcast)
 BW(identity) BW(to_dtype) BW(matmul)
+/* elementwise math, reductions, softmax family */
+BW(abs) BW(recip) BW(sin) BW(cos) BW(sigmoid) BW(gelu) BW(gelu_erf) BW(erf) BW(silu)
+BW(softplus) BW(elu) BW(log1p) BW(expm1) BW(zero) BW(clamp) BW(maximum) BW(minimum) BW(pow)
+BW(where) BW(prod) BW(logsumexp) BW(softmax) BW(log_softmax) BW(cumsum)
 BW(cat) BW(pad) BW(index_select) BW(index_add) BW(gather) BW(scatter_add) BW(mse_loss)
 BW(cross_entropy) BW(nll_loss) BW(layer_norm) BW(dropout) BW(conv2d) BW(conv_transpose2d)
 BW(max_pool2d)
@@ -68,6 +72,33 @@ const op_def ad_ops[AD_OP__COUNT] = {
     [AD_OP_COPY] = {"copy", 1, 0, 0, fwd_copy, bw_identity, {0}},
     [AD_OP_DIV_SCALAR] = {"div_scalar", 1, 0, 1, fwd_scalar, bw_div_scalar, {0}},
     /* ---- elementwise math, reductions, softmax family (40..79) ---- */
+    [AD_OP_ABS] = {"abs", 1, 0, 0, fwd_unary, bw_abs, {I0}},
+    [AD_OP_RECIP] = {"recip", 1, 0, 0, fwd_unary, bw_recip, {OUT}},
+    [AD_OP_SIN] = {"sin", 1, 0, 0, fwd_unary, bw_sin, {I0}},
+    [AD_OP_COS] = {"cos", 1, 0, 0, fwd_unary, bw_cos, {I0}},
+    [AD_OP_SIGMOID] = {"sigmoid", 1, 0, 0, fwd_unary, bw_sigmoid, {OUT}},
+    [AD_OP_GELU] = {"gelu", 1, 0, 0, fwd_unary, bw_gelu, {I0}},
+    [AD_OP_GELU_ERF] = {"gelu_erf", 1, 0, 0, fwd_unary, bw_gelu_erf, {I0}},
+    [AD_OP_ERF] = {"erf", 1, 0, 0, fwd_unary, bw_erf, {I0}},
+    [AD_OP_SILU] = {"silu", 1, 0, 0, fwd_unary, bw_silu, {I0}},
+    [AD_OP_SOFTPLUS] = {"softplus", 1, 0, 0, fwd_unary, bw_softplus, {I0}},
+    [AD_OP_ELU] = {"elu", 1, 0, 1, fwd_scalar, bw_elu, {I0}},
+    [AD_OP_LOG1P] = {"log1p", 1, 0, 0, fwd_unary, bw_log1p, {I0}},
+    [AD_OP_EXPM1] = {"expm1", 1, 0, 0, fwd_unary, bw_expm1, {OUT}},
+    [AD_OP_FLOOR] = {"floor", 1, 0, 0, fwd_unary, bw_zero, {0}},
+    [AD_OP_CEIL] = {"ceil", 1, 0, 0, fwd_unary, bw_zero, {0}},
+    [AD_OP_ROUND] = {"round", 1, 0, 0, fwd_unary, bw_zero, {0}},
+    [AD_OP_SIGN] = {"sign", 1, 0, 0, fwd_unary, bw_zero, {0}},
+    [AD_OP_CLAMP] = {"clamp", 1, 0, 2, fwd_clamp, bw_clamp, {I0}},
+    [AD_OP_MAXIMUM] = {"maximum", 2, 0, 0, fwd_binary, bw_maximum, {I0 | I1, I0 | I1}},
+    [AD_OP_MINIMUM] = {"minimum", 2, 0, 0, fwd_binary, bw_minimum, {I0 | I1, I0 | I1}},
+    [AD_OP_POW] = {"pow", 2, 0, 0, fwd_binary, bw_pow, {I0 | I1, I0 | OUT}},
+    [AD_OP_WHERE] = {"where", 3, 0, 0, fwd_where, bw_where, {0, I0, I0}},
+    [AD_OP_PROD] = {"prod", 1, -1, 0, fwd_reduce, bw_prod, {I0}},
+    [AD_OP_LOGSUMEXP] = {"logsumexp", 1, 2, 0, fwd_logsumexp, bw_logsumexp, {I0 | OUT}},
+    [AD_OP_SOFTMAX] = {"softmax", 1, 1, 0, fwd_softmax, bw_softmax, {OUT}},
+    [AD_OP_LOG_SOFTMAX] = {"log_softmax", 1, 1, 0, fwd_softmax, bw_log_softmax, {OUT}},
+    [AD_OP_CUMSUM] = {"cumsum", 1, 2, 0, fwd_cumsum, bw_cumsum, {0}},
     /* ---- indexing, joining, neural-network ops (80..139) ---- */
     [AD_OP_CAT] = {"cat", -1, -1, 0, fwd_cat, bw_cat, {0}},
     [AD_OP_PAD] = {"pad", 1, -1, 1, fwd_pad, bw_pad, {0}},

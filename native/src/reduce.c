@@ -1,4 +1,4 @@
-/* reduce.c - sum, mean, max, min over any set of dims (one pass), and
+/* reduce.c - sum, mean, max, min, prod over any set of dims (one pass), and
  * argmax/argmin over one dim or the flattened tensor.
  *
  * The input is walked by the n-d iterator against an output whose strides are
