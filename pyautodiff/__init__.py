@@ -18,6 +18,7 @@ from .indexing import (cat, chunk, flip, gather, index_add, index_select, scatte
 from . import nn
 from .grad import GradStore, enable_grad, grad, is_grad_enabled, no_grad
 from .anomaly import detect_anomaly, is_anomaly_enabled
+from . import optim
 from ._lib import lib as _lib
 
 bool = bool_  # noqa: A001 - ad.bool is the dtype, as in DESIGN.md

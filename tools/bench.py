@@ -200,56 +200,21 @@ def child(args):
             extra={"per": 102})
 
     if "train" in only:
-        def mlp_ad():
-            ws = [ad.Var.randn((784, 512), seed=1, std=0.05), ad.Var.zeros(512),
-                  ad.Var.randn((512, 512), seed=2, std=0.05), ad.Var.zeros(512),
-                  ad.Var.randn((512, 10), seed=3, std=0.05), ad.Var.zeros(10)]
-            x = ad.randn((128, 784), seed=4)
-            labels = rng.integers(0, 10, 128)
-            target = ad.from_numpy(np.eye(10, dtype=np.float32)[labels])
-            ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
-            tlab = ad.from_numpy(labels.astype(np.int64))
-
-            def step():
-                h = (x @ ws[0] + ws[1]).relu()
-                h = (h @ ws[2] + ws[3]).relu()
-                logits = h @ ws[4] + ws[5]
-                loss = ce(logits, tlab) if ce else ((logits - target) ** 2).mean()
-                g = loss.backward()
-                with ad.no_grad():
-                    for w in ws:
-                        w.set(w - g[w] * 0.01)
-            return step
-
-        fns = {"pyautodiff": mlp_ad()}
+        fns = {"pyautodiff": mlp_step_ad(np, ad, rng)}
         if torch:
-            def mlp_t():
-                tg = torch.Generator().manual_seed(0)
-                ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
-                      torch.zeros(512, requires_grad=True),
-                      (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
-                      torch.zeros(512, requires_grad=True),
-                      (torch.randn(512, 10, generator=tg) * 0.05).requires_grad_(),
-                      torch.zeros(10, requires_grad=True)]
-                x = torch.randn(128, 784, generator=tg)
-                labels = torch.from_numpy(rng.integers(0, 10, 128))
-                opt = torch.optim.SGD(ws, lr=0.01)
-                target = torch.nn.functional.one_hot(labels, 10).float()
-                use_ce = hasattr(getattr(ad, "nn", None), "cross_entropy")
-
-                def step():
-                    h = (x @ ws[0] + ws[1]).relu()
-                    h = (h @ ws[2] + ws[3]).relu()
-                    logits = h @ ws[4] + ws[5]
-                    loss = (torch.nn.functional.cross_entropy(logits, labels) if use_ce
-                            else ((logits - target) ** 2).mean())
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                return step
-
-            fns["torch"] = mlp_t()
+            fns["torch"] = mlp_step_torch(np, ad, torch, rng)
         run("train", "MLP 784-512-512-10 batch 128 SGD step", fns, repeat=rep, number=5)
+        if args.threads == 1:
+            mem = {}
+            for lib_ in fns:
+                r = subprocess.run([sys.executable, __file__, "--train-mem-child", lib_],
+                                   capture_output=True, text=True, env=os.environ.copy())
+                if r.returncode == 0:
+                    mem[lib_] = json.loads(r.stdout.strip().splitlines()[-1])["bytes"]
+                else:
+                    print(r.stderr, file=sys.stderr)
+            Row(out, "train", "MLP step: peak RSS growth over 10 steps", 1).emit(
+                {k: float(v) for k, v in mem.items()}, {"unit": "bytes"})
 
     if "chain" in only and args.threads == 1:
         n = 200_000 if quick else 1_000_000
@@ -264,6 +229,101 @@ def child(args):
                 1).emit({lib: rec["seconds"] / rec["nodes"]},
                         {"bytes_per_node": {lib: rec["bytes_per_node"]}})
     return out
+
+
+def mlp_step_ad(np, ad, rng):
+    """One SGD step of the 784-512-512-10 MLP (batch 128, ReLU, softmax
+    cross-entropy when ad.nn has it, else MSE)."""
+    ws = [ad.Var.randn((784, 512), seed=1, std=0.05), ad.Var.zeros(512),
+          ad.Var.randn((512, 512), seed=2, std=0.05), ad.Var.zeros(512),
+          ad.Var.randn((512, 10), seed=3, std=0.05), ad.Var.zeros(10)]
+    x = ad.randn((128, 784), seed=4)
+    labels = rng.integers(0, 10, 128)
+    target = ad.from_numpy(np.eye(10, dtype=np.float32)[labels])
+    ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
+    tlab = ad.from_numpy(labels.astype(np.int64))
+
+    opt = ad.optim.SGD(ws, lr=0.01)
+
+    def step():
+        h = (x @ ws[0] + ws[1]).relu()
+        h = (h @ ws[2] + ws[3]).relu()
+        logits = h @ ws[4] + ws[5]
+        loss = ce(logits, tlab) if ce else ((logits - target) ** 2).mean()
+        opt.step(loss.backward())
+    return step
+
+
+def mlp_step_torch(np, ad, torch, rng):
+    tg = torch.Generator().manual_seed(0)
+    ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
+          torch.zeros(512, requires_grad=True),
+          (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
+          torch.zeros(512, requires_grad=True),
+          (torch.randn(512, 10, generator=tg) * 0.05).requires_grad_(),
+          torch.zeros(10, requires_grad=True)]
+    x = torch.randn(128, 784, generator=tg)
+    labels = torch.from_numpy(rng.integers(0, 10, 128))
+    opt = torch.optim.SGD(ws, lr=0.01)
+    target = torch.nn.functional.one_hot(labels, 10).float()
+    use_ce = hasattr(getattr(ad, "nn", None), "cross_entropy")
+
+    def step():
+        h = (x @ ws[0] + ws[1]).relu()
+        h = (h @ ws[2] + ws[3]).relu()
+        logits = h @ ws[4] + ws[5]
+        loss = (torch.nn.functional.cross_entropy(logits, labels) if use_ce
+                else ((logits - target) ** 2).mean())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def train_mem_child(lib):
+    """Peak RSS growth of 10 training steps, after set-up, in a fresh process."""
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    rng = np.random.default_rng(0)
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        step = mlp_step_torch(np, ad, torch, rng)
+    else:
+        ad.set_num_threads(1)
+        step = mlp_step_ad(np, ad, rng)
+    step()  # warm-up: lazily created pools and caches are not growth
+    gc.collect()
+    base = rss_reset_peak()
+    for _ in range(10):
+        step()
+    print(json.dumps({"bytes": vm_hwm() - base}))
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_reset_peak():
+    """Resets the kernel's peak-RSS mark (VmHWM) and returns the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return _status_kb("VmRSS")
+
+
+def vm_hwm():
+    return _status_kb("VmHWM")
 
 
 def peak_rss():
@@ -336,6 +396,11 @@ def report(rows):
         extra = ""
         if "flops" in r and ours:
             extra = f"  {r['flops'] / ours / 1e9:6.1f} GFLOP/s"
+        if r.get("unit") == "bytes":
+            cells = [f"{t[k] / 2**20:7.1f}MiB" if k in t else f"{'-':>9}"
+                     for k in ("pyautodiff", "numpy", "torch")]
+            ratios = [f"{'-':>9}", (f"{t['torch'] / ours:8.2f}x" if ours else "  no grow")
+                      if "torch" in t else f"{'-':>9}"]
         if "bytes_per_node" in r:
             extra = "  " + ", ".join(f"{k}: {v:.0f} B/node" for k, v in
                                     r["bytes_per_node"].items())
@@ -349,7 +414,11 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="child: thread count")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--chain-child", nargs=2)
+    ap.add_argument("--train-mem-child")
     args = ap.parse_args()
+    if args.train_mem_child:
+        train_mem_child(args.train_mem_child)
+        return
     if args.chain_child:
         chain_child(args.chain_child[0], int(args.chain_child[1]))
         return

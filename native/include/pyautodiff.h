@@ -216,6 +216,9 @@ AD_API ad_status ad_tensor_copy_to(const ad_tensor *t, void *dst, size_t nbytes)
 AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out);
 /* Writes src into the Var in place and bumps its storage version. */
 AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src);
+/* var += alpha * x in place (an optimizer step without temporaries); x must
+   have the Var's shape (or broadcast to it) and dtype.  Bumps the version. */
+AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x);
 /* A new untracked tensor sharing t's storage (t itself when untracked). */
 AD_API ad_status ad_tensor_detach(const ad_tensor *t, ad_tensor **out);
 /* The tracked nodes reachable from t that reach a variable, root first, each
