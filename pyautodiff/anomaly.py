@@ -4,11 +4,11 @@ first op whose backward produced a NaN or an Inf, naming that place.
 The site is asked for by the native library through a callback only while the
 mode is on (thread-local), so outside the mode nothing is recorded and the op
 path is unchanged."""
-import functools
 import os
 import sys
 
 from ._lib import ffi, lib
+from .grad import _ModeSwitch
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _site_buf = [None]  # keeps the last returned string alive until C copies it
@@ -27,24 +27,12 @@ def _ad_site_callback():
 lib.ad_set_site_callback(lib._ad_site_callback)
 
 
-class detect_anomaly:
+class detect_anomaly(_ModeSwitch):
     """Context manager and decorator: anomaly mode for this thread."""
 
-    def __enter__(self):
-        self._prev = lib.ad_set_anomaly_enabled(1)
-        return self
-
-    def __exit__(self, *exc):
-        lib.ad_set_anomaly_enabled(self._prev)
-        return False
-
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*a, **k):
-            with detect_anomaly():
-                return fn(*a, **k)
-
-        return wrapper
+    @staticmethod
+    def _set(on):
+        return lib.ad_set_anomaly_enabled(on)
 
 
 def is_anomaly_enabled():

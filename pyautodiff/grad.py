@@ -101,18 +101,23 @@ class GradStore:
         return f"GradStore({len(self)} gradients)"
 
 
-class _GradMode:
-    """Base of no_grad/enable_grad: a context manager and a decorator. The mode
-    is thread-local (kept in C)."""
+class _ModeSwitch:
+    """A thread-local native mode as a context manager and a decorator:
+    subclasses name the setter (which returns the previous value) and the
+    value to set."""
 
     enabled = True
 
+    @staticmethod
+    def _set(on):
+        return lib.ad_set_grad_enabled(on)
+
     def __enter__(self):
-        self._prev = lib.ad_set_grad_enabled(1 if self.enabled else 0)
+        self._prev = self._set(1 if self.enabled else 0)
         return self
 
     def __exit__(self, *exc):
-        lib.ad_set_grad_enabled(self._prev)
+        self._set(self._prev)
         return False
 
     def __call__(self, fn):
@@ -124,13 +129,13 @@ class _GradMode:
         return wrapper
 
 
-class no_grad(_GradMode):
+class no_grad(_ModeSwitch):
     """Nothing is recorded inside, even from Vars (this thread only)."""
 
     enabled = False
 
 
-class enable_grad(_GradMode):
+class enable_grad(_ModeSwitch):
     """Recording on inside (e.g. within a no_grad block)."""
 
     enabled = True

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pyautodiff as ad
-from pyautodiff._lib import lib
+from faults import sweep_alloc_failures
 
 
 # ---- version-checked saved values -------------------------------------------------
@@ -243,28 +243,8 @@ def _small_mlp():
 
 
 def test_allocation_failure_sweep():
-    expected = _small_mlp()
-    gc.collect()
-    base = ad.live_tensors(), ad.live_bytes()
-    n, failures = 1, 0
-    while True:
-        lib.ad_testing_fail_alloc_after(n)
-        try:
-            got = _small_mlp()
-        except MemoryError as e:
-            assert isinstance(e, ad.OutOfMemoryError)
-            failures += 1
-            n += 1
-            continue
-        finally:
-            lib.ad_testing_fail_alloc_after(0)
-            gc.collect()
-            assert (ad.live_tensors(), ad.live_bytes()) == base, f"leak after failing alloc {n}"
-        # no failure left to inject: the whole run succeeded
-        for a, b in zip(got, expected):
-            np.testing.assert_array_equal(a, b)
-        break
-    assert failures > 30  # every native allocation along the way was tried
+    # every native allocation of a small MLP's forward + backward fails in turn
+    assert sweep_alloc_failures(_small_mlp, min_failures=30) >= 30
 
 
 def test_huge_shapes_are_a_clear_error():

@@ -335,31 +335,23 @@ def peak_rss():
 def chain_child(lib, n):
     """One chain in a fresh process: time per node and peak RSS growth per node."""
     sys.path.insert(0, ROOT)
-    gc.collect()
     if lib == "torch":
         import torch
 
         x = torch.ones(4, requires_grad=True)
-        base = peak_rss()
-        t0 = time.perf_counter()
-        y = x
-        for _ in range(n // 2):
-            y = y * 1.0001 + 0.001
-        y.sum().backward()
-        del y
-        secs = time.perf_counter() - t0
     else:
         import pyautodiff as ad
 
         x = ad.Var.ones(4)
-        base = peak_rss()
-        t0 = time.perf_counter()
-        y = x
-        for _ in range(n // 2):
-            y = y * 1.0001 + 0.001
-        y.sum().backward()
-        del y
-        secs = time.perf_counter() - t0
+    gc.collect()
+    base = peak_rss()
+    t0 = time.perf_counter()
+    y = x
+    for _ in range(n // 2):
+        y = y * 1.0001 + 0.001
+    y.sum().backward()
+    del y
+    secs = time.perf_counter() - t0
     grown = peak_rss() - base
     print(json.dumps({"nodes": n, "seconds": secs, "bytes_per_node": grown / n}))
 
