@@ -1,12 +1,23 @@
-"""Basic indexing as differentiable views: t[1:, ::2], t[-1], t[..., 0], t[None].
+"""Indexing and joining.
 
+Basic indexing as differentiable views: t[1:, ::2], t[-1], t[..., 0], t[None].
 Each slice becomes one native `slice` view (start, step, length from Python's
 own slice.indices), and one final reshape drops the dims indexed by an int
-and inserts the None dims; both are views, so no data moves."""
+and inserts the None dims; both are views, so no data moves.
+
+Advanced (integer-tensor, list, bool-mask) indexing follows numpy's rules and
+runs as one native index_select over the indexed dims flattened together, so
+its gradient is index_add: repeated indices accumulate.
+
+Joining and selecting: cat, stack, split, chunk, flip, repeat, index_select,
+index_add, gather, scatter_add.
+"""
 import numbers
 import operator
 
-from .errors import OutOfRangeError
+import numpy as np
+
+from .errors import InvalidArgumentError, OutOfRangeError, ShapeError
 
 
 def _expand_ellipsis(key, ndim):
@@ -28,9 +39,8 @@ def getitem(t, key):
 
     if not isinstance(key, tuple):
         key = (key,)
-    for k in key:
-        if isinstance(k, (Tensor, list)) or (hasattr(k, "dtype") and hasattr(k, "shape")):
-            raise NotImplementedError("indexing with tensors or lists is not available yet")
+    if any(_is_advanced(k) for k in key):
+        return _advanced_getitem(t, key)
     shape = t.shape
     key = _expand_ellipsis(key, len(shape))
     out = t
@@ -60,3 +70,293 @@ def getitem(t, key):
     if final != out.shape:
         out = _call(lib.AD_OP_RESHAPE, (out,), final)
     return out
+
+
+# ---- advanced indexing -------------------------------------------------------------
+def _is_advanced(k):
+    from .tensor import Tensor
+
+    if isinstance(k, Tensor):
+        return k.ndim > 0 or k.dtype.name == "bool"
+    if isinstance(k, (list, np.ndarray)):
+        return not (isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu")
+    return isinstance(k, (bool, np.bool_))
+
+
+def _index_array(k):
+    """An advanced index as a numpy int64 or bool array."""
+    a = np.asarray(k)
+    if a.dtype == object:
+        raise IndexError("index: ragged index lists are not supported")
+    if a.dtype.kind == "b":
+        return a
+    if a.size == 0 and a.dtype.kind == "f":
+        return a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise IndexError(f"index: tensors used as indices must be integer or bool, got "
+                         f"{a.dtype}")
+    return a.astype(np.int64)
+
+
+def _advanced_getitem(t, key):
+    from .tensor import _call, tensor
+    from ._lib import lib
+
+    # bool masks become the integer arrays of their nonzero positions
+    items = []
+    for k in key:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            items.append(k)
+        elif _is_advanced(k) and not isinstance(k, (bool, np.bool_)):
+            a = _index_array(k)
+            if a.dtype.kind == "b" and a.ndim:
+                items.extend(("mask", a, i) for i in range(a.ndim))
+            elif a.dtype.kind == "b":
+                items.append(("scalarmask", a))
+            else:
+                items.append(("arr", a))
+        elif isinstance(k, (bool, np.bool_)):
+            items.append(("scalarmask", np.asarray(k)))
+        elif isinstance(k, numbers.Integral) or hasattr(k, "__index__"):
+            items.append(("arr", np.asarray(operator.index(k), dtype=np.int64)))
+        else:
+            raise TypeError(f"unsupported index type {type(k).__name__}")
+    if any(isinstance(k, tuple) and k[0] == "scalarmask" for k in items):
+        raise NotImplementedError("index: a 0-d boolean index is not supported")
+    # expand the mask entries: check the mask shape against the dims it covers
+    shape = t.shape
+    used = sum(1 for k in items if k is not None and k is not Ellipsis)
+    n_ell = sum(1 for k in items if k is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > len(shape):
+        raise OutOfRangeError(f"too many indices: {used} for a tensor of {len(shape)} dims")
+    if n_ell:
+        i = items.index(Ellipsis)
+        items = items[:i] + [slice(None)] * (len(shape) - used) + items[i + 1:]
+    else:
+        items = items + [slice(None)] * (len(shape) - used)
+    dim = 0
+    resolved = []
+    for k in items:
+        if isinstance(k, tuple) and k[0] == "mask":
+            _, a, j = k
+            if j == 0:
+                if a.shape != tuple(shape[dim:dim + a.ndim]):
+                    raise OutOfRangeError(
+                        f"index: boolean mask of shape {a.shape} does not match dims "
+                        f"{dim}..{dim + a.ndim - 1} of shape {shape}")
+                nz = np.nonzero(a)
+            resolved.append(("arr", nz[j].astype(np.int64)))
+        else:
+            resolved.append(k)
+        if k is not None:
+            dim += 1
+    # 1. basic part: slices applied, None inserted, arrays keep their dim
+    basic = tuple(k if (k is None or isinstance(k, slice)) else slice(None) for k in resolved)
+    t1 = getitem(t, basic)
+    s1 = t1.shape
+    pos = [i for i, k in enumerate(resolved) if isinstance(k, tuple)]
+    arrays = [resolved[i][1] for i in pos]
+    try:
+        arrays = np.broadcast_arrays(*arrays)
+    except ValueError:
+        raise IndexError("index: shape mismatch: indexing arrays could not be broadcast "
+                         "together with shapes " +
+                         " ".join(str(a.shape) for a in arrays)) from None
+    bshape = arrays[0].shape if arrays else ()
+    sizes = [s1[p] for p in pos]
+    lin = np.zeros(bshape, dtype=np.int64)
+    for a, p, size in zip(arrays, pos, sizes):
+        bad = (a < -size) | (a >= size)
+        if bad.any():
+            v = int(a[bad].flat[0])
+            raise OutOfRangeError(f"index: index {v} is out of range for dim {p} with size "
+                                  f"{size} (shape {s1})")
+        lin = lin * size + np.where(a < 0, a + size, a)
+    # 2. indexed dims first, flattened into one, then one index_select
+    rest = [i for i in range(len(s1)) if i not in pos]
+    perm = pos + rest
+    tp = t1 if perm == list(range(len(s1))) else _call(lib.AD_OP_PERMUTE, (t1,), perm)
+    flat = 1
+    for s in sizes:
+        flat *= s
+    tp = _call(lib.AD_OP_RESHAPE, (tp,), (flat,) + tuple(s1[i] for i in rest))
+    idx = tensor(lin.reshape(-1), dtype="int64")
+    out = _call(lib.AD_OP_INDEX_SELECT, (tp, idx), (0,))
+    out = _call(lib.AD_OP_RESHAPE, (out,), bshape + tuple(s1[i] for i in rest))
+    # 3. numpy's placement: adjacent indexed dims stay where they were
+    p0 = pos[0]
+    if pos == list(range(p0, p0 + len(pos))) and p0 > 0:
+        nb = len(bshape)
+        perm2 = [nb + i for i in range(p0)] + list(range(nb)) + [
+            nb + i for i in range(p0, len(rest))]
+        out = _call(lib.AD_OP_PERMUTE, (out,), perm2)
+    return out
+
+
+# ---- joining and selecting --------------------------------------------------------------
+def _as_index(index, op):
+    from .tensor import Tensor, tensor
+
+    if isinstance(index, Tensor):
+        return index
+    a = np.asarray(index)
+    if a.dtype.kind not in "iu" and not (a.size == 0):
+        raise IndexError(f"{op}: the index must hold integers, got {a.dtype}")
+    return tensor(a.astype(np.int64), dtype="int64")
+
+
+def _tensor_list(tensors, op):
+    from .tensor import Tensor
+
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: takes a sequence of tensors, got one tensor")
+    ts = list(tensors)
+    for i, t in enumerate(ts):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
+    return ts
+
+
+def cat(tensors, dim=0):
+    """Concatenates tensors along an existing dim (differentiable)."""
+    from .tensor import _call
+    from ._lib import lib
+
+    ts = _tensor_list(tensors, "cat")
+    if not ts:
+        raise InvalidArgumentError("cat: needs at least one tensor")
+    dim = operator.index(dim)
+    while len(ts) > 8:  # the native call takes at most 8 inputs
+        ts = [cat(ts[i:i + 8], dim) for i in range(0, len(ts), 8)]
+    sizes = [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts]
+    return _call(lib.AD_OP_CAT, ts, [dim] + sizes)
+
+
+def stack(tensors, dim=0):
+    """Joins tensors of one shape along a new dim."""
+    ts = _tensor_list(tensors, "stack")
+    if not ts:
+        raise InvalidArgumentError("stack: needs at least one tensor")
+    shape = ts[0].shape
+    for i, t in enumerate(ts):
+        if t.shape != shape:
+            raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} has "
+                             f"{t.shape}")
+    from .tensor import _norm_dim
+
+    d = _norm_dim(dim, len(shape) + 1, "stack")
+    return cat([t.unsqueeze(d) for t in ts], d)
+
+
+def split(t, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along dim: pieces of one size (the last may
+    be smaller) or of the listed sizes."""
+    from .tensor import _norm_dim
+
+    d = _norm_dim(dim, t.ndim, "split")
+    n = t.shape[d]
+    if isinstance(split_size_or_sections, numbers.Integral):
+        size = operator.index(split_size_or_sections)
+        if size <= 0:
+            raise InvalidArgumentError(f"split: split size must be positive, got {size}")
+        sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    else:
+        sizes = [operator.index(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise ShapeError(f"split: sizes {sizes} do not add up to {n} (dim {d} of shape "
+                             f"{t.shape})")
+    out, start = [], 0
+    for s in sizes:
+        out.append(t.narrow(d, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(t, chunks, dim=0):
+    """At most `chunks` views of equal size (the last may be smaller)."""
+    from .tensor import _norm_dim
+
+    chunks = operator.index(chunks)
+    if chunks <= 0:
+        raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
+    n = t.shape[_norm_dim(dim, t.ndim, "chunk")]
+    return split(t, max(1, -(-n // chunks)), dim)
+
+
+def flip(t, dims):
+    """Reverses the order along dims (a view with negative strides)."""
+    from .tensor import _call, _dims_arg, _norm_dim
+    from ._lib import lib
+
+    out = t
+    for d in {_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims)}:
+        n = t.shape[d]
+        if n > 1:
+            out = _call(lib.AD_OP_SLICE, (out,), (d, n - 1, -1, n))
+    return out
+
+
+def repeat(t, *sizes):
+    """Tiles t: repeat(2, 3) of a (a, b) tensor is (2a, 3b) (PyTorch's repeat)."""
+    if len(sizes) == 1 and not isinstance(sizes[0], numbers.Integral):
+        sizes = tuple(sizes[0])
+    sizes = tuple(operator.index(s) for s in sizes)
+    if len(sizes) < t.ndim:
+        raise InvalidArgumentError(f"repeat: {len(sizes)} repeats given for a tensor of "
+                                   f"{t.ndim} dims")
+    if any(s < 0 for s in sizes):
+        raise InvalidArgumentError(f"repeat: repeats must be non-negative, got {sizes}")
+    shape = (1,) * (len(sizes) - t.ndim) + t.shape
+    inter = tuple(x for s in shape for x in (1, s))
+    wide = tuple(x for r, s in zip(sizes, shape) for x in (r, s))
+    return t.reshape(inter).broadcast_to(wide).reshape(
+        tuple(r * s for r, s in zip(sizes, shape)))
+
+
+def expand(t, *sizes):
+    """broadcast_to where -1 keeps a dim's size (PyTorch's expand)."""
+    if len(sizes) == 1 and not isinstance(sizes[0], numbers.Integral):
+        sizes = tuple(sizes[0])
+    sizes = [operator.index(s) for s in sizes]
+    lead = len(sizes) - t.ndim
+    for i, s in enumerate(sizes):
+        if s == -1:
+            if i < lead:
+                raise ShapeError(f"expand: -1 is not allowed for the new leading dim {i} "
+                                 f"(shape {t.shape} to {tuple(sizes)})")
+            sizes[i] = t.shape[i - lead]
+    return t.broadcast_to(tuple(sizes))
+
+
+def index_select(t, dim, index):
+    """The entries of t at `index` (1-d integers) along dim."""
+    from .tensor import _call
+    from ._lib import lib
+
+    return _call(lib.AD_OP_INDEX_SELECT, (t, _as_index(index, "index_select")), (dim,))
+
+
+def index_add(t, dim, index, source):
+    """t with source[.., i, ..] added at index[i] along dim (repeats accumulate)."""
+    from .tensor import _call
+    from ._lib import lib
+
+    return _call(lib.AD_OP_INDEX_ADD, (t, _as_index(index, "index_add"), source), (dim,))
+
+
+def gather(t, dim, index):
+    """out[i][j] = t[index[i][j]][j] for dim 0 (PyTorch's gather)."""
+    from .tensor import _call
+    from ._lib import lib
+
+    return _call(lib.AD_OP_GATHER, (t, _as_index(index, "gather")), (dim,))
+
+
+def scatter_add(t, dim, index, src):
+    """t with src[i][j] added at [index[i][j]][j] for dim 0; repeats accumulate."""
+    from .tensor import _call
+    from ._lib import lib
+
+    return _call(lib.AD_OP_SCATTER_ADD, (t, _as_index(index, "scatter_add"), src), (dim,))

@@ -1,0 +1,396 @@
+/* index.c - joining and indexing ops: cat, pad, index_select, index_add,
+ * gather, scatter_add (their gradients are in backward.c, written with each
+ * other: index_select <-> index_add, gather <-> scatter_add, pad <-> pad). */
+#include <string.h>
+
+#include "nnops.h"
+#include "strided.h"
+
+/* ---- shared helpers --------------------------------------------------------- */
+ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data) {
+    *tmp = NULL;
+    if (ad_is_contiguous(x)) {
+        *data = ad_ptr(x);
+        return AD_OK;
+    }
+    ad_status st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, tmp);
+    if (st) return st;
+    ad_copy_strided(x, (*tmp)->storage->data);
+    *data = (*tmp)->storage->data;
+    return AD_OK;
+}
+
+ad_status nn_index_buf(const ad_tensor *idx, const char *what, int64_t **buf) {
+    *buf = NULL;
+    if (idx->dtype != AD_INT64 && idx->dtype != AD_INT32)
+        return ad_fail(AD_ERR_DTYPE, "%s: %s must be an int64 or int32 tensor, got %s", OPNAME,
+                       what, ad_tdesc(idx));
+    int64_t *b = ad_malloc((size_t)(idx->numel ? idx->numel : 1) * sizeof *b);
+    if (!b) return ad_fail_nomem(OPNAME);
+    ad_convert_strided(idx, b, AD_INT64);
+    *buf = b;
+    return AD_OK;
+}
+
+ad_status nn_dim(int64_t dim, const ad_tensor *x, int *out) {
+    int nd = x->ndim ? x->ndim : 1;
+    if (dim < -nd || dim >= nd)
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", OPNAME, (long long)dim,
+                       ad_tdesc(x));
+    *out = (int)(dim < 0 ? dim + nd : dim);
+    return AD_OK;
+}
+
+/* A view of the contiguous tensor y restricted to [start, start+len) on dim. */
+static ad_status window(const ad_tensor *y, int dim, int64_t start, int64_t len,
+                        ad_tensor **out) {
+    int64_t shape[AD_MAX_DIMS];
+    memcpy(shape, T_SHAPE(y), y->ndim * sizeof *shape);
+    shape[dim] = len;
+    return ad_tensor_view(y, shape, T_STRIDES(y), y->ndim,
+                          y->offset + (len ? start * T_STRIDES(y)[dim] : 0), out);
+}
+
+typedef void (*add_fn)(void *dst, const void *src, int64_t n);
+#define DEF_ADD(T, SUF)                                                         \
+    static void add_##SUF(void *dst, const void *src, int64_t n) {              \
+        T *d = (T *)dst;                                                        \
+        const T *s = (const T *)src;                                            \
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];                           \
+    }
+DEF_ADD(float, f32)
+DEF_ADD(double, f64)
+DEF_ADD(int64_t, i64)
+DEF_ADD(int32_t, i32)
+DEF_ADD(uint8_t, u8)
+static const add_fn add_table[] = {
+    [AD_FLOAT32] = add_f32, [AD_FLOAT64] = add_f64, [AD_INT64] = add_i64,
+    [AD_INT32] = add_i32,   [AD_UINT8] = add_u8,    [AD_BOOL] = NULL,
+};
+
+static ad_status adder(const ad_tensor *x, add_fn *fn) {
+    *fn = add_table[x->dtype];
+    if (!*fn) return ad_fail(AD_ERR_DTYPE, "%s: does not support %s", OPNAME, ad_tdesc(x));
+    return AD_OK;
+}
+
+/* Checks every index against size (negative ones count from the end and are
+   rewritten in place); IndexError names the op, the value and the shape. */
+static ad_status check_indices(int64_t *ix, int64_t n, int64_t size, int dim,
+                               const ad_tensor *x) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = ix[i];
+        if (v < -size || v >= size)
+            return ad_fail(AD_ERR_INDEX,
+                           "%s: index %lld is out of range for dim %d of size %lld (input %s)",
+                           OPNAME, (long long)v, dim, (long long)size, ad_tdesc(x));
+        if (v < 0) ix[i] = v + size;
+    }
+    return AD_OK;
+}
+
+/* ---- cat ---------------------------------------------------------------------- */
+ad_status fwd_cat(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x0 = a->in[0];
+    if (a->n_iargs != 1 + a->n_in)
+        return ad_fail(AD_ERR_VALUE, "cat: takes the dim and one size per input (%d integer "
+                       "arguments), got %d", 1 + a->n_in, a->n_iargs);
+    if (x0->ndim == 0)
+        return ad_fail(AD_ERR_SHAPE, "cat: zero-dimensional tensors cannot be concatenated");
+    int d = 0;
+    ad_status st = nn_dim(a->iargs[0], x0, &d);
+    if (st) return st;
+    int64_t shape[AD_MAX_DIMS];
+    memcpy(shape, T_SHAPE(x0), x0->ndim * sizeof *shape);
+    shape[d] = 0;
+    for (int i = 0; i < a->n_in; i++) {
+        const ad_tensor *x = a->in[i];
+        if (x->dtype != x0->dtype)
+            return ad_fail(AD_ERR_DTYPE, "cat: inputs must share a dtype, got %s and %s (input "
+                           "%d)", ad_tdesc(x0), ad_tdesc(x), i);
+        bool ok = x->ndim == x0->ndim;
+        for (int k = 0; ok && k < x->ndim; k++) ok = k == d || T_SHAPE(x)[k] == T_SHAPE(x0)[k];
+        if (!ok)
+            return ad_fail(AD_ERR_SHAPE, "cat: shapes must match except in dim %d, got %s and "
+                           "%s (input %d)", d, ad_tdesc(x0), ad_tdesc(x), i);
+        if (a->iargs[1 + i] != T_SHAPE(x)[d])
+            return ad_fail(AD_ERR_VALUE, "cat: size argument %lld does not match input %d (%s)",
+                           (long long)a->iargs[1 + i], i, ad_tdesc(x));
+        shape[d] += T_SHAPE(x)[d];
+    }
+    ad_tensor *y;
+    if ((st = ad_tensor_empty(x0->dtype, shape, x0->ndim, &y))) return st;
+    int64_t off = 0;
+    for (int i = 0; i < a->n_in; i++) {
+        ad_tensor *w;
+        if ((st = window(y, d, off, T_SHAPE(a->in[i])[d], &w))) {
+            ad_tensor_release(y);
+            return st;
+        }
+        ad_assign(w, a->in[i]);
+        ad_tensor_release(w);
+        off += T_SHAPE(a->in[i])[d];
+    }
+    *out = y;
+    return AD_OK;
+}
+
+/* ---- pad ------------------------------------------------------------------------ */
+#define FILL_CASE(T)                                                              \
+    {                                                                             \
+        T *p_ = (T *)y->storage->data, v_ = (T)value;                             \
+        for (int64_t i = 0; i < y->numel; i++) p_[i] = v_;                        \
+    }
+
+/* Negative amounts crop, as in PyTorch; pad's gradient is pad by the negated
+   amounts. */
+ad_status fwd_pad(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    double value = a->fargs[0];
+    if (a->n_iargs % 2 || a->n_iargs / 2 > x->ndim)
+        return ad_fail(AD_ERR_VALUE, "pad: needs before/after pairs for at most %d dims, got "
+                       "%d values for %s", x->ndim, a->n_iargs, ad_tdesc(x));
+    int64_t shape[AD_MAX_DIMS], dst0[AD_MAX_DIMS] = {0}, src0[AD_MAX_DIMS] = {0},
+            len[AD_MAX_DIMS];
+    memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
+    memcpy(len, T_SHAPE(x), x->ndim * sizeof *len);
+    bool empty = false;
+    for (int j = 0; j < a->n_iargs / 2; j++) {
+        int d = x->ndim - 1 - j;
+        int64_t l = a->iargs[2 * j], r = a->iargs[2 * j + 1], s = T_SHAPE(x)[d];
+        if (l < -(INT64_MAX / 4) || l > INT64_MAX / 4 || r < -(INT64_MAX / 4) ||
+            r > INT64_MAX / 4)
+            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) is too large", (long long)l,
+                           (long long)r);
+        shape[d] = s + l + r;
+        if (shape[d] < 0)
+            return ad_fail(AD_ERR_SHAPE, "pad: padding (%lld, %lld) makes dim %d of %s negative",
+                           (long long)l, (long long)r, d, ad_tdesc(x));
+        src0[d] = l < 0 ? -l : 0;
+        dst0[d] = l > 0 ? l : 0;
+        len[d] = s - src0[d] - (r < 0 ? -r : 0);
+        if (len[d] <= 0) empty = true;
+    }
+    ad_tensor *y;
+    ad_status st = ad_tensor_empty(x->dtype, shape, x->ndim, &y);
+    if (st) return st;
+    switch (y->dtype) {
+    case AD_FLOAT32: FILL_CASE(float) break;
+    case AD_FLOAT64: FILL_CASE(double) break;
+    case AD_INT64: FILL_CASE(int64_t) break;
+    case AD_INT32: FILL_CASE(int32_t) break;
+    case AD_UINT8: FILL_CASE(uint8_t) break;
+    case AD_BOOL: memset(y->storage->data, value != 0, (size_t)y->numel); break;
+    }
+    if (!empty && x->numel) {
+        int64_t doff = 0, soff = x->offset;
+        for (int d = 0; d < x->ndim; d++) {
+            doff += dst0[d] * T_STRIDES(y)[d];
+            soff += src0[d] * T_STRIDES(x)[d];
+        }
+        ad_tensor *dv = NULL, *sv = NULL;
+        st = ad_tensor_view(y, len, T_STRIDES(y), x->ndim, doff, &dv);
+        if (!st) st = ad_tensor_view(x, len, T_STRIDES(x), x->ndim, soff, &sv);
+        if (!st) ad_assign(dv, sv);
+        ad_tensor_release(dv);
+        ad_tensor_release(sv);
+        if (st) {
+            ad_tensor_release(y);
+            return st;
+        }
+    }
+    *out = y;
+    return AD_OK;
+}
+
+/* ---- index_select / index_add ---------------------------------------------------- */
+/* x seen as (outer, size, inner) around dim d */
+static void split3(const ad_tensor *x, int d, int64_t *outer, int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    for (int k = 0; k < x->ndim; k++) {
+        if (k < d) *outer *= T_SHAPE(x)[k];
+        if (k > d) *inner *= T_SHAPE(x)[k];
+    }
+}
+
+ad_status fwd_index_select(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0], *idx = a->in[1];
+    int d = 0;
+    ad_status st = nn_dim(a->iargs[0], x, &d);
+    if (st) return st;
+    if (idx->ndim > 1)
+        return ad_fail(AD_ERR_SHAPE, "index_select: the index must be 1-d, got %s",
+                       ad_tdesc(idx));
+    int64_t *ix, n = idx->numel;
+    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    int64_t size = x->ndim ? T_SHAPE(x)[d] : 1;
+    if ((st = check_indices(ix, n, size, d, x))) goto done;
+    int64_t shape[AD_MAX_DIMS];
+    memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
+    if (x->ndim) shape[d] = n;
+    else if (n != 1) {
+        st = ad_fail(AD_ERR_SHAPE, "index_select: a 0-d input takes one index, got %lld",
+                     (long long)n);
+        goto done;
+    }
+    ad_tensor *y, *tmp;
+    const void *src;
+    if ((st = ad_tensor_empty(x->dtype, shape, x->ndim, &y))) goto done;
+    if ((st = nn_contig(x, &tmp, &src))) {
+        ad_tensor_release(y);
+        goto done;
+    }
+    int64_t outer, inner;
+    split3(x, d, &outer, &inner);
+    size_t es = ad_dtype_size_(x->dtype), blk = (size_t)inner * es;
+    char *dst = y->storage->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n; i++, dst += blk)
+            memcpy(dst, (const char *)src + ((size_t)(o * size + ix[i])) * blk, blk);
+    ad_tensor_release(tmp);
+    *out = y;
+done:
+    ad_mfree(ix);
+    return st;
+}
+
+/* x with src[.., i, ..] added into position idx[i] along dim (repeated
+   indices accumulate): the gradient of index_select. */
+ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
+    int d = 0;
+    add_fn add;
+    ad_status st = nn_dim(a->iargs[0], x, &d);
+    if (st || (st = adder(x, &add))) return st;
+    if (idx->ndim > 1 || x->ndim == 0)
+        return ad_fail(AD_ERR_SHAPE, "index_add: needs a 1-d index and an input with dims, got "
+                       "%s and %s", ad_tdesc(idx), ad_tdesc(x));
+    if (srct->dtype != x->dtype)
+        return ad_fail(AD_ERR_DTYPE, "index_add: source %s and input %s differ in dtype",
+                       ad_tdesc(srct), ad_tdesc(x));
+    int64_t n = idx->numel;
+    bool ok = srct->ndim == x->ndim;
+    for (int k = 0; ok && k < x->ndim; k++) ok = T_SHAPE(srct)[k] == (k == d ? n : T_SHAPE(x)[k]);
+    if (!ok)
+        return ad_fail(AD_ERR_SHAPE, "index_add: source %s does not fit input %s with %lld "
+                       "indices in dim %d", ad_tdesc(srct), ad_tdesc(x), (long long)n, d);
+    int64_t *ix;
+    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    int64_t size = T_SHAPE(x)[d];
+    ad_tensor *y = NULL, *tmp = NULL;
+    const void *src;
+    if ((st = check_indices(ix, n, size, d, x))) goto done;
+    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
+    ad_copy_strided(x, y->storage->data);
+    if ((st = nn_contig(srct, &tmp, &src))) goto done;
+    int64_t outer, inner;
+    split3(x, d, &outer, &inner);
+    size_t es = ad_dtype_size_(x->dtype);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n; i++)
+            add((char *)y->storage->data + (size_t)((o * size + ix[i]) * inner) * es,
+                (const char *)src + (size_t)((o * n + i) * inner) * es, inner);
+done:
+    ad_tensor_release(tmp);
+    ad_mfree(ix);
+    if (st) ad_tensor_release(y);
+    else *out = y;
+    return st;
+}
+
+/* ---- gather / scatter_add ------------------------------------------------------- */
+/* Checks idx against x (every dim but d no larger) and optionally src (no
+   dim smaller than idx's). */
+static ad_status check_gather_shapes(const ad_tensor *x, const ad_tensor *idx,
+                                     const ad_tensor *src, int d) {
+    bool ok = idx->ndim == x->ndim && (!src || src->ndim == x->ndim);
+    for (int k = 0; ok && k < x->ndim; k++) {
+        ok = k == d || T_SHAPE(idx)[k] <= T_SHAPE(x)[k];
+        if (ok && src) ok = T_SHAPE(idx)[k] <= T_SHAPE(src)[k];
+    }
+    if (!ok)
+        return ad_fail(AD_ERR_SHAPE, "%s: index %s does not fit input %s%s%s (same number of "
+                       "dims; no index dim larger than the input's, except dim %d%s)", OPNAME,
+                       ad_tdesc(idx), ad_tdesc(x), src ? " and source " : "",
+                       src ? ad_tdesc(src) : "", d, src ? ", nor than the source's" : "");
+    return AD_OK;
+}
+
+/* Walks every position of idx (row-major), calling back with the element
+   offsets in x (through idx's value on dim d) and in other (same coords). */
+#define WALK_INDEX(IDX, NDIM, XSTR, OSTR, D, BODY)                                     \
+    do {                                                                               \
+        int64_t c_[AD_MAX_DIMS] = {0}, xo_ = 0, oo_ = 0;                               \
+        for (int64_t k_ = 0; k_ < (IDX)->numel; k_++) {                                \
+            int64_t v_ = ix[k_];                                                       \
+            int64_t xoff = xo_ + v_ * (XSTR)[D], ooff = oo_;                           \
+            BODY;                                                                      \
+            for (int q_ = (NDIM) - 1; q_ >= 0; q_--) {                                 \
+                if (q_ != (D)) xo_ += (XSTR)[q_];                                      \
+                oo_ += (OSTR)[q_];                                                     \
+                if (++c_[q_] < T_SHAPE(IDX)[q_]) break;                                \
+                if (q_ != (D)) xo_ -= (XSTR)[q_] * c_[q_];                             \
+                oo_ -= (OSTR)[q_] * c_[q_];                                            \
+                c_[q_] = 0;                                                            \
+            }                                                                          \
+            (void)xoff, (void)ooff;                                                    \
+        }                                                                              \
+    } while (0)
+
+static ad_status check_walk_indices(int64_t *ix, const ad_tensor *idx, const ad_tensor *x,
+                                    int d) {
+    return check_indices(ix, idx->numel, x->ndim ? T_SHAPE(x)[d] : 1, d, x);
+}
+
+ad_status fwd_gather(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0], *idx = a->in[1];
+    int d = 0;
+    ad_status st = nn_dim(a->iargs[0], x, &d);
+    if (st || (st = check_gather_shapes(x, idx, NULL, d))) return st;
+    int64_t *ix;
+    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    ad_tensor *y = NULL;
+    if ((st = check_walk_indices(ix, idx, x, d))) goto done;
+    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(idx), idx->ndim, &y))) goto done;
+    size_t es = ad_dtype_size_(x->dtype);
+    const char *xp = ad_ptr(x);
+    char *yp = y->storage->data;
+    int64_t zero[1] = {0};
+    const int64_t *xs = x->ndim ? T_STRIDES(x) : zero, *ys = T_STRIDES(y);
+    WALK_INDEX(idx, idx->ndim, xs, ys, d,
+               memcpy(yp + (size_t)ooff * es, xp + (ptrdiff_t)xoff * (ptrdiff_t)es, es));
+    *out = y;
+done:
+    ad_mfree(ix);
+    return st;
+}
+
+/* x with src[i..] added at position idx[i..] on dim (repeats accumulate). */
+ad_status fwd_scatter_add(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
+    int d = 0;
+    add_fn add;
+    ad_status st = nn_dim(a->iargs[0], x, &d);
+    if (st || (st = adder(x, &add)) || (st = check_gather_shapes(x, idx, srct, d))) return st;
+    if (srct->dtype != x->dtype)
+        return ad_fail(AD_ERR_DTYPE, "scatter_add: source %s and input %s differ in dtype",
+                       ad_tdesc(srct), ad_tdesc(x));
+    int64_t *ix;
+    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    ad_tensor *y = NULL;
+    if ((st = check_walk_indices(ix, idx, x, d))) goto done;
+    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
+    ad_copy_strided(x, y->storage->data);
+    size_t es = ad_dtype_size_(x->dtype);
+    char *yp = y->storage->data;
+    const char *sp = ad_ptr(srct);
+    int64_t zero[1] = {0};
+    const int64_t *ys = x->ndim ? T_STRIDES(y) : zero, *ss = T_STRIDES(srct);
+    WALK_INDEX(idx, idx->ndim, ys, ss, d,
+               add(yp + (size_t)xoff * es, sp + (ptrdiff_t)ooff * (ptrdiff_t)es, 1));
+    *out = y;
+done:
+    ad_mfree(ix);
+    return st;
+}

@@ -1,0 +1,344 @@
+"""Joining and indexing ops: cat, stack, split/chunk, flip, pad, repeat,
+expand, index_select, index_add, gather, scatter_add, integer-tensor and
+bool-mask indexing, embedding.  Forward against numpy, gradients by the
+float64 central-difference check on contiguous, transposed, sliced and
+broadcast inputs (gradcheck.layouts), duplicate indices, error paths."""
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+from gradcheck import check_grad, layouts
+
+rng = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return rng.standard_normal(shape)
+
+
+def first_layout(mk):
+    """make() applying a layout to input 0 only."""
+    return lambda i, t: mk(t) if i == 0 else t
+
+
+def np_of(t):
+    return np.asarray(t)
+
+
+# ---- cat / stack ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name,base,mk", layouts((2, 3)), ids=lambda v: v if isinstance(v, str) else "")
+def test_cat_grad_layouts(name, base, mk):
+    check_grad(lambda a, b: ad.cat([a, b, a], dim=1), [base, rand(2, 2)], make=first_layout(mk))
+    check_grad(lambda a, b: ad.cat([b.t(), a], dim=0), [base, rand(3, 2)],
+               make=first_layout(mk))
+
+
+def test_cat_forward_and_sizes():
+    a, b, c = rand(2, 3), rand(2, 0), rand(2, 1)
+    y = ad.cat([ad.tensor(a), ad.tensor(b), ad.tensor(c)], dim=-1)
+    np.testing.assert_array_equal(np_of(y), np.concatenate([a, b, c], axis=1))
+    ints = ad.cat([ad.tensor([1, 2]), ad.tensor([3])])
+    assert ints.dtype == ad.int64 and ints.tolist() == [1, 2, 3]
+    many = [rand(1, 2) for _ in range(19)]
+    y = ad.cat([ad.tensor(m) for m in many])
+    np.testing.assert_array_equal(np_of(y), np.concatenate(many))
+    check_grad(lambda *xs: ad.cat(list(xs) * 2), [rand(1, 2) for _ in range(5)])
+
+
+def test_cat_zero_and_one_sized():
+    check_grad(lambda a, b: ad.cat([a, b], 0), [rand(0, 3), rand(1, 3)])
+    check_grad(lambda a: ad.cat([a]), [rand(1, 1)])
+
+
+def test_stack():
+    a, b = rand(2, 3), rand(2, 3)
+    for d in (0, 1, 2, -1):
+        y = ad.stack([ad.tensor(a), ad.tensor(b)], d)
+        np.testing.assert_array_equal(np_of(y), np.stack([a, b], d))
+    for name, base, mk in layouts((2, 3)):
+        check_grad(lambda x, y: ad.stack([x, y, x], 1), [base, b], make=first_layout(mk))
+
+
+def test_cat_stack_errors():
+    with pytest.raises(ad.DTypeError, match="cat"):
+        ad.cat([ad.zeros(2), ad.zeros(2, dtype=ad.float64)])
+    with pytest.raises(ad.ShapeError, match=r"cat.*\(2, 3\)"):
+        ad.cat([ad.zeros((2, 3)), ad.zeros((3, 3))], dim=1)
+    with pytest.raises(IndexError, match="cat"):
+        ad.cat([ad.zeros((2, 3))], dim=2)
+    with pytest.raises(ad.ShapeError, match="cat"):
+        ad.cat([ad.tensor(1.0)])
+    with pytest.raises(ad.ShapeError, match="stack"):
+        ad.stack([ad.zeros(2), ad.zeros(3)])
+    with pytest.raises(ValueError):
+        ad.cat([])
+
+
+# ---- split / chunk / flip / repeat / expand --------------------------------------------------
+def test_split_chunk_are_views():
+    a = np.arange(14.0).reshape(7, 2)
+    t = ad.tensor(a)
+    parts = t.split(3)
+    assert [p.shape for p in parts] == [(3, 2), (3, 2), (1, 2)]
+    for p, ref in zip(parts, np.split(a, [3, 6])):
+        np.testing.assert_array_equal(np_of(p), ref)
+        assert ad._lib.ad_tensor_same_storage(p._h, t._h)
+    parts = t.split([1, 0, 6])
+    assert [p.shape[0] for p in parts] == [1, 0, 6]
+    assert [p.shape for p in t.chunk(3)] == [(3, 2), (3, 2), (1, 2)]
+    assert [p.shape for p in t.chunk(2, dim=1)] == [(7, 1), (7, 1)]
+    check_grad(lambda x: x.split(2, dim=1)[1] * 3 + x.split([1, 2], dim=1)[0], [rand(2, 3)])
+    check_grad(lambda x: ad.cat(list(x.chunk(3, 0))[::-1]), [rand(5, 2)])
+    with pytest.raises(ad.ShapeError, match="split"):
+        t.split([3, 3])
+
+
+@pytest.mark.parametrize("name,base,mk", layouts((3, 4)), ids=lambda v: v if isinstance(v, str) else "")
+def test_flip(name, base, mk):
+    a = mk(ad.tensor(base))
+    for dims in (0, 1, (0, 1), (-1,)):
+        np.testing.assert_array_equal(np_of(a.flip(dims)), np.flip(np_of(a), dims))
+    check_grad(lambda x: x.flip((0, 1)), [base], make=lambda i, t: mk(t))
+    check_grad(lambda x: x.flip(1) * x, [base], make=lambda i, t: mk(t))
+
+
+def test_flip_small_dims():
+    check_grad(lambda x: x.flip(0), [rand(1, 2)])
+    assert ad.zeros((0, 2)).flip(0).shape == (0, 2)
+
+
+@pytest.mark.parametrize("name,base,mk", layouts((2, 3)), ids=lambda v: v if isinstance(v, str) else "")
+def test_repeat(name, base, mk):
+    a = mk(ad.tensor(base))
+    for reps in ((2, 1), (1, 3), (2, 2, 2), (0, 1)):
+        np.testing.assert_array_equal(np_of(a.repeat(*reps)), np.tile(np_of(a), reps))
+    check_grad(lambda x: x.repeat(2, 3), [base], make=lambda i, t: mk(t))
+    check_grad(lambda x: x.repeat((3, 1, 2)), [base], make=lambda i, t: mk(t))
+
+
+def test_expand():
+    check_grad(lambda x: x.expand(3, 2, 4), [rand(2, 1)])
+    check_grad(lambda x: x.expand((2, 3)) * x, [rand(1, 3)])
+    check_grad(lambda x: x.expand(2, -1, 3), [rand(4, 1)])
+    assert ad.zeros((2, 1)).expand(-1, 0).shape == (2, 0)
+    with pytest.raises(ad.ShapeError, match="expand"):
+        ad.zeros(2).expand(-1, 2)
+
+
+# ---- pad -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,base,mk", layouts((2, 3)), ids=lambda v: v if isinstance(v, str) else "")
+def test_pad(name, base, mk):
+    a = mk(ad.tensor(base))
+    y = ad.nn.pad(a, (1, 2, 0, 1), value=-1.5)
+    np.testing.assert_array_equal(np_of(y), np.pad(np_of(a), ((0, 1), (1, 2)),
+                                                   constant_values=-1.5))
+    check_grad(lambda x: ad.nn.pad(x, (1, 2)), [base], make=lambda i, t: mk(t))
+    check_grad(lambda x: ad.nn.pad(x, (2, -1, -1, 1), value=3.0), [base],
+               make=lambda i, t: mk(t))
+
+
+def test_pad_crop_and_errors():
+    a = np.arange(12.0).reshape(3, 4)
+    y = ad.nn.pad(ad.tensor(a), (-1, -2))
+    np.testing.assert_array_equal(np_of(y), a[:, 1:2])
+    assert ad.nn.pad(ad.zeros((0, 2)), (1, 1)).shape == (0, 4)
+    check_grad(lambda x: ad.nn.pad(x, (0, 0, 1, 1)), [rand(0, 2)])
+    assert ad.nn.pad(ad.tensor([1, 2]), (1, 0), value=7).tolist() == [7, 1, 2]
+    with pytest.raises(ad.ShapeError, match="pad"):
+        ad.nn.pad(ad.zeros((2, 2)), (-2, -1))
+    with pytest.raises(ValueError, match="pad"):
+        ad.nn.pad(ad.zeros(2), (1, 1, 1, 1))
+
+
+# ---- index_select / index_add ----------------------------------------------------------------
+@pytest.mark.parametrize("name,base,mk", layouts((3, 4)), ids=lambda v: v if isinstance(v, str) else "")
+def test_index_select(name, base, mk):
+    idx = ad.tensor([2, 0, 2, 2, -1])
+    a = mk(ad.tensor(base))
+    np.testing.assert_array_equal(np_of(a.index_select(0, idx)),
+                                  np.take(np_of(a), [2, 0, 2, 2, -1], axis=0))
+    np.testing.assert_array_equal(np_of(a.index_select(1, [3, 3, 0])),
+                                  np_of(a)[:, [3, 3, 0]])
+    check_grad(lambda x: x.index_select(0, idx), [base], make=lambda i, t: mk(t))
+    check_grad(lambda x: x.index_select(-1, [1, 1, 1, 0]), [base], make=lambda i, t: mk(t))
+
+
+def test_index_select_duplicates_accumulate():
+    x = ad.Var([1.0, 2.0, 3.0])
+    g = x.index_select(0, ad.tensor([0, 0, 2, 0])).sum().backward()
+    assert g[x].tolist() == [3.0, 0.0, 1.0]
+    x32 = ad.tensor([[1, 2], [3, 4]]).index_select(0, ad.tensor([1], dtype=ad.int32))
+    assert x32.tolist() == [[3, 4]]
+    assert ad.zeros((3, 2)).index_select(0, ad.tensor([], dtype=ad.int64)).shape == (0, 2)
+
+
+def test_index_add():
+    x, src = rand(4, 3), rand(5, 3)
+    idx = [0, 3, 0, 1, 0]
+    ref = x.copy()
+    np.add.at(ref, idx, src)
+    y = ad.tensor(x).index_add(0, idx, ad.tensor(src))
+    np.testing.assert_allclose(np_of(y), ref)
+    check_grad(lambda a, b: a.index_add(0, idx, b) * a, [x, src])
+    check_grad(lambda a, b: a.index_add(1, [2, 2], b), [x, rand(4, 2)])
+
+
+def test_index_errors():
+    x = ad.zeros((3, 4))
+    with pytest.raises(IndexError, match=r"index_select.*5.*\(3, 4\)"):
+        x.index_select(0, [0, 5])
+    with pytest.raises(IndexError, match=r"index_select.*-4"):
+        x.index_select(0, [-4])
+    with pytest.raises(ad.DTypeError, match="index_select"):
+        x.index_select(0, ad.tensor([0.0]))
+    with pytest.raises(IndexError, match="index_select"):
+        x.index_select(2, [0])
+    with pytest.raises(ad.ShapeError, match="index_add"):
+        x.index_add(0, [0], ad.zeros((2, 4)))
+    with pytest.raises(IndexError, match=r"index_add.*3"):
+        x.index_add(0, [3], ad.zeros((1, 4)))
+
+
+# ---- gather / scatter_add ------------------------------------------------------------------------
+@pytest.mark.parametrize("name,base,mk", layouts((3, 4)), ids=lambda v: v if isinstance(v, str) else "")
+def test_gather(name, base, mk):
+    idx0 = np.array([[0, 2, 2, 1], [2, 2, 0, 0]])
+    idx1 = np.array([[3, 3], [0, 1], [2, 2]])
+    a = mk(ad.tensor(base))
+    np.testing.assert_array_equal(np_of(a.gather(0, idx0)),
+                                  np.take_along_axis(np_of(a), idx0, 0))
+    np.testing.assert_array_equal(np_of(a.gather(1, idx1)),
+                                  np.take_along_axis(np_of(a), idx1, 1))
+    check_grad(lambda x: x.gather(0, idx0), [base], make=lambda i, t: mk(t))
+    check_grad(lambda x: x.gather(1, idx1) * 2, [base], make=lambda i, t: mk(t))
+
+
+def test_gather_smaller_index_and_duplicates():
+    x = ad.Var([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    y = x.gather(1, [[0, 0, 0, 2]][:1] * 1)  # (1, 4): larger than x in dim 1 is fine
+    assert y.tolist() == [[1.0, 1.0, 1.0, 3.0]]
+    g = y.sum().backward()
+    assert g[x].tolist() == [[3.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+def np_scatter_add(x, dim, idx, src):
+    out = x.copy()
+    for pos in np.ndindex(*idx.shape):
+        tgt = list(pos)
+        tgt[dim] = idx[pos]
+        out[tuple(tgt)] += src[pos]
+    return out
+
+
+@pytest.mark.parametrize("name,base,mk", layouts((3, 4)), ids=lambda v: v if isinstance(v, str) else "")
+def test_scatter_add(name, base, mk):
+    idx = np.array([[0, 2, 2, 1], [2, 2, 0, 0]])
+    src = rand(2, 4)
+    a = mk(ad.tensor(base))
+    y = a.scatter_add(0, idx, ad.tensor(src))
+    np.testing.assert_allclose(np_of(y), np_scatter_add(np_of(a), 0, idx, src))
+    check_grad(lambda x, s: x.scatter_add(0, idx, s), [base, src], make=first_layout(mk))
+    # the source larger than the index: its extra entries get zero gradient
+    big = rand(3, 5)
+    g = check_grad(lambda x, s: x.scatter_add(1, idx[:, :2], s), [base, big],
+                   make=first_layout(mk))[1]
+    assert (g[2:] == 0).all() and (g[:, 2:] == 0).all()
+
+
+def test_scatter_add_duplicates_and_errors():
+    x = ad.zeros(3, dtype=ad.float64)
+    y = x.scatter_add(0, [1, 1, 1, 0], ad.tensor([1.0, 2.0, 3.0, 4.0], dtype=ad.float64))
+    assert y.tolist() == [4.0, 6.0, 0.0]
+    with pytest.raises(IndexError, match=r"scatter_add.*7.*\(3,\)"):
+        x.scatter_add(0, [7], ad.tensor([1.0], dtype=ad.float64))
+    with pytest.raises(IndexError, match=r"gather.*-5"):
+        x.gather(0, [-5])
+    with pytest.raises(ad.ShapeError, match="gather"):
+        ad.zeros((2, 2)).gather(0, [0, 1])
+    with pytest.raises(ad.DTypeError, match="scatter_add"):
+        x.scatter_add(0, [0], ad.tensor([1.0]))
+
+
+# ---- integer-tensor and mask indexing -------------------------------------------------------------
+KEYS = [
+    lambda: ad.tensor([2, 0, 2]),
+    lambda: [1, -1],
+    lambda: ad.tensor([[0, 1], [2, 2]]),
+    lambda: (slice(None), [3, 0, 3]),
+    lambda: (Ellipsis, ad.tensor([1, 1])),
+    lambda: ([0, 2], [1, 3]),
+    lambda: ([[0], [2]], [1, 3, 0]),
+    lambda: (1, [0, 3]),
+    lambda: ([0, 2], slice(1, None)),
+    lambda: (None, [0, 0]),
+    lambda: (slice(None, None, -1), ad.tensor([0, 0])),
+    lambda: np.array([True, False, True]),
+    lambda: (slice(None), np.array([0, 3, 3])),
+]
+
+
+@pytest.mark.parametrize("k", range(len(KEYS)))
+def test_advanced_index_forward_and_grad(k):
+    base = rand(3, 4)
+    key = KEYS[k]()
+    npkey = tuple(np.asarray(i) if isinstance(i, (ad.Tensor, list)) else i
+                  for i in (key if isinstance(key, tuple) else (key,)))
+    np.testing.assert_array_equal(np_of(ad.tensor(base)[key]), base[npkey])
+    check_grad(lambda x: x[key], [base])
+
+
+def test_advanced_index_3d_and_layouts():
+    base = rand(2, 3, 4)
+    for key in [(slice(None), [0, 2], [1, 1]), ([1, 0], slice(None), [3, 3]),
+                ([0, 1, 1], 2), (np.ones((2, 3), bool), [0, 1, 2, 3, 0, 1])]:
+        np.testing.assert_array_equal(np_of(ad.tensor(base)[key]), base[key])
+        check_grad(lambda x: x[key], [base])
+    for name, b, mk in layouts((3, 4)):
+        check_grad(lambda x: x[[2, 2, 0]] * x[[1, 1, 1]], [b], make=lambda i, t: mk(t))
+
+
+def test_index_repeated_accumulates_and_same_tensor_twice():
+    x = ad.Var([1.0, 2.0, 3.0])
+    y = x[ad.tensor([0, 0, 1, 0])] * x[[2, 2, 2, 2]]
+    g = y.sum().backward()
+    # d/dx0 = 3 * x2 (three uses), d/dx1 = x2, d/dx2 = x0 + x0 + x1 + x0
+    assert g[x].tolist() == [9.0, 3.0, 5.0]
+    mask = x > 1.5
+    assert x[mask].tolist() == [2.0, 3.0]
+    assert x[ad.tensor([], dtype=ad.int64)].shape == (0,)
+
+
+def test_index_errors_advanced():
+    x = ad.zeros((3, 4))
+    with pytest.raises(IndexError, match=r"index.*5.*\(3, 4\)"):
+        x[[0, 5]]
+    with pytest.raises(IndexError, match="-5"):
+        x[:, [-5]]
+    with pytest.raises(IndexError):
+        x[[0, 1], [0, 1, 2]]
+    with pytest.raises(IndexError):
+        x[ad.tensor([0.5])]
+    with pytest.raises(IndexError):
+        x[np.array([True, False])]
+
+
+def test_embedding():
+    w = rand(5, 3)
+    ids = np.array([[0, 4], [4, 4]])
+    y = ad.nn.embedding(ad.tensor(ids), ad.tensor(w))
+    np.testing.assert_array_equal(np_of(y), w[ids])
+    check_grad(lambda w_: ad.nn.embedding(ids, w_), [w])
+    wv = ad.Var(w)
+    g = ad.nn.embedding([1, 1, 1], wv).sum().backward()[wv]
+    assert np_of(g)[1].tolist() == [3.0, 3.0, 3.0] and np_of(g).sum() == 9.0
+    with pytest.raises(IndexError, match="5"):
+        ad.nn.embedding([5], ad.tensor(w))
+
+
+def test_untracked_index_ops_record_nothing():
+    x = ad.tensor(rand(3, 2))
+    y = ad.cat([x, x[[0]]])
+    assert not y.track_op and y.op is None
+    v = ad.Var(rand(3, 2))
+    assert ad.cat([x, v]).op == "cat"
+    assert v[[0, 1]].op is not None
