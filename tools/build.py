@@ -26,6 +26,7 @@ PKG = os.path.join(ROOT, "pyautodiff")
 LIBNAME = "libpyautodiff.so"
 
 BASE_FLAGS = ["-std=c11", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden", "-pthread",
+              "-fwrapv",  # integer tensors wrap on overflow, as numpy's do (no UB)
               "-I" + INCLUDE]
 MODES = {
     "release": ["-O3", "-DNDEBUG"],
