@@ -9,6 +9,10 @@
 #include <tgmath.h> /* exp(x) is expf for a float x */
 #include <string.h>
 
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "simd.h"
 #include "strided.h"
 
 typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb,
@@ -152,6 +156,40 @@ CMP_OPS(DEF_CMP)
 UN_OPS(DEF_UN)
 #pragma GCC diagnostic pop
 
+/* ---- run-time dispatch: float32 exp and tanh -------------------------------
+ * AVX-512 or AVX2/FMA kernels (simd_avx*.c, same results) when the CPU has
+ * them, unless
+ * PYAUTODIFF_PORTABLE=1 (read once per process) forces the portable loops. */
+typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
+static f32_map simd_exp_f32, simd_tanh_f32;
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+
+static void simd_detect(void) {
+    const char *env = getenv("PYAUTODIFF_PORTABLE");
+    if (env && env[0] == '1' && env[1] == '\0') return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        simd_exp_f32 = ad_exp_f32_avx2;
+        simd_tanh_f32 = ad_tanh_f32_avx2;
+        if (__builtin_cpu_supports("avx512f")) {
+            simd_exp_f32 = ad_exp_f32_avx512;
+            simd_tanh_f32 = ad_tanh_f32_avx512;
+        }
+    }
+#endif
+}
+
+#define DEF_DISPATCH(OP)                                                                \
+    static void un_##OP##_f32_any(int64_t n, const void *x, int64_t sx, void *y,        \
+                                  const double *s) {                                    \
+        pthread_once(&simd_once, simd_detect);                                          \
+        if (simd_##OP##_f32) simd_##OP##_f32(n, (const float *)x, sx, (float *)y);      \
+        else un_##OP##_f32(n, x, sx, y, s);                                             \
+    }
+DEF_DISPATCH(exp)
+DEF_DISPATCH(tanh)
+
 /* ---- tables ------------------------------------------------------------------- */
 #define ROW_FLOAT(P, OP) {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64}
 #define ROW_NUM(P, OP)                                                          \
@@ -178,10 +216,10 @@ static const un_kernel un_table[AD_OP__COUNT][6] = {
     [AD_OP_ADD_SCALAR] = ROW_NUM(un_, add_scalar),
     [AD_OP_MUL_SCALAR] = ROW_NUM(un_, mul_scalar),
     [AD_OP_RSUB_SCALAR] = ROW_NUM(un_, rsub_scalar),
-    [AD_OP_EXP] = ROW_FLOAT(un_, exp),
+    [AD_OP_EXP] = {[AD_FLOAT32] = un_exp_f32_any, [AD_FLOAT64] = un_exp_f64},
     [AD_OP_LOG] = ROW_FLOAT(un_, log),
     [AD_OP_SQRT] = ROW_FLOAT(un_, sqrt),
-    [AD_OP_TANH] = ROW_FLOAT(un_, tanh),
+    [AD_OP_TANH] = {[AD_FLOAT32] = un_tanh_f32_any, [AD_FLOAT64] = un_tanh_f64},
     [AD_OP_DIV_SCALAR] = ROW_FLOAT(un_, div_scalar),
     [AD_OP_RDIV_SCALAR] = ROW_FLOAT(un_, rdiv_scalar),
     [AD_OP_POW_SCALAR] = ROW_FLOAT(un_, pow_scalar),
@@ -249,7 +287,7 @@ static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out)
     nditer it;
     nditer_init(&it, 3, nd, shape, strides, es);
     char *base[3] = {ad_ptr(y), ad_ptr(a), ad_ptr(b)};
-    nditer_run(&it, base, bin_inner, &k);
+    nditer_run_par(&it, base, bin_inner, &k);
     *out = y;
     return AD_OK;
 }
@@ -284,7 +322,7 @@ static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
     un_ctx c = {k, {s, s2}};
-    nditer_run(&it, base, un_inner, &c);
+    nditer_run_par(&it, base, un_inner, &c);
     *out = y;
     return AD_OK;
 }
@@ -369,7 +407,7 @@ ad_status fwd_where(const op_args *args, ad_tensor **out) {
     nditer it;
     nditer_init(&it, 4, nd, shape, strides, sizes);
     char *base[4] = {ad_ptr(y), ad_ptr(c), ad_ptr(a), ad_ptr(b)};
-    nditer_run(&it, base, where_inner, &es);
+    nditer_run_par(&it, base, where_inner, &es);
     *out = y;
     return AD_OK;
 }

@@ -147,6 +147,8 @@ ad_status fwd_cat(const op_args *a, ad_tensor **out) {
 ad_status fwd_pad(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     double value = a->fargs[0];
+    ad_status vst = ad_check_fill_value("pad", x->dtype, value);
+    if (vst) return vst;
     if (a->n_iargs % 2 || a->n_iargs / 2 > x->ndim)
         return ad_fail(AD_ERR_VALUE, "pad: needs before/after pairs for at most %d dims, got "
                        "%d values for %s", x->ndim, a->n_iargs, ad_tdesc(x));

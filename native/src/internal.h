@@ -103,6 +103,9 @@ static inline void *ad_ptr(const ad_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ad_dtype_size_(t->dtype);
 }
 static inline bool ad_tracks(const ad_tensor *t) { return t->is_variable || t->node != NULL; }
+/* AD_OK when v converts to dtype (integer dtypes: its truncation fits, not NaN
+   or inf), else AD_ERR_VALUE naming op. */
+ad_status ad_check_fill_value(const char *op, int dtype, double v);
 /* Checks a shape (non-negative sizes, rank, element count and byte size that
    do not overflow) and returns its element count in *numel. */
 ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,

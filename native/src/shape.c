@@ -76,6 +76,10 @@ ad_status fwd_reshape(const op_args *a, ad_tensor **out) {
     if (known != x->numel)
         return ad_fail(AD_ERR_SHAPE, "reshape: cannot reshape %s (%lld elements) into %s",
                        ad_tdesc(x), (long long)x->numel, ad_fmt_shape(a->iargs, nd));
+    /* an empty result's other sizes must still give strides that fit */
+    int64_t numel;
+    ad_status cst = ad_check_shape("reshape", shape, nd, x->dtype, &numel);
+    if (cst) return cst;
     int64_t strides[AD_MAX_DIMS];
     if (view_strides(x, shape, nd, strides))
         return ad_tensor_view(x, shape, strides, nd, x->offset, out);
@@ -131,7 +135,9 @@ ad_status fwd_slice(const op_args *a, ad_tensor **out) {
     memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
     memcpy(strides, T_STRIDES(x), x->ndim * sizeof *strides);
     shape[d] = len;
-    strides[d] = T_STRIDES(x)[d] * step;
+    /* step only matters for len > 1 (then it is bounded by the dim's size);
+       any step is accepted for len <= 1 and must not overflow the stride */
+    strides[d] = len > 1 ? T_STRIDES(x)[d] * step : T_STRIDES(x)[d];
     int64_t offset = x->offset + (len > 0 ? start * T_STRIDES(x)[d] : 0);
     return ad_tensor_view(x, shape, strides, x->ndim, offset, out);
 }
@@ -149,6 +155,9 @@ ad_status fwd_broadcast(const op_args *a, ad_tensor **out) {
     if (!ok)
         return ad_fail(AD_ERR_SHAPE, "broadcast_to: cannot broadcast %s to %s", ad_tdesc(x),
                        ad_fmt_shape(shape, nd));
+    int64_t numel; /* the view's element count must fit, as a new tensor's must */
+    ad_status st = ad_check_shape("broadcast_to", shape, nd, x->dtype, &numel);
+    if (st) return st;
     int64_t strides[AD_MAX_DIMS];
     broadcast_strides(x, shape, nd, strides);
     return ad_tensor_view(x, shape, strides, nd, x->offset, out);

@@ -3,6 +3,8 @@
 
 #include "strided.h"
 
+#include "parallel.h"
+
 void broadcast_strides(const ad_tensor *t, const int64_t *out_shape, int out_ndim,
                        int64_t *strides) {
     int lead = out_ndim - t->ndim;
@@ -81,6 +83,83 @@ void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
     }
 }
 
+int64_t nditer_numel(const nditer *it) {
+    int64_t n = 1;
+    for (int d = 0; d < it->ndim; d++) n *= it->shape[d];
+    return n;
+}
+
+void nditer_slice(const nditer *it, char *const *base, int d, int64_t begin, int64_t end,
+                  nditer *sub, char **sub_base) {
+    *sub = *it;
+    sub->shape[d] = end - begin;
+    for (int k = 0; k < it->nops; k++)
+        sub_base[k] = base[k] + begin * it->strides[k][d] * (int64_t)it->elsize[k];
+}
+
+typedef struct {
+    void (*fn)(void *ctx, int64_t k);
+    void *ctx;
+    int64_t nblocks;
+    atomic_llong next;
+} blocks_job;
+
+static void blocks_worker(void *ctx, int64_t begin, int64_t end) {
+    blocks_job *j = ctx;
+    (void)begin, (void)end;
+    for (;;) {
+        int64_t k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k >= j->nblocks) return;
+        j->fn(j->ctx, k);
+    }
+}
+
+void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx) {
+    int threads = par_num_threads();
+    if (nblocks <= 1 || threads < 2) {
+        for (int64_t k = 0; k < nblocks; k++) fn(ctx, k);
+        return;
+    }
+    blocks_job j = {fn, ctx, nblocks, 0};
+    par_for(threads < nblocks ? threads : nblocks, blocks_worker, &j);
+}
+
+typedef struct {
+    const nditer *it;
+    char *const *base;
+    inner_fn fn;
+    void *ctx;
+    int dim;
+    int64_t unit; /* indices of dim per block */
+} par_job;
+
+static void par_block(void *ctx, int64_t k) {
+    const par_job *j = ctx;
+    int64_t begin = k * j->unit, end = begin + j->unit;
+    if (end > j->it->shape[j->dim]) end = j->it->shape[j->dim];
+    nditer sub;
+    char *b[ITER_MAX_OPS];
+    nditer_slice(j->it, j->base, j->dim, begin, end, &sub, b);
+    nditer_run(&sub, b, j->fn, j->ctx);
+}
+
+void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx) {
+    int d = 0;
+    while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
+    int64_t numel = nditer_numel(it);
+    if (d == it->ndim || numel < ITER_PAR_MIN || par_num_threads() < 2) {
+        nditer_run(it, base, fn, ctx);
+        return;
+    }
+    /* blocks of about ITER_PAR_BLOCK elements; cutting the innermost dim, whole
+       cache lines (and SIMD blocks) per block */
+    int64_t per_index = numel / it->shape[d];
+    int64_t unit = (ITER_PAR_BLOCK + per_index - 1) / per_index;
+    if (d == it->ndim - 1) unit = (unit + 63) & ~(int64_t)63;
+    par_job j = {it, base, fn, ctx, d, unit};
+    par_blocks((it->shape[d] + unit - 1) / unit, par_block, &j);
+}
+
 /* ---- copy and convert ------------------------------------------------------ */
 static void copy_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     size_t es = *(size_t *)ctx;
@@ -116,7 +195,7 @@ static void run_unary_layout(const ad_tensor *src, void *dst, size_t dst_es, inn
     nditer it;
     nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, es);
     char *base[2] = {dst, ad_ptr(src)};
-    nditer_run(&it, base, fn, ctx);
+    nditer_run_par(&it, base, fn, ctx);
 }
 
 void ad_copy_strided(const ad_tensor *src, void *dst) {
@@ -198,5 +277,5 @@ void ad_assign(ad_tensor *dst, const ad_tensor *src) {
     nditer it;
     nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, sizes);
     char *base[2] = {ad_ptr(dst), ad_ptr(src)};
-    nditer_run(&it, base, copy_inner, &es);
+    nditer_run_par(&it, base, copy_inner, &es);
 }

@@ -24,6 +24,33 @@ void nditer_init(nditer *it, int nops, int ndim, const int64_t *shape,
                  const int64_t *const *strides, const size_t *elsize);
 void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx);
 
+/* Iterations of at least this many elements are split over threads. */
+#define ITER_PAR_MIN ((int64_t)1 << 18)
+
+/* Target elements per block of parallel work. */
+#define ITER_PAR_BLOCK ((int64_t)1 << 15)
+
+/* Calls fn(ctx, k) once for every k < nblocks, over the thread pool when
+   nblocks > 1: blocks are claimed one at a time from a shared counter, so a
+   thread that is descheduled (a busy machine) holds up at most one block.
+   fn must not depend on which thread runs it. */
+void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx);
+
+/* nditer_run split over the thread pool when the iteration is large: the
+   outermost dim along which operand 0 (the output) moves is cut into ranges,
+   so no two threads write one output element and every element is visited by
+   exactly one call of fn, as in nditer_run (elementwise results are the same
+   for any thread count).  Runs serially when that dim does not exist (a full
+   reduction: see reduce.c) or the iteration is small. */
+void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx);
+
+/* The sub-iteration covering [begin, end) of dim d: shape[d] shrunk and the
+   base pointers moved to begin. */
+void nditer_slice(const nditer *it, char *const *base, int d, int64_t begin, int64_t end,
+                  nditer *sub, char **sub_base);
+
+int64_t nditer_numel(const nditer *it);
+
 /* The strides of t seen through a broadcast to out_shape (right-aligned). */
 void broadcast_strides(const ad_tensor *t, const int64_t *out_shape, int out_ndim,
                        int64_t *strides);

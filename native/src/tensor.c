@@ -69,17 +69,20 @@ ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dty
         return ad_fail(AD_ERR_SHAPE, "%s: %d dims requested, at most %d supported", op, ndim,
                        AD_MAX_DIMS);
     if (!ad_dtype_valid(dtype)) return ad_fail(AD_ERR_DTYPE, "%s: unknown dtype %d", op, dtype);
-    int64_t n = 1;
-    bool overflow = false;
+    /* nz, the product of the nonzero sizes, is the largest contiguous stride:
+       it must fit even when a 0 size makes the tensor empty */
+    int64_t nz = 1;
+    bool overflow = false, empty = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return ad_fail(AD_ERR_SHAPE, "%s: negative size %lld in shape %s", op,
                            (long long)shape[i], ad_fmt_shape(shape, ndim));
-        if (shape[i] && n > INT64_MAX / shape[i]) overflow = true;
-        else n *= shape[i];
+        if (!shape[i]) empty = true;
+        else if (nz > INT64_MAX / shape[i]) overflow = true;
+        else nz *= shape[i];
     }
-    if (n == 0) overflow = false;
-    if (overflow || (uint64_t)n > (uint64_t)(INT64_MAX / 16) / ad_dtype_size_(dtype))
+    int64_t n = empty ? 0 : nz;
+    if (overflow || (uint64_t)nz > (uint64_t)(INT64_MAX / 16) / ad_dtype_size_(dtype))
         return ad_fail(AD_ERR_VALUE, "%s: shape %s of %s has too many elements to allocate", op,
                        ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype));
     *numel = n;
@@ -247,10 +250,27 @@ AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
     case AD_BOOL: FILL_LOOP(uint8_t, (expr) != 0); break;                    \
     }
 
+/* A double converts to an integer dtype only when its truncation fits (else
+   the C conversion is undefined): NaN, inf and out-of-range values are errors. */
+ad_status ad_check_fill_value(const char *op, int dtype, double v) {
+    bool ok = true;
+    switch (dtype) {
+    case AD_INT64: ok = v >= -0x1p63 && v < 0x1p63; break;
+    case AD_INT32: ok = v > -2147483649.0 && v < 2147483648.0; break;
+    case AD_UINT8: ok = v > -1.0 && v < 256.0; break;
+    default: break;
+    }
+    if (ok) return AD_OK;
+    return ad_fail(AD_ERR_VALUE, "%s: value %g cannot be represented in %s", op, v,
+                   ad_dtype_name_(dtype));
+}
+
 AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, int ndim,
                                 ad_tensor **out) {
     ad_tensor *t = NULL;
-    ad_status st = create("full", dtype, shape, ndim, &t);
+    ad_status st = ad_check_fill_value("full", dtype, value);
+    if (st) return st;
+    st = create("full", dtype, shape, ndim, &t);
     if (st) return st;
     FILL_ANY(value);
     *out = t;
@@ -262,6 +282,12 @@ AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtyp
     ad_tensor *t = NULL;
     ad_status st = create("arange", dtype, &n, 1, &t);
     if (st) return st;
+    double last = start + (double)(n - 1) * step;
+    if (n > 0 && ((st = ad_check_fill_value("arange", dtype, start)) ||
+                  (st = ad_check_fill_value("arange", dtype, last)))) {
+        ad_tensor_release(t);
+        return st;
+    }
     FILL_ANY(start + (double)i * step);
     *out = t;
     return AD_OK;

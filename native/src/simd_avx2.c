@@ -1,0 +1,80 @@
+/* simd_avx2.c - AVX2/FMA float32 exp and tanh (8 lanes).
+ *
+ * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from the
+ * Cephes degree-7 polynomial, times 2^n applied as two factors 2^(n/2) so
+ * that denormal results and overflow to inf come out of one final rounding.
+ * tanh: odd polynomial (Cephes) below 0.625, else (1 - t) / (1 + t) with
+ * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "simd.h"
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(89.0f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static inline __m256 tanh8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    __m256 ax = _mm256_andnot_ps(sign, x);
+    /* small: x + x z P(z), z = x^2 */
+    __m256 z = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    small = _mm256_or_ps(small, _mm256_and_ps(x, sign)); /* tanh(-0) = -0 */
+    /* large: (1 - t) / (1 + t), t = e^(-2|x|) */
+    __m256 t = exp8(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+    __m256 large = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+    large = _mm256_or_ps(large, _mm256_and_ps(x, sign));
+    __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ);
+    __m256 y = _mm256_blendv_ps(large, small, is_small);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+#define DEF_MAP(NAME, F)                                                            \
+    void NAME(int64_t n, const float *x, int64_t sx, float *y) {                    \
+        int64_t i = 0;                                                              \
+        if (sx == 1) {                                                              \
+            for (; i + 16 <= n; i += 16) {                                          \
+                __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);  \
+                _mm256_storeu_ps(y + i, F(a));                                      \
+                _mm256_storeu_ps(y + i + 8, F(b));                                  \
+            }                                                                       \
+        }                                                                           \
+        /* strided input and the tail: 8 at a time through a buffer */            \
+        while (i < n) {                                                             \
+            float buf[8] = {0};                                                     \
+            int m = n - i < 8 ? (int)(n - i) : 8;                                   \
+            for (int l = 0; l < m; l++) buf[l] = x[(i + l) * sx];                   \
+            _mm256_storeu_ps(buf, F(_mm256_loadu_ps(buf)));                         \
+            memcpy(y + i, buf, (size_t)m * sizeof(float));                          \
+            i += m;                                                                 \
+        }                                                                           \
+    }
+
+DEF_MAP(ad_exp_f32_avx2, exp8)
+DEF_MAP(ad_tanh_f32_avx2, tanh8)

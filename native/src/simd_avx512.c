@@ -1,0 +1,75 @@
+/* simd_avx512.c - AVX-512F float32 exp and tanh (16 lanes): the same
+ * algorithm and operation order as simd_avx2.c, so both give the same bits. */
+#include <immintrin.h>
+
+#include "simd.h"
+
+static inline __m512 exp16(__m512 x) {
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512i ni = _mm512_cvtps_epi32(n);
+    __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+static inline __m512 tanh16(__m512 x) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512i xs = _mm512_and_si512(_mm512_castps_si512(x), sign);
+    __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    __m512 z = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036E-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422E-1f));
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+    small = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(small), xs));
+    __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    __m512 y = small;
+    if (is_small != 0xffff) {
+        __m512 t = exp16(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
+        __m512 large = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
+        large = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large), xs));
+        y = _mm512_mask_blend_ps(is_small, large, small);
+    }
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+#define DEF_MAP(NAME, F)                                                               \
+    void NAME(int64_t n, const float *x, int64_t sx, float *y) {                       \
+        int64_t i = 0;                                                                 \
+        if (sx == 1) {                                                                 \
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, F(_mm512_loadu_ps(x + i))); \
+            if (i < n) {                                                               \
+                __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                        \
+                _mm512_mask_storeu_ps(y + i, m, F(_mm512_maskz_loadu_ps(m, x + i)));   \
+            }                                                                          \
+            return;                                                                    \
+        }                                                                              \
+        for (; i < n; i += 16) {                                                       \
+            float buf[16] = {0};                                                       \
+            int m = n - i < 16 ? (int)(n - i) : 16;                                    \
+            for (int l = 0; l < m; l++) buf[l] = x[(i + l) * sx];                      \
+            __mmask16 mk = (__mmask16)((1u << m) - 1);                                 \
+            _mm512_mask_storeu_ps(y + i, mk, F(_mm512_loadu_ps(buf)));                 \
+        }                                                                              \
+    }
+
+DEF_MAP(ad_exp_f32_avx512, exp16)
+DEF_MAP(ad_tanh_f32_avx512, tanh16)

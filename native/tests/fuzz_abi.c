@@ -1,0 +1,520 @@
+/* fuzz_abi.c - libFuzzer harness for the pyautodiff C ABI (not part of CI).
+ *
+ * Build and run (clang from Debian: apt-get install -y clang), from the repo root:
+ *
+ *   clang -std=c11 -g -O1 -fno-omit-frame-pointer -pthread \
+ *         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+ *         -fsanitize-recover=signed-integer-overflow \
+ *         -Inative/include -Inative/src \
+ *         -mavx2 -mfma -mavx512f -mavx512dq -mavx512bw -mavx512vl \
+ *         native/tests/fuzz_abi.c native/src/[a-z]*.c -lm -o build/fuzz_abi
+ *   mkdir -p build/fuzz_corpus
+ *   ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+ *   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=native/tests/fuzz_abi.supp \
+ *       build/fuzz_abi -max_total_time=180 -rss_limit_mb=0 -timeout=10 \
+ *       -max_len=512 build/fuzz_corpus
+ *
+ * (fuzz_abi.supp suppresses only the known wrap-around of integer tensor
+ * arithmetic in the kernels, which is why signed-integer-overflow is built
+ * recoverable; halt_on_error=1 still stops at any other finding.  The ISA
+ * flags only let the *_avx2.c / *_avx512.c kernels compile in one command
+ * (the library still picks its kernels by cpuid at run time, but on a CPU
+ * without AVX-512 build those files separately so the rest is not compiled
+ * for AVX-512).  A crash input is
+ * written to ./crash-<sha1>; replay it with `build/fuzz_abi crash-<sha1>`.)
+ *
+ * Without clang: gcc with -DFUZZ_STANDALONE gives a main() that feeds
+ * random inputs (or replays the files named on the command line):
+ *
+ *   gcc -std=c11 -g -O1 -pthread -fsanitize=address,undefined -DFUZZ_STANDALONE \
+ *       -fno-sanitize-recover=all -fsanitize-recover=signed-integer-overflow \
+ *       -Inative/include -Inative/src -mavx2 -mfma -mavx512f -mavx512dq \
+ *       -mavx512bw -mavx512vl native/tests/fuzz_abi.c native/src/[a-z]*.c -lm \
+ *       -o build/fuzz_abi_gcc
+ *   ASAN_OPTIONS=allocator_may_return_null=1 \
+ *   UBSAN_OPTIONS=halt_on_error=1:suppressions=native/tests/fuzz_abi.supp \
+ *       build/fuzz_abi_gcc 200000   # iterations
+ *
+ * Each input is decoded into a sequence of ABI calls over a small pool of
+ * handles: tensor creation with arbitrary shapes / dtypes / data, ad_op_call
+ * with arbitrary op ids, iargs and fargs, ad_unary / ad_binary /
+ * ad_scalar_op, views, ad_backward, the GradStore functions, ad_var_set,
+ * ad_tensor_detach, ad_sorted_nodes, grad and anomaly mode, allocation
+ * failure injection.  Every status is checked: it must be a known code, a
+ * failing call must leave its out-pointer NULL and set a message, a
+ * successful one must give a handle, and every element of every tensor
+ * returned is read through its shape and strides (so a view that points
+ * outside its storage is caught by ASan).  All handles are released at the
+ * end of each input and the live-tensor / live-byte counters must return to
+ * where they were, so a leak aborts.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyautodiff.h"
+
+#define NT 16         /* tensor slots */
+#define NG 4          /* gradstore slots */
+#define KEEP_MAX 65536 /* results with more elements are released at once */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} reader;
+
+static unsigned u8(reader *r) {
+    if (!r->n) return 0;
+    r->n--;
+    return *r->p++;
+}
+
+static uint64_t u64(reader *r) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | u8(r);
+    return v;
+}
+
+/* Mostly small ints (dims, sizes, indices), sometimes extreme ones. */
+static int64_t i64(reader *r) {
+    unsigned b = u8(r);
+    if (b < 224) return (int64_t)(b % 16) - 4; /* -4 .. 11 */
+    /* never a size between 100 and 2**40: those would really be allocated */
+    static const int64_t big[] = {INT64_MAX, INT64_MIN, (int64_t)1 << 40, -((int64_t)1 << 40),
+                                  (int64_t)1 << 62, (int64_t)1 << 42, (int64_t)1 << 41,
+                                  (int64_t)INT32_MIN, -1, 0, 1, 64, 65, 2, 3, 100};
+    if (b < 240) return big[b - 224];
+    return (int64_t)u64(r) | ((int64_t)1 << 40); /* raw but never a moderate size */
+}
+
+static double f64(reader *r) {
+    unsigned b = u8(r);
+    static const double special[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -2.5, 1e-310, 1e308,
+                                     -1e308, 1e30, 4.9e-324, 0.1, 100.0, 7.0};
+    if (b < 200) return special[b % 16];
+    if (b < 210) return NAN;
+    if (b < 220) return INFINITY;
+    if (b < 230) return -INFINITY;
+    if (b < 240) return (double)i64(r);
+    uint64_t bits = u64(r);
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+static void die(const char *what, int line) {
+    fprintf(stderr, "fuzz_abi: contract violation at line %d: %s (last error: %s)\n", line, what,
+            ad_last_error());
+    abort();
+}
+#define REQUIRE(c) \
+    do {           \
+        if (!(c)) die(#c, __LINE__); \
+    } while (0)
+
+static ad_tensor *T[NT];
+static ad_gradstore *G[NG];
+static volatile uint64_t sink;
+
+/* Reads every element through shape and strides: ASan flags a view that
+   reaches outside its storage. */
+static void touch(const ad_tensor *t) {
+    int nd = ad_tensor_ndim(t);
+    REQUIRE(nd >= 0 && nd <= 64);
+    int64_t shape[64], strides[64], idx[64] = {0};
+    ad_tensor_shape(t, shape);
+    ad_tensor_strides(t, strides);
+    int64_t numel = 1;
+    for (int i = 0; i < nd; i++) {
+        REQUIRE(shape[i] >= 0);
+        numel *= shape[i];
+    }
+    REQUIRE(numel == ad_tensor_numel(t));
+    int dt = ad_tensor_dtype(t);
+    size_t es = ad_dtype_size(dt);
+    REQUIRE(es == 1 || es == 4 || es == 8);
+    if (numel == 0 || numel > KEEP_MAX) return;
+    const uint8_t *base = ad_tensor_data(t);
+    REQUIRE(base != NULL);
+    for (int64_t k = 0; k < numel; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd; i++) off += idx[i] * strides[i];
+        const uint8_t *e = base + off * (int64_t)es;
+        uint64_t v = 0;
+        memcpy(&v, e, es);
+        sink += v;
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < shape[i]) break;
+            idx[i] = 0;
+        }
+    }
+    if (numel <= 4096) { /* and the row-major copy */
+        uint8_t buf[4096 * 8];
+        REQUIRE(ad_tensor_copy_to(t, buf, (size_t)numel * es) == AD_OK);
+        REQUIRE(ad_tensor_copy_to(t, buf, (size_t)numel * es + 1) != AD_OK);
+    }
+}
+
+/* Checks a call's status and out-pointer; keeps or releases the result. */
+static void result(ad_status st, ad_tensor *out, int slot, int line) {
+    if (st < AD_OK || st > AD_ERR_INTERNAL) die("unknown status", line);
+    if (st == AD_ERR_INTERNAL) die("AD_ERR_INTERNAL", line);
+    if (st != AD_OK) {
+        if (out) die("failed call returned a handle", line);
+        if (!ad_last_error() || !ad_last_error()[0]) die("failure without a message", line);
+        return;
+    }
+    if (!out) die("successful call returned no handle", line);
+    touch(out);
+    (void)ad_tensor_id(out);
+    (void)ad_tensor_op(out);
+    (void)ad_tensor_site(out);
+    (void)ad_tensor_version(out);
+    (void)ad_tensor_is_contiguous(out);
+    if (ad_tensor_numel(out) > KEEP_MAX) {
+        ad_tensor_release(out);
+        return;
+    }
+    slot &= NT - 1;
+    ad_tensor_release(T[slot]);
+    T[slot] = out;
+}
+#define RESULT(st, out, slot) result((st), (out), (slot), __LINE__)
+
+static ad_tensor *pick(reader *r) {
+    unsigned b = u8(r);
+    if (b == 255) return NULL; /* the library must reject a NULL input */
+    ad_tensor *t = T[b % NT];
+    if (!t)
+        for (int i = 0; i < NT && !t; i++) t = T[i];
+    return t;
+}
+
+static int read_shape(reader *r, int64_t *shape) {
+    unsigned b = u8(r);
+    int nd = b < 250 ? (int)(b % 5) : b == 250 ? -1 : b == 251 ? 64 : b == 252 ? 65 : 8;
+    for (int i = 0; i < nd && i < 65; i++) {
+        unsigned c = u8(r);
+        shape[i] = c < 240 ? (int64_t)(c % 6) : i64(r);
+    }
+    return nd;
+}
+
+static int read_dtype(reader *r) {
+    unsigned b = u8(r);
+    return b < 250 ? (int)(b % 6) : b == 250 ? -1 : b == 251 ? 6 : (int)b;
+}
+
+static void gs_check(ad_status st, int line) {
+    if (st < AD_OK || st > AD_ERR_INTERNAL || st == AD_ERR_INTERNAL) die("gradstore status", line);
+}
+
+static void one_input(reader *r) {
+    ad_tensor *out = NULL;
+    int64_t shape[72];
+    unsigned cmd = u8(r);
+    unsigned slot = u8(r);
+    ad_status st;
+    switch (cmd % 24) {
+    case 0: { /* from data */
+        int dt = read_dtype(r);
+        int nd = read_shape(r, shape);
+        uint8_t buf[512];
+        size_t want = 1;
+        int ok = nd >= 0 && nd <= 64;
+        for (int i = 0; ok && i < nd; i++) {
+            if (shape[i] < 0 || shape[i] > 512) ok = 0;
+            else want *= (size_t)shape[i];
+        }
+        size_t es = ad_dtype_size(dt);
+        want *= es ? es : 1;
+        unsigned how = u8(r);
+        size_t nb = (ok && want <= sizeof buf) ? want : sizeof buf;
+        if (how % 5 == 0) nb = how % 3 ? nb + 1 : (nb ? nb - 1 : 0); /* wrong byte count */
+        for (size_t i = 0; i < nb && i < sizeof buf; i++) buf[i] = (uint8_t)u8(r);
+        const void *data = (how % 7 == 0 || nb > sizeof buf) ? NULL : buf;
+        if (!data && nb > sizeof buf) nb = want;
+        st = ad_tensor_from_data(data, nb, dt, nd > 0 ? shape : NULL, nd, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 1: {
+        int dt = read_dtype(r);
+        int nd = read_shape(r, shape);
+        double v = f64(r);
+        st = ad_tensor_full(v, dt, shape, nd, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 2: {
+        double a = f64(r), s = f64(r);
+        int64_t n = i64(r);
+        st = ad_tensor_arange(a, s, n, read_dtype(r), &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 3: {
+        int kind = (int)(u8(r) % 4) - 1;
+        int dt = read_dtype(r);
+        int nd = read_shape(r, shape);
+        st = ad_tensor_random(kind, u64(r), dt, shape, nd, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 4: { /* Var */
+        ad_tensor *t = pick(r);
+        if (!t) break;
+        st = ad_var_from_tensor(t, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 5:
+    case 6:
+    case 7:
+    case 8: { /* generic op call */
+        int op = (int)u8(r);
+        if (op >= 250) op = op == 250 ? -1 : op == 251 ? AD_OP__COUNT : (int)u64(r);
+        unsigned c = u8(r);
+        int nin = (int)(c % 5);
+        if (c >= 250) nin = c == 250 ? -1 : 9;
+        const ad_tensor *in[9] = {0};
+        for (int i = 0; i < nin && i < 9; i++) in[i] = pick(r);
+        c = u8(r);
+        int ni = (int)(c % 11);
+        if (c >= 252) ni = c == 252 ? -1 : 65;
+        int64_t iargs[72];
+        for (int i = 0; i < ni && i < 72; i++) iargs[i] = i64(r);
+        c = u8(r);
+        int nf = (int)(c % 4);
+        if (c >= 254) nf = -1;
+        double fargs[4];
+        for (int i = 0; i < nf && i < 4; i++) fargs[i] = f64(r);
+        st = ad_op_call(op, in, nin, ni ? iargs : NULL, ni, nf ? fargs : NULL, nf, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 9: {
+        ad_tensor *x = pick(r);
+        st = ad_unary((int)u8(r) - 2, x, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 10:
+    case 11: {
+        int op = (int)u8(r) % 100;
+        ad_tensor *a = pick(r), *b = pick(r);
+        st = ad_binary(op, a, b, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 12: {
+        int op = (int)u8(r) % 100;
+        ad_tensor *x = pick(r);
+        st = ad_scalar_op(op, x, f64(r), &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 13: { /* views: slice / permute / reshape / broadcast with raw iargs */
+        static const int vops[] = {AD_OP_SLICE, AD_OP_PERMUTE, AD_OP_RESHAPE, AD_OP_BROADCAST,
+                                   AD_OP_CONTIGUOUS, AD_OP_TO_DTYPE, AD_OP_COPY};
+        int op = vops[u8(r) % 7];
+        const ad_tensor *in[1] = {pick(r)};
+        int ni = (int)(u8(r) % 6);
+        int64_t iargs[8];
+        for (int i = 0; i < ni; i++) iargs[i] = i64(r);
+        if (op == AD_OP_CONTIGUOUS || op == AD_OP_COPY) ni = 0;
+        st = ad_op_call(op, in, 1, ni ? iargs : NULL, ni, NULL, 0, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 14: { /* backward */
+        ad_tensor *root = pick(r);
+        if (!root) break;
+        ad_tensor *grad = u8(r) % 2 ? NULL : pick(r);
+        const ad_tensor *keep[4];
+        int nk = (int)(u8(r) % 5);
+        for (int i = 0; i < nk; i++) {
+            keep[i] = pick(r);
+            if (!keep[i]) nk = i;
+        }
+        ad_gradstore *g = NULL;
+        st = ad_backward(root, grad, nk ? keep : NULL, nk, &g);
+        gs_check(st, __LINE__);
+        if (st) {
+            REQUIRE(g == NULL);
+            break;
+        }
+        REQUIRE(g != NULL);
+        unsigned s = slot % NG;
+        ad_gradstore_release(G[s]);
+        G[s] = g;
+        break;
+    }
+    case 15: { /* gradstore ops */
+        unsigned s = slot % NG;
+        unsigned c = u8(r) % 8;
+        if (!G[s] || c == 0) {
+            ad_gradstore *g = NULL;
+            st = ad_gradstore_new(&g);
+            gs_check(st, __LINE__);
+            if (!st) {
+                ad_gradstore_release(G[s]);
+                G[s] = g;
+            }
+            break;
+        }
+        ad_gradstore *g = G[s];
+        ad_tensor *t = pick(r);
+        if (!t) break;
+        if (c == 1) {
+            st = ad_gradstore_get(g, t, &out);
+            gs_check(st, __LINE__);
+            if (!st && out) RESULT(st, out, u8(r));
+        } else if (c == 2) {
+            ad_tensor *v = pick(r);
+            if (v) gs_check(ad_gradstore_insert(g, t, v), __LINE__);
+        } else if (c == 3) {
+            st = ad_gradstore_remove(g, t, u8(r) % 2 ? &out : NULL);
+            gs_check(st, __LINE__);
+            ad_tensor_release(out);
+        } else if (c == 4) {
+            REQUIRE(ad_gradstore_len(g) >= 0);
+        } else if (c == 5) {
+            ad_gradstore *src = G[u8(r) % NG];
+            if (src) gs_check(ad_gradstore_extend(g, src), __LINE__);
+        } else if (c == 6) {
+            uint64_t id = 0;
+            int64_t i = i64(r);
+            st = ad_gradstore_item(g, i, &id, &out);
+            gs_check(st, __LINE__);
+            if (st) REQUIRE(out == NULL);
+            else RESULT(st, out, u8(r));
+        } else {
+            ad_gradstore_release(g);
+            G[s] = NULL;
+        }
+        break;
+    }
+    case 16: { /* Var.set */
+        ad_tensor *v = pick(r), *src = pick(r);
+        if (!v || !src) break; /* NULL handles are for the op entry points only */
+        st = ad_var_set(v, src);
+        if (st < 0 || st >= AD_ERR_INTERNAL) die("var_set status", __LINE__);
+        touch(v);
+        break;
+    }
+    case 17: {
+        ad_tensor *t = pick(r);
+        if (!t) break;
+        st = ad_tensor_detach(t, &out);
+        RESULT(st, out, slot);
+        break;
+    }
+    case 18: {
+        ad_tensor *t = pick(r);
+        if (!t) break;
+        ad_tensor **nodes = NULL;
+        int64_t n = -1;
+        st = ad_sorted_nodes(t, &nodes, &n);
+        gs_check(st, __LINE__);
+        if (!st) {
+            REQUIRE(n >= 0);
+            for (int64_t i = 0; i < n; i++) {
+                REQUIRE(nodes[i] != NULL);
+                ad_tensor_release(nodes[i]);
+            }
+            ad_free(nodes);
+        }
+        break;
+    }
+    case 19: { /* release / retain */
+        unsigned s = slot % NT;
+        if (u8(r) % 2 && T[s]) {
+            ad_tensor_retain(T[s]);
+            ad_tensor_release(T[s]);
+        }
+        ad_tensor_release(T[s]);
+        T[s] = NULL;
+        break;
+    }
+    case 20:
+        ad_set_grad_enabled(u8(r) % 2);
+        break;
+    case 21:
+        ad_set_anomaly_enabled(u8(r) % 2);
+        break;
+    case 22: /* the next allocations: one of them fails */
+        ad_testing_fail_alloc_after((int64_t)(u8(r) % 24));
+        break;
+    default: { /* names and sizes of arbitrary enum values */
+        int v = (int)(int8_t)u8(r);
+        (void)ad_op_name(v);
+        (void)ad_dtype_name(v);
+        (void)ad_dtype_size(v);
+        (void)ad_abi_version();
+        break;
+    }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    int64_t live0 = ad_live_tensors(), bytes0 = ad_live_bytes();
+    reader r = {data, size};
+    int prev_grad = ad_set_grad_enabled(1), prev_anom = ad_set_anomaly_enabled(0);
+    for (int steps = 0; r.n && steps < 64; steps++) one_input(&r);
+    ad_testing_fail_alloc_after(0);
+    ad_set_grad_enabled(prev_grad);
+    ad_set_anomaly_enabled(prev_anom);
+    for (int i = 0; i < NT; i++) {
+        ad_tensor_release(T[i]);
+        T[i] = NULL;
+    }
+    for (int i = 0; i < NG; i++) {
+        ad_gradstore_release(G[i]);
+        G[i] = NULL;
+    }
+    if (ad_live_tensors() != live0 || ad_live_bytes() != bytes0) {
+        fprintf(stderr, "fuzz_abi: leak: live tensors %lld -> %lld, bytes %lld -> %lld\n",
+                (long long)live0, (long long)ad_live_tensors(), (long long)bytes0,
+                (long long)ad_live_bytes());
+        abort();
+    }
+    return 0;
+}
+
+#ifdef FUZZ_STANDALONE
+/* gcc fallback: replays the files given, or runs N random inputs. */
+int main(int argc, char **argv) {
+    long iters = 100000;
+    if (argc > 1 && argv[1][0] >= '0' && argv[1][0] <= '9') {
+        iters = atol(argv[1]);
+    } else if (argc > 1) {
+        for (int i = 1; i < argc; i++) {
+            FILE *f = fopen(argv[i], "rb");
+            if (!f) continue;
+            static uint8_t buf[1 << 16];
+            size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            LLVMFuzzerTestOneInput(buf, n);
+        }
+        return 0;
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    static uint8_t buf[512];
+    for (long it = 0; it < iters; it++) {
+        size_t n = 16 + (size_t)(s % 480);
+        for (size_t i = 0; i < n; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            buf[i] = (uint8_t)s;
+        }
+        LLVMFuzzerTestOneInput(buf, n);
+    }
+    printf("fuzz_abi: %ld inputs, no crash\n", iters);
+    return 0;
+}
+#endif
