@@ -6,12 +6,13 @@ mode is on (thread-local), so outside the mode nothing is recorded and the op
 path is unchanged."""
 import os
 import sys
+import threading
 
 from ._lib import ffi, lib
 from .grad import _ModeSwitch
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_site_buf = [None]  # keeps the last returned string alive until C copies it
+_site_buf = threading.local()  # this thread's last site string, alive until C copies it
 
 
 @ffi.def_extern()
@@ -20,8 +21,8 @@ def _ad_site_callback():
     while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PKG_DIR:
         f = f.f_back
     site = f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "<unknown>"
-    _site_buf[0] = ffi.new("char[]", site.encode("utf-8", "replace"))
-    return _site_buf[0]
+    _site_buf.value = buf = ffi.new("char[]", site.encode("utf-8", "replace"))
+    return buf
 
 
 lib.ad_set_site_callback(lib._ad_site_callback)

@@ -97,6 +97,10 @@ class GradStore:
             raise_status(st)
         return idp[0], _wrap(out[0])
 
+    def __copy__(self):
+        # a new store holding the same (immutable) gradients
+        return GradStore().extend(self)
+
     def __repr__(self):
         return f"GradStore({len(self)} gradients)"
 

@@ -114,7 +114,9 @@ def _operator(op, scalar_op, reflected=False, negate_scalar=False):
             out = _out()
         if not isinstance(o, Tensor):
             if _is_scalar(o):
-                st = _ad_scalar(scalar_op, self._h, -o if negate_scalar else o, out)
+                if negate_scalar:  # negate as a Python number: -np.uint8(3) wraps
+                    o = -(o.item() if isinstance(o, np.generic) else o)
+                st = _ad_scalar(scalar_op, self._h, o, out)
                 if st:
                     raise_status(st)
                 t = _new(Tensor)
@@ -306,6 +308,16 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __copy__(self):
+        # tensors are immutable: a copy shares the native tensor, with its own reference
+        lib.ad_tensor_retain(self._h)
+        return _wrap(self._h, type(self))
+
+    def __deepcopy__(self, memo):
+        if self.is_variable:
+            return Var(self.detach())
+        return self.__copy__()
+
     # ---- graph --------------------------------------------------------------------
     def detach(self):
         out = _out()
@@ -382,9 +394,7 @@ class Tensor:
         return self.abs()
 
     def _cmp(self, o, op):
-        if _is_scalar(o):
-            o = _full_like_scalar(o, self)
-        return _binary(op, self, _as_tensor_like(o, self))
+        return _binary(op, *_pair(self, o))
 
     def __eq__(self, o):
         return self._cmp(o, lib.AD_OP_EQ)
@@ -869,6 +879,9 @@ def full(shape, value, dtype=None):
         dtype = (_dt.bool_ if isinstance(value, (bool, np.bool_)) else
                  _dt.int64 if isinstance(value, numbers.Integral) else _dt.float32)
     dt = _dt.as_dtype(dtype)
+    if isinstance(value, numbers.Integral) and abs(int(value)) > 2 ** 53 and dt is _dt.int64:
+        # beyond 2**53 a double cannot carry the value to C exactly
+        return from_numpy(np.full(shape, int(value), dtype=np.int64))
     out = _out()
     st = lib.ad_tensor_full(float(value), dt.code, list(shape) or _NULL, len(shape), out)
     if st:
@@ -908,6 +921,9 @@ def arange(start, stop=None, step=1, dtype=None):
         dtype = (_dt.int64 if all(isinstance(v, numbers.Integral) for v in (start, stop, step))
                  else _dt.float32)
     dt = _dt.as_dtype(dtype)
+    if dt is _dt.int64 and any(isinstance(v, numbers.Integral) and abs(int(v)) > 2 ** 53
+                               for v in (start, stop, step)):
+        return from_numpy(np.arange(int(start), int(stop), int(step), dtype=np.int64))
     out = _out()
     st = lib.ad_tensor_arange(float(start), float(step), n, dt.code, out)
     if st:

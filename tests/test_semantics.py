@@ -515,3 +515,45 @@ d = {w: y, y: g}
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=root), timeout=60)
     assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+# ---- review findings ---------------------------------------------------------------
+def test_copy_shares_with_its_own_reference():
+    import copy
+
+    t = ad.tensor([1.0, 2.0])
+    u = copy.copy(t)
+    del t
+    assert u.tolist() == [1.0, 2.0]
+    w = ad.Var([3.0])
+    w2 = copy.deepcopy(w)
+    assert w2.is_variable and w2.id != w.id and w2.tolist() == [3.0]
+    s = (w * 2).sum().backward()
+    s2 = copy.copy(s)
+    del s
+    assert len(s2) == 1 and s2[w].tolist() == [2.0]
+
+
+def test_integer_tensor_compared_with_a_fraction_is_a_dtype_error():
+    # numpy would compare in float64; a scalar never changes a tensor's dtype here
+    t = ad.tensor([1, 2])
+    with pytest.raises(ad.DTypeError):
+        t == 1.5
+    assert (t < 2).tolist() == [True, False]
+
+
+def test_subtracting_a_numpy_unsigned_scalar():
+    assert (ad.tensor([1.0, 2.0]) - np.uint8(3)).tolist() == [-2.0, -1.0]
+
+
+def test_large_int64_full_and_arange_are_exact():
+    assert ad.full((1,), 2 ** 62 + 1).tolist() == [2 ** 62 + 1]
+    assert ad.arange(2 ** 53, 2 ** 53 + 4).tolist() == [2 ** 53 + i for i in range(4)]
+
+
+def test_pow_exponent_version_is_checked():
+    b = ad.Var([2.0, -1.0])
+    p = ad.tensor([0.5, 2.0]).pow(b).sum()
+    b.set(ad.tensor([-1.0, 2.0]))
+    with pytest.raises(ad.GraphError, match="pow"):
+        p.backward()

@@ -277,9 +277,8 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
     for (int i = 0; i < n_retain; i++)
         if (retain[i] && (st = map_put(&keep, retain[i]->id, (void *)1))) goto fail;
     if ((st = ad_gradstore_new(&store))) goto fail;
-    st = map_put(&grads, root->id, seed);
-    seed = NULL;
-    if (st) goto fail;
+    if ((st = map_put(&grads, root->id, seed))) goto fail;
+    seed = NULL; /* the map owns it now */
 
     for (int64_t k = 0; k < order.len; k++) {
         ad_tensor *t = order.items[k];
