@@ -29,6 +29,13 @@ SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train")
 
 
 # ---------------------------------------------------------------------------- child side
+# With more than one thread, a library's idle workers keep spinning for a
+# while after its call returns (OpenBLAS, OpenMP, our pool) and would steal
+# the cores from whichever library runs next; each block of calls therefore
+# starts after the others have gone quiet.
+SETTLE = 0.0
+
+
 def timeit(fns, repeat, number=None, budget=0.05):
     """Interleaved medians of seconds per call for each fn."""
     for f in fns:
@@ -41,6 +48,9 @@ def timeit(fns, repeat, number=None, budget=0.05):
     samples = [[] for _ in fns]
     for _ in range(repeat):
         for i, f in enumerate(fns):
+            if SETTLE:
+                time.sleep(SETTLE)
+                f()  # wake this library's workers
             t0 = time.perf_counter()
             for _ in range(number):
                 f()
@@ -74,6 +84,8 @@ def child(args):
     except ImportError:
         torch = None
     ad.set_num_threads(args.threads)
+    global SETTLE
+    SETTLE = 0.2 if args.threads > 1 else 0.0
     quick = args.quick
     rep = 5 if quick else 11
     out = []
@@ -326,12 +338,6 @@ def vm_hwm():
     return _status_kb("VmHWM")
 
 
-def peak_rss():
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def chain_child(lib, n):
     """One chain in a fresh process: time per node and peak RSS growth per node."""
     sys.path.insert(0, ROOT)
@@ -344,7 +350,7 @@ def chain_child(lib, n):
 
         x = ad.Var.ones(4)
     gc.collect()
-    base = peak_rss()
+    base = rss_reset_peak()
     t0 = time.perf_counter()
     y = x
     for _ in range(n // 2):
@@ -352,7 +358,7 @@ def chain_child(lib, n):
     y.sum().backward()
     del y
     secs = time.perf_counter() - t0
-    grown = peak_rss() - base
+    grown = vm_hwm() - base
     print(json.dumps({"nodes": n, "seconds": secs, "bytes_per_node": grown / n}))
 
 
