@@ -379,7 +379,13 @@ class Tensor:
         return _as_tensor_like(o, self).pow(self)
 
     def __matmul__(self, o):
-        return matmul(self, _as_tensor_like(o, self))
+        if isinstance(o, Tensor):  # fast path: both operands >= 2-d
+            out = _out()
+            if not _ad_binary(lib.AD_OP_MATMUL, self._h, o._h, out):
+                t = _new(Tensor)
+                t._h = out[0]
+                return t
+        return matmul(self, _as_tensor_like(o, self))  # 1-d promotion, errors
 
     def __rmatmul__(self, o):
         return matmul(_as_tensor_like(o, self), self)

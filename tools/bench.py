@@ -46,8 +46,12 @@ def timeit(fns, repeat, number=None, budget=0.05):
         one = max(time.perf_counter() - t0, 1e-7)
         number = max(1, int(budget / one))
     samples = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, f in enumerate(fns):
+    order = list(range(len(fns)))
+    for r in range(repeat):
+        # rotate the order each round: every library follows every other one
+        # equally often, so a predecessor's spinning workers cost all alike
+        for i in order[r % len(order):] + order[:r % len(order)]:
+            f = fns[i]
             if SETTLE:
                 time.sleep(SETTLE)
                 f()  # wake this library's workers

@@ -7,12 +7,14 @@
          ir over mc by MR  micro-kernel: MR x NR register tile
 
    Packing reads any strided layout (unit row or unit column stride take a fast
-   path) and pads edges with zeros, so the micro-kernel only ever sees full
-   tiles; a partial tile of C goes through a small temporary tile. A
-   row-major A whose packed copy would be reused only a few times is read in
-   place instead, and matrix-vector products (m or n == 1) skip packing.
+   path) and pads edges with zeros; the last rows of A go to tail kernels of
+   exactly that many rows (AVX-512), and a tile cut in n goes through a small
+   temporary tile. A row-major A or B whose packed copy would be reused only
+   a few times is read in place instead (small products skip packing
+   altogether), and matrix-vector products (m or n == 1) skip packing.
    Threads split the m x nc work of one B panel into a grid of row x column
-   ranges; batches of small products are split over the batch instead.
+   ranges (columns preferred: each thread packs and keeps its own B
+   micro-panels); batches of small products are split over the batch instead.
 
    The per-dtype code is written once below GEMM_TEMPLATE and instantiated
    for float and double by including this file into itself. */
@@ -40,6 +42,10 @@
    a B panel has at most this many NR-wide micro-panels (too few reuses of a
    packed copy to pay for it: batches of small products, n = 32 .. 128). */
 #define GEMM_INPLACE_MAX_PANELS 4
+/* A row-major B is read in place instead of packed when it is small (L2) and
+   each of its micro-panels would feed at most this many row tiles. */
+#define GEMM_BINPLACE_MAX_TILES 16
+#define GEMM_BINPLACE_MAX_ELEMS (256 * 256)
 
 /* ---- kernel selection ---- */
 
@@ -157,6 +163,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #define UKR_AVX2 gemm_ukr_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
 #define GEMV(isa) gemm_dotrows_f32_##isa, gemm_axpyrows_f32_##isa
 #define PACKBT_AVX2 gemm_packbt_f32_avx2
+#define TAILS_AVX512 gemm_tails_f32_avx512
 #include "gemm.c"
 #undef T
 #undef S
@@ -164,6 +171,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #undef UKR_AVX2
 #undef GEMV
 #undef PACKBT_AVX2
+#undef TAILS_AVX512
 
 #define T double
 #define S(name) name##_f64
@@ -171,6 +179,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #define UKR_AVX2 gemm_ukr_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
 #define GEMV(isa) gemm_dotrows_f64_##isa, gemm_axpyrows_f64_##isa
 #define PACKBT_AVX2 gemm_packbt_f64_avx2
+#define TAILS_AVX512 gemm_tails_f64_avx512
 #include "gemm.c"
 #undef T
 #undef S
@@ -178,12 +187,13 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #undef UKR_AVX2
 #undef GEMV
 #undef PACKBT_AVX2
+#undef TAILS_AVX512
 
 #else /* GEMM_TEMPLATE: everything below is instantiated once per dtype T */
 
 static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,
-                            const T *restrict bp, T *restrict c, int64_t rsc, int64_t rows,
-                            int accum)
+                            const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc,
+                            int64_t rows, int accum)
 {
     T acc[PORT_MR][PORT_NR] = {{0}};
     for (int64_t p = 0; p < k; p++) {
@@ -191,26 +201,31 @@ static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t
             for (int j = 0; j < PORT_NR; j++)
                 acc[i][j] += a[i * rsa] * bp[j];
         a += csa;
-        bp += PORT_NR;
+        bp += rsb;
     }
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < PORT_NR; j++)
             c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];
 }
 
+typedef void (*S(ukr_fn))(int64_t, const T *, int64_t, int64_t, const T *, int64_t, T *, int64_t,
+                          int64_t, int);
+
 struct S(kernel) {
-    void (*ukr)(int64_t, const T *, int64_t, int64_t, const T *, T *, int64_t, int64_t, int);
+    S(ukr_fn) ukr;
     int mr, nr;
     int64_t kc, mc, nc; /* mc a multiple of mr, nc of nr */
     void (*dotrows)(int64_t, int64_t, const T *, int64_t, const T *, T *, int64_t);
     void (*axpyrows)(int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *);
     void (*packbt)(int64_t, const T *, int64_t, T *, int); /* NULL: scalar */
+    const S(ukr_fn) *tails; /* NULL, or tails[r]: a kernel for exactly r < mr rows */
 };
 
 /* Block sizes per kernel and dtype, measured on Zen 5 (L1 48 KiB, L2 1 MiB,
-   L3 32 MiB). A long kc (fewer passes over C) won over keeping the kc x NR B
-   micro-panel strictly inside L1: L2 streams it fast enough. mc x kc A block
-   (288 KiB f32, 576 KiB f64) stays in L2; the kc x nc B panel in L3. */
+   L3 32 MiB) against numpy's AVX-512 OpenBLAS. A long kc (fewer passes over
+   C) won over keeping the kc x NR B micro-panel strictly inside L1: L2
+   streams it fast enough (f32: kc 1024 beat 512 by 5% at n = 2048, with a
+   96-row A block, 384 KiB, in L2; f64: 576 KiB). The kc x nc B panel is in L3. */
 static struct S(kernel) S(pick_kernel)(void)
 {
     int sel = kernel_sel();
@@ -218,27 +233,32 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)f32;
 #if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
-        return f32 ? (struct S(kernel)){UKR_AVX512, 512, 144, 4096, GEMV(avx512), PACKBT_AVX2}
-                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048, GEMV(avx512), PACKBT_AVX2};
+        return f32 ? (struct S(kernel)){UKR_AVX512, 1024, 96, 4096, GEMV(avx512), PACKBT_AVX2,
+                                        TAILS_AVX512}
+                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048, GEMV(avx512), PACKBT_AVX2,
+                                        TAILS_AVX512};
     if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2};
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2, NULL}
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL};
 #endif
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), PORT_MR, PORT_NR, 256, 128, 2048,
-                              GEMV(portable), NULL};
+                              GEMV(portable), NULL, NULL};
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
-static void S(pack_a)(int64_t mb, int64_t kb, const T *a, int64_t rsa, int64_t csa, T *ap,
-                      int mr)
+static void S(pack_a)(const struct S(kernel) *kn, int64_t mb, int64_t kb, const T *a,
+                      int64_t rsa, int64_t csa, T *ap)
 {
+    const int mr = kn->mr;
     for (int64_t i0 = 0; i0 < mb; i0 += mr) {
         int64_t ib = min64(mr, mb - i0);
         const T *src = a + i0 * rsa;
         if (ib == mr && rsa == 1) {
             for (int64_t p = 0; p < kb; p++)
                 memcpy(ap + p * mr, src + p * csa, (size_t)mr * sizeof(T));
+        } else if (ib == mr && csa == 1 && kn->packbt && mr % 4 == 0) {
+            kn->packbt(kb, src, rsa, ap, mr);
         } else if (ib == mr && csa == 1) {
             for (int i = 0; i < mr; i++) {
                 const T *row = src + i * rsa;
@@ -293,27 +313,33 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
 /* Macro-kernel: C[mb, cols j0..j1 of the panel] (+)= A block @ packed B panel.
    The A block is packed (micro-panel i at ap + i*kb) or, when `inplace`, read
    in place from row-major A with row stride rsa, its last partial micro-panel
-   then packed at ap. */
+   then read in place by a tail kernel or, without tail kernels, packed at ap.
+   B is the packed panel, or with `bdir` read in place (row stride rsbd). */
 static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t j0, int64_t j1,
                      int64_t kb, int inplace, const T *a, int64_t rsa, const T *ap,
-                     const T *bp, T *c, int64_t rsc, int64_t csc, int accum)
+                     const T *bp, const T *bdir, int64_t rsbd, T *c, int64_t rsc, int64_t csc,
+                     int accum)
 {
     const int mr = kn->mr, nr = kn->nr;
     T tile[GEMM_MAX_TILE] __attribute__((aligned(GEMM_ALIGN)));
     for (int64_t j = j0; j < j1; j += nr) {
         int64_t jb = min64(nr, nb - j);
-        const T *bpj = bp + j * kb;
+        /* B in place (full panels of a row-major B), else packed (a partial
+           panel of an in-place B is packed alone at bp) */
+        const T *bpj = bdir ? (jb == nr ? bdir + j : bp) : bp + j * kb;
+        int64_t rsb = bdir && jb == nr ? rsbd : nr;
         for (int64_t i = 0; i < mb; i += mr) {
             int64_t ib = min64(mr, mb - i);
             T *cij = c + i * rsc + j * csc;
-            int direct = inplace && ib == mr;
+            S(ukr_fn) ukr = ib < mr && kn->tails ? kn->tails[ib] : kn->ukr;
+            int direct = inplace && (ib == mr || kn->tails);
             const T *ai = direct ? a + i * rsa : inplace ? ap : ap + i * kb;
             int64_t ars = direct ? rsa : 1, acs = direct ? 1 : mr;
             if (jb == nr && csc == 1) {
-                kn->ukr(kb, ai, ars, acs, bpj, cij, rsc, ib, accum);
+                ukr(kb, ai, ars, acs, bpj, rsb, cij, rsc, ib, accum);
                 continue;
             }
-            kn->ukr(kb, ai, ars, acs, bpj, tile, nr, ib, 0);
+            ukr(kb, ai, ars, acs, bpj, rsb, tile, nr, ib, 0);
             for (int64_t ii = 0; ii < ib; ii++)
                 for (int64_t jj = 0; jj < jb; jj++) {
                     T *cp = cij + ii * rsc + jj * csc;
@@ -345,6 +371,8 @@ struct S(panel_job) {
     const T *bp;
     int tm, tn;       /* thread grid: tm row ranges x tn column ranges */
     int64_t item;     /* batch item */
+    const T *bdir;    /* non-NULL: full B micro-panels read in place from here */
+    void *pack;       /* non-NULL: a packb_job; each task first packs its own columns */
 };
 
 static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t r1, int64_t c0,
@@ -374,27 +402,39 @@ static void S(panel_rows_cols)(struct S(panel_job) *job, int64_t r0, int64_t r1,
         const T *ablk = a + ic * pr->rsa + job->pc * pr->csa;
         if (inplace) {
             int64_t full = mb / kn->mr * kn->mr;
-            if (full < mb)
-                S(pack_a)(mb - full, job->kb, ablk + full * pr->rsa, pr->rsa, 1, ap, kn->mr);
+            if (full < mb && !kn->tails)
+                S(pack_a)(kn, mb - full, job->kb, ablk + full * pr->rsa, pr->rsa, 1, ap);
         } else {
-            S(pack_a)(mb, job->kb, ablk, pr->rsa, pr->csa, ap, kn->mr);
+            S(pack_a)(kn, mb, job->kb, ablk, pr->rsa, pr->csa, ap);
         }
         S(macro)(kn, mb, job->nb, c0, c1, job->kb, inplace, ablk, pr->rsa, ap, job->bp,
+                 job->bdir, pr->rsb,
                  c + ic * pr->rsc + job->jc * pr->csc, pr->rsc, pr->csc, accum);
     }
 }
+
+/* Threads split rows in units of this many: with tail kernels a range need
+   not be whole MR-row tiles (128 rows split 64 + 64, not 72 + 56). */
+static int64_t S(row_unit)(const struct S(kernel) *kn)
+{
+    return kn->tails ? 4 : kn->mr;
+}
+
+static void S(packb_task)(void *ctx, int64_t p0, int64_t p1);
 
 static void S(panel_task)(void *ctx, int64_t t0, int64_t t1)
 {
     struct S(panel_job) *job = ctx;
     const struct S(kernel) *kn = job->kn;
-    int64_t pm = ceil_div(job->pr->m, kn->mr), pn = ceil_div(job->nb, kn->nr);
+    int64_t u = S(row_unit)(kn), pm = ceil_div(job->pr->m, u), pn = ceil_div(job->nb, kn->nr);
     for (int64_t t = t0; t < t1; t++) {
         int64_t ti = t / job->tn, tj = t % job->tn;
-        int64_t r0 = pm * ti / job->tm * kn->mr;
-        int64_t r1 = min64(pm * (ti + 1) / job->tm * kn->mr, job->pr->m);
+        int64_t r0 = pm * ti / job->tm * u;
+        int64_t r1 = min64(pm * (ti + 1) / job->tm * u, job->pr->m);
         int64_t c0 = pn * tj / job->tn * kn->nr;
         int64_t c1 = min64(pn * (tj + 1) / job->tn * kn->nr, job->nb);
+        if (c0 < c1 && job->pack)
+            S(packb_task)(job->pack, c0 / kn->nr, ceil_div(c1, kn->nr));
         if (r0 < r1 && c0 < c1)
             S(panel_rows_cols)(job, r0, r1, c0, c1);
     }
@@ -418,15 +458,19 @@ static void S(packb_task)(void *ctx, int64_t p0, int64_t p1)
 }
 
 /* Thread grid tm x tn == threads minimising the largest per-thread tile count;
-   ties go to splitting rows (threads then share one packed B panel). */
+   splitting columns wins unless rows are better by more than 1/8. Measured on
+   Zen 5 at 2 threads (n = 256 .. 2048 and the MLP shapes), columns beat rows
+   by 3-25% although each thread then packs the whole A block: each thread's
+   B micro-panels are the ones it packed itself, in its own L2, instead of
+   half of them being fetched from the other core's. */
 static void S(grid)(int threads, int64_t pm, int64_t pn, int *tm, int *tn)
 {
     int64_t best = -1;
-    for (int r = threads; r >= 1; r--) {
+    for (int r = 1; r <= threads; r++) {
         if (threads % r)
             continue;
         int64_t w = ceil_div(pm, r) * ceil_div(pn, threads / r);
-        if (best < 0 || w < best) {
+        if (best < 0 || w * 8 < best * 7) {
             best = w;
             *tm = r;
             *tn = threads / r;
@@ -496,6 +540,12 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     }
     int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
     int64_t kcb = min64(kn.kc, pr->k);
+    /* A row-major B reused by only a few row tiles is read in place (its full
+       micro-panels; SIMD kernels only, which load B unaligned): packing it
+       would cost about as much as the products it feeds. */
+    int binplace = pr->csb == 1 && kn.packbt &&
+                   ceil_div(pr->m, kn.mr) * pr->count <= GEMM_BINPLACE_MAX_TILES &&
+                   pr->n * pr->k <= GEMM_BINPLACE_MAX_ELEMS;
     T *bp = packbuf_get(1, (size_t)(ncb * kcb) * sizeof(T));
     if (!bp) {
         for (int64_t it = 0; it < pr->count; it++)
@@ -504,20 +554,44 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     }
     for (int64_t jc = 0; jc < pr->n; jc += kn.nc) {
         int64_t nb = min64(kn.nc, pr->n - jc);
-        int64_t pn = ceil_div(nb, kn.nr), pm = ceil_div(pr->m, kn.mr);
+        int64_t pn = ceil_div(nb, kn.nr), u = S(row_unit)(&kn), pm = ceil_div(pr->m, u);
         for (int64_t pc = 0; pc < pr->k; pc += kn.kc) {
             int64_t kb = min64(kn.kc, pr->k - pc);
             struct S(packb_job) pj = {&kn, pr, jc, pc, kb, nb, bp, kn.nr};
-            if (threads > 1)
-                par_for(pn, S(packb_task), &pj);
-            else
-                S(packb_task)(&pj, 0, pn);
-            struct S(panel_job) job = {&kn, pr, jc, nb, pc, kb, bp, 1, 1, 0};
+            struct S(panel_job) job = {&kn, pr, jc, nb, pc, kb, bp, 1, 1, 0, NULL, NULL};
             if (threads > 1)
                 S(grid)(threads, pm, pn, &job.tm, &job.tn);
+            /* Threads splitting columns only each pack their own B micro-panels
+               inside the first item's loop: no separate packing loop to wait
+               for, and each thread's panels stay in its own cache. */
+            int fuse = threads > 1 && job.tm == 1 && !binplace;
+            /* Column split of a row-major A read in place (no A packing per
+               task): one task per B micro-panel, claimed dynamically. */
+            int dyn = threads > 1 && job.tm == 1 && pr->csa == 1 && job.tn < pn &&
+                      ceil_div(pn, threads) <= GEMM_INPLACE_MAX_PANELS;
+            if (dyn)
+                job.tn = (int)pn;
+            const T *bdir = NULL;
+            if (binplace) {
+                bdir = pr->b + pc * pr->rsb + jc;
+                int64_t j0 = (pn - 1) * kn.nr;
+                if (nb % kn.nr) /* the partial last micro-panel alone, at bp */
+                    S(pack_b)(&kn, kb, nb - j0, bdir + j0, pr->rsb, 1, bp);
+            } else if (fuse) {
+                job.pack = &pj;
+            } else if (threads > 1) {
+                par_for(pn, S(packb_task), &pj);
+            } else {
+                S(packb_task)(&pj, 0, pn);
+            }
+            job.bdir = bdir;
             for (int64_t it = 0; it < pr->count; it++) {
                 job.item = it;
-                if (threads > 1)
+                if (it == 1)
+                    job.pack = NULL;
+                if (dyn)
+                    par_for_dyn(job.tn, S(panel_task), &job);
+                else if (threads > 1)
                     par_for(job.tm * job.tn, S(panel_task), &job);
                 else
                     S(panel_task)(&job, 0, 1);

@@ -43,28 +43,33 @@ void gemm_force_portable(int on);
 /* ---- micro-kernels (internal to gemm*.c) ----
 
    A micro-kernel computes one MR x NR tile from a B micro-panel
-     bp: k steps of NR elements (row p of the panel contiguous)
+     bp: k steps of NR contiguous elements, step p at bp + p*rsb (rsb == NR
+         when packed; a row-major B with full NR-wide panels is read in place)
    and an A micro-panel which is either
-     packed (rsa == 1, csa == MR: column p at ap[p*MR .. p*MR+MR)), or
+     packed (rsa == 1, csa == PMR: column p at ap[p*PMR .. p*PMR+MR)), or
      read in place from a row-major A (csa == 1, rsa = its row stride),
    and writes the first `rows` rows of C[i*rsc + j] (unit column stride, all
    NR columns), overwriting when accum == 0 and adding otherwise. The in-place
    form is used when A is row-major and its packed copy would be used only a
    few times; it always reads all MR rows. Tiles cut in n, and other C
-   layouts, go through a temporary tile in the driver. */
-typedef void (*gemm_ukr_f32)(int64_t k, const float *a, int64_t rsa, int64_t csa, const float *bp,
-                             float *c, int64_t rsc, int64_t rows, int accum);
-typedef void (*gemm_ukr_f64)(int64_t k, const double *a, int64_t rsa, int64_t csa,
-                             const double *bp, double *c, int64_t rsc, int64_t rows, int accum);
-
-void gemm_ukr_f32_avx2(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t,
-                       int64_t, int);
-void gemm_ukr_f64_avx2(int64_t, const double *, int64_t, int64_t, const double *, double *,
-                       int64_t, int64_t, int);
-void gemm_ukr_f32_avx512(int64_t, const float *, int64_t, int64_t, const float *, float *,
-                         int64_t, int64_t, int);
-void gemm_ukr_f64_avx512(int64_t, const double *, int64_t, int64_t, const double *, double *,
-                         int64_t, int64_t, int);
+   layouts, go through a temporary tile in the driver. PMR is the packed
+   panel height: MR for the main kernels; the tail kernels (fewer rows, used
+   for the last rows of A instead of a zero-padded full tile) read panels
+   packed for the main kernel. */
+#define GEMM_UKR_DECLARE(NAME, T)                                                          \
+    void NAME(int64_t k, const T *a, int64_t rsa, int64_t csa, const T *bp, int64_t rsb, T *c,   \
+              int64_t rsc, int64_t rows, int accum);
+GEMM_UKR_DECLARE(gemm_ukr_f32_avx2, float)
+GEMM_UKR_DECLARE(gemm_ukr_f64_avx2, double)
+GEMM_UKR_DECLARE(gemm_ukr_f32_avx512, float)
+GEMM_UKR_DECLARE(gemm_ukr_f64_avx512, double)
+typedef void (*gemm_ukr_f32)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
+                             float *, int64_t, int64_t, int);
+typedef void (*gemm_ukr_f64)(int64_t, const double *, int64_t, int64_t, const double *, int64_t,
+                             double *, int64_t, int64_t, int);
+/* tails[r] (1 <= r < MR): a kernel for exactly r rows of an MR-row panel */
+extern const gemm_ukr_f32 gemm_tails_f32_avx512[];
+extern const gemm_ukr_f64 gemm_tails_f64_avx512[];
 
 /* Matrix-vector products (m == 1 or n == 1) skip packing: y = M x with either
      dotrows:  M rows unit-stride, x contiguous:  y[i*incy] = sum_p M[i*rsm + p] x[p]
@@ -123,8 +128,9 @@ GEMM_GEMV_DECLARE(f64_avx512, double)
         }                                                                                  \
     }
 
-/* Transposing pack of a unit-row-stride B into NR-wide micro-panels (AVX2;
-   also used at the AVX-512 level). NR must be a multiple of 8 (f32) / 4 (f64). */
+/* Transposing pack of a unit-row-stride B into NR-wide micro-panels, or of a
+   row-major A into MR-tall ones (AVX2; also used at the AVX-512 level).
+   nr must be a multiple of 4. */
 void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, int nr);
 void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp, int nr);
 
@@ -153,12 +159,14 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
                 acc[i][j] = FMA(av, bv[j], acc[i][j]);                                     \
         }                                                                                  \
         a += (CSA);                                                                        \
-        bp += NV * VL;                                                                     \
+        bp += rsb;                                                                         \
     }
 
-#define GEMM_UKR_DEFINE(NAME, T, V_, MR, NV, VL, LOAD, LOADU, STOREU, SET1, FMA, ADD, ZERO) \
+#define GEMM_UKR_DEFINE(NAME, T, V_, MR, PMR, NV, VL, LOAD, LOADU, STOREU, SET1, FMA, ADD,   \
+                        ZERO)                                                              \
     void NAME(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,                    \
-              const T *restrict bp, T *restrict c, int64_t rsc, int64_t rows, int accum)   \
+              const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc, int64_t rows, \
+              int accum)                                                                   \
     {                                                                                      \
         typedef V_ V;                                                                      \
         V acc[MR][NV];                                                                     \
@@ -167,7 +175,7 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
         if (csa == 1)                                                                      \
             GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, rsa, 1)                            \
         else                                                                               \
-            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, 1, MR)                             \
+            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, 1, PMR)                            \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                            \
             if (i >= rows)                                                                 \
                 break;                                                                     \

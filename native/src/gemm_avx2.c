@@ -4,11 +4,13 @@
 
 #include "gemm.h"
 
-GEMM_UKR_DEFINE(gemm_ukr_f32_avx2, float, __m256, GEMM_AVX2_F32_MR, 2, 8, _mm256_load_ps,
+GEMM_UKR_DEFINE(gemm_ukr_f32_avx2, float, __m256, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_MR, 2, 8,
+                _mm256_loadu_ps,
                 _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps,
                 _mm256_add_ps, _mm256_setzero_ps)
 
-GEMM_UKR_DEFINE(gemm_ukr_f64_avx2, double, __m256d, GEMM_AVX2_F64_MR, 2, 4, _mm256_load_pd,
+GEMM_UKR_DEFINE(gemm_ukr_f64_avx2, double, __m256d, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_MR, 2, 4,
+                _mm256_loadu_pd,
                 _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_fmadd_pd,
                 _mm256_add_pd, _mm256_setzero_pd)
 
@@ -18,8 +20,9 @@ GEMM_GEMV_DEFINE(f64_avx2, double)
 /* Packing a column-major B (unit row stride) into row-contiguous micro-panels
    is a transpose; doing it in 8 x 8 (float) or 4 x 4 (double) register blocks
    instead of element by element matters when m is small and the packing cost
-   is not amortised (the G @ W^T product of an MLP's backward). nr must be a
-   multiple of the block; the k tail is copied element by element. */
+   is not amortised (the G @ W^T product of an MLP's backward); the same
+   transpose packs a row-major A into MR-tall micro-panels. nr must be a
+   multiple of 4; the k tail is copied element by element. */
 static inline void transpose8_ps(__m256 r[8])
 {
     __m256 t[8], u[8];
@@ -42,15 +45,29 @@ static inline void transpose8_ps(__m256 r[8])
 void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, int nr)
 {
     int64_t p = 0;
-    for (; p + 8 <= kb; p += 8)
-        for (int j = 0; j < nr; j += 8) {
+    for (; p + 8 <= kb; p += 8) {
+        int j = 0;
+        for (; j + 8 <= nr; j += 8) {
             __m256 r[8];
             for (int jj = 0; jj < 8; jj++)
                 r[jj] = _mm256_loadu_ps(src + (j + jj) * csb + p);
             transpose8_ps(r);
             for (int pp = 0; pp < 8; pp++)
-                _mm256_store_ps(bp + (p + pp) * nr + j, r[pp]);
+                _mm256_storeu_ps(bp + (p + pp) * nr + j, r[pp]);
         }
+        for (; j < nr; j += 4) /* a 4-wide tail (nr = 12 packing an A panel) */
+            for (int h = 0; h < 8; h += 4) {
+                __m128 r0 = _mm_loadu_ps(src + j * csb + p + h);
+                __m128 r1 = _mm_loadu_ps(src + (j + 1) * csb + p + h);
+                __m128 r2 = _mm_loadu_ps(src + (j + 2) * csb + p + h);
+                __m128 r3 = _mm_loadu_ps(src + (j + 3) * csb + p + h);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(bp + (p + h) * nr + j, r0);
+                _mm_storeu_ps(bp + (p + h + 1) * nr + j, r1);
+                _mm_storeu_ps(bp + (p + h + 2) * nr + j, r2);
+                _mm_storeu_ps(bp + (p + h + 3) * nr + j, r3);
+            }
+    }
     for (; p < kb; p++)
         for (int j = 0; j < nr; j++)
             bp[p * nr + j] = src[j * csb + p];
@@ -67,10 +84,10 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
             __m256d r3 = _mm256_loadu_pd(src + (j + 3) * csb + p);
             __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
             __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
-            _mm256_store_pd(bp + p * nr + j, _mm256_permute2f128_pd(t0, t2, 0x20));
-            _mm256_store_pd(bp + (p + 1) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x20));
-            _mm256_store_pd(bp + (p + 2) * nr + j, _mm256_permute2f128_pd(t0, t2, 0x31));
-            _mm256_store_pd(bp + (p + 3) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x31));
+            _mm256_storeu_pd(bp + p * nr + j, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_storeu_pd(bp + (p + 1) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_storeu_pd(bp + (p + 2) * nr + j, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_storeu_pd(bp + (p + 3) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x31));
         }
     for (; p < kb; p++)
         for (int j = 0; j < nr; j++)

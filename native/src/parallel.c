@@ -169,7 +169,8 @@ static int ensure_workers(int want)
     return g_workers;
 }
 
-void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx)
+static void par_run(int64_t n, int dyn, void (*fn)(void *ctx, int64_t begin, int64_t end),
+                    void *ctx)
 {
     int threads = par_num_threads();
     if (n <= 0)
@@ -181,6 +182,8 @@ void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void 
     int workers = ensure_workers(threads - 1); /* more may exist from an earlier setting */
     int avail = workers + 1 < threads ? workers + 1 : threads;
     int chunks = (int)(n < avail ? n : avail);
+    if (dyn && chunks > 1)
+        chunks = (int)(n < 0xffff ? n : 0xffff);
     if (chunks <= 1) {
         pthread_mutex_unlock(&g_use);
         fn(ctx, 0, n);
@@ -213,4 +216,14 @@ void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void 
         break;
     }
     pthread_mutex_unlock(&g_use);
+}
+
+void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx)
+{
+    par_run(n, 0, fn, ctx);
+}
+
+void par_for_dyn(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx)
+{
+    par_run(n, 1, fn, ctx);
 }

@@ -11,6 +11,11 @@
    wait for someone else's work. */
 void par_for(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 
+/* As par_for, but each index is its own chunk, claimed by whichever thread
+   is free: a thread that is descheduled (a core shared with another
+   process's spinning threads) then delays one small chunk, not half the loop. */
+void par_for_dyn(int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+
 /* The configured thread count (ad_set_num_threads, else PYAUTODIFF_NUM_THREADS,
    else the number of online CPUs). */
 int par_num_threads(void);
