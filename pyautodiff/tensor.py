@@ -381,11 +381,14 @@ class Tensor:
     def __matmul__(self, o):
         if isinstance(o, Tensor):  # fast path: both operands >= 2-d
             out = _out()
-            if not _ad_binary(lib.AD_OP_MATMUL, self._h, o._h, out):
+            st = _ad_binary(lib.AD_OP_MATMUL, self._h, o._h, out)
+            if not st:
                 t = _new(Tensor)
                 t._h = out[0]
                 return t
-        return matmul(self, _as_tensor_like(o, self))  # 1-d promotion, errors
+            if st != lib.AD_ERR_SHAPE:  # only a shape error can be 1-d promotion
+                raise_status(st)
+        return matmul(self, _as_tensor_like(o, self))
 
     def __rmatmul__(self, o):
         return matmul(_as_tensor_like(o, self), self)
