@@ -71,6 +71,7 @@ def _call(op, inputs, iargs=(), fargs=()):
 
 
 _ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
+_OP_MATMUL = lib.AD_OP_MATMUL
 
 
 def _unary(op, x):
@@ -380,8 +381,11 @@ class Tensor:
 
     def __matmul__(self, o):
         if isinstance(o, Tensor):  # fast path: both operands >= 2-d
-            out = _out()
-            st = _ad_binary(lib.AD_OP_MATMUL, self._h, o._h, out)
+            try:
+                out = _tls.out
+            except AttributeError:
+                out = _out()
+            st = _ad_binary(_OP_MATMUL, self._h, o._h, out)
             if not st:
                 t = _new(Tensor)
                 t._h = out[0]

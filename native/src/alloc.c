@@ -32,76 +32,90 @@ void *ad_calloc(size_t n) {
 
 void ad_mfree(void *p) { free(p); }
 
-/* ---- a small cache of recently freed large data blocks ----------------------
- * A fresh multi-megabyte block costs a page fault per 4 KiB on first touch, so
- * large blocks are kept after release and handed out again to a request of
- * the same size class.  Cached blocks are not live (ad_live_bytes counts only
- * blocks in use), and a cache hit still honours the failure-injection hook. */
-enum { CACHE_MIN = 256 * 1024, CACHE_SLOTS = 16 };
-#define CACHE_MAX_BYTES ((size_t)128 << 20)
+/* ---- caches of recently freed data blocks ------------------------------------
+ * A fresh multi-megabyte block costs a page fault per 4 KiB on first touch,
+ * and a mid-sized one (a 64x64 matmul's output) costs glibc a consolidation
+ * of its fast bins on every malloc, so freed blocks of both kinds are kept
+ * and handed out again to a request of the same size class.  Two separate
+ * caches, so that churn of mid-sized blocks never evicts the large ones.
+ * Cached blocks are not live (ad_live_bytes counts only blocks in use), and
+ * a cache hit still honours the failure-injection hook. */
+enum { MID_MIN = 4 * 1024, LARGE_MIN = 256 * 1024, CACHE_SLOTS = 16 };
 
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    void *p;
-    size_t size;
-    uint64_t stamp; /* for evicting the oldest */
-} cache[CACHE_SLOTS];
-static size_t cache_bytes;
-static uint64_t cache_clock;
+typedef struct {
+    pthread_mutex_t lock;
+    size_t max, max_bytes; /* largest block kept, most bytes kept */
+    size_t bytes;
+    uint64_t clock;
+    struct {
+        void *p;
+        size_t size;
+        uint64_t stamp; /* for evicting the oldest */
+    } slot[CACHE_SLOTS];
+} block_cache;
 
-/* The size actually allocated for n bytes: small blocks round to 64 bytes;
-   large ones to an eighth of their leading power of two (waste <= 12.5%), so
-   blocks of similar sizes share a class. */
+static block_cache mid_cache = {
+    .lock = PTHREAD_MUTEX_INITIALIZER, .max = LARGE_MIN - 1, .max_bytes = 1 << 20};
+static block_cache large_cache = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .max = (size_t)128 << 20, .max_bytes = (size_t)128 << 20};
+
+static block_cache *cache_for(size_t size) {
+    return size >= LARGE_MIN ? &large_cache : size >= MID_MIN ? &mid_cache : NULL;
+}
+
+/* The size actually allocated for n bytes: blocks round to 64 bytes below
+   MID_MIN, above it to an eighth of their leading power of two (waste <=
+   12.5%), so blocks of similar sizes share a class. */
 static size_t block_size(size_t n) {
-    if (n < CACHE_MIN) return n ? (n + 63) & ~(size_t)63 : 64;
+    if (n < MID_MIN) return n ? (n + 63) & ~(size_t)63 : 64;
     int lg = 63 - __builtin_clzll((unsigned long long)n);
     size_t g = (size_t)1 << (lg - 3);
     return (n + g - 1) & ~(g - 1);
 }
 
-static void *cache_take(size_t size) {
+static void *cache_take(block_cache *c, size_t size) {
     void *p = NULL;
-    pthread_mutex_lock(&cache_lock);
+    pthread_mutex_lock(&c->lock);
     int best = -1;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        if (cache[i].p && cache[i].size == size &&
-            (best < 0 || cache[i].stamp > cache[best].stamp))
+        if (c->slot[i].p && c->slot[i].size == size &&
+            (best < 0 || c->slot[i].stamp > c->slot[best].stamp))
             best = i;
     if (best >= 0) {
-        p = cache[best].p;
-        cache[best].p = NULL;
-        cache_bytes -= size;
+        p = c->slot[best].p;
+        c->slot[best].p = NULL;
+        c->bytes -= size;
     }
-    pthread_mutex_unlock(&cache_lock);
+    pthread_mutex_unlock(&c->lock);
     return p;
 }
 
 /* Keeps p (of block size `size`) if it fits, evicting the oldest blocks;
    returns false when the caller should free it. */
-static bool cache_put(void *p, size_t size) {
-    if (size < CACHE_MIN || size > CACHE_MAX_BYTES) return false;
+static bool cache_put(block_cache *c, void *p, size_t size) {
+    if (size > c->max || size > c->max_bytes) return false;
     void *evict[CACHE_SLOTS];
     int ne = 0;
-    pthread_mutex_lock(&cache_lock);
+    pthread_mutex_lock(&c->lock);
     for (;;) {
         int free_slot = -1, oldest = -1;
         for (int i = 0; i < CACHE_SLOTS; i++) {
-            if (!cache[i].p) free_slot = free_slot < 0 ? i : free_slot;
-            else if (oldest < 0 || cache[i].stamp < cache[oldest].stamp) oldest = i;
+            if (!c->slot[i].p) free_slot = free_slot < 0 ? i : free_slot;
+            else if (oldest < 0 || c->slot[i].stamp < c->slot[oldest].stamp) oldest = i;
         }
-        if (free_slot >= 0 && cache_bytes + size <= CACHE_MAX_BYTES) {
-            cache[free_slot].p = p;
-            cache[free_slot].size = size;
-            cache[free_slot].stamp = ++cache_clock;
-            cache_bytes += size;
+        if (free_slot >= 0 && c->bytes + size <= c->max_bytes) {
+            c->slot[free_slot].p = p;
+            c->slot[free_slot].size = size;
+            c->slot[free_slot].stamp = ++c->clock;
+            c->bytes += size;
             break;
         }
         /* oldest >= 0 here: a full table or too many bytes means something is cached */
-        evict[ne++] = cache[oldest].p;
-        cache_bytes -= cache[oldest].size;
-        cache[oldest].p = NULL;
+        evict[ne++] = c->slot[oldest].p;
+        c->bytes -= c->slot[oldest].size;
+        c->slot[oldest].p = NULL;
     }
-    pthread_mutex_unlock(&cache_lock);
+    pthread_mutex_unlock(&c->lock);
     for (int i = 0; i < ne; i++) free(evict[i]);
     return true;
 }
@@ -110,7 +124,8 @@ void *ad_data_alloc(size_t n) {
     if (injected_failure()) return NULL;
     size_t size = block_size(n);
     if (size < n) return NULL; /* overflow */
-    void *p = size >= CACHE_MIN ? cache_take(size) : NULL;
+    block_cache *c = cache_for(size);
+    void *p = c ? cache_take(c, size) : NULL;
     if (!p && posix_memalign(&p, 64, size) != 0) return NULL;
     atomic_fetch_add_explicit(&ad_live_byte_count, (long long)n, memory_order_relaxed);
     return p;
@@ -119,7 +134,9 @@ void *ad_data_alloc(size_t n) {
 void ad_data_free(void *p, size_t n) {
     if (!p) return;
     atomic_fetch_sub_explicit(&ad_live_byte_count, (long long)n, memory_order_relaxed);
-    if (!cache_put(p, block_size(n))) free(p);
+    size_t size = block_size(n);
+    block_cache *c = cache_for(size);
+    if (!c || !cache_put(c, p, size)) free(p);
 }
 
 AD_API int64_t ad_live_tensors(void) { return atomic_load(&ad_live_tensor_count); }
