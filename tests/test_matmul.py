@@ -14,16 +14,18 @@ from pyautodiff._lib import ffi, lib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29), (33, 65, 17),
           (64, 64, 64), (97, 101, 103), (130, 7, 257), (1, 300, 1), (300, 1, 300), (6, 512, 16),
-          (145, 513, 33)]
+          (145, 513, 33),
+          # last column panel partial, at most half full (half-width kernels, masked stores)
+          (128, 512, 10), (80, 80, 80), (100, 100, 100), (25, 40, 47), (12, 9, 48), (500, 3, 500)]
 
 
-@pytest.fixture(params=["simd", "portable"])
+@pytest.fixture(params=["avx512", "avx2", "portable"])
 def kernel(request):
-    lib.ad_gemm_force_portable(1 if request.param == "portable" else 0)
-    name = ffi.string(lib.ad_gemm_kernel()).decode()
-    assert (name == "portable") == (request.param == "portable")
-    yield name
-    lib.ad_gemm_force_portable(0)
+    if lib.ad_gemm_set_kernel(request.param.encode()) != lib.AD_OK:
+        pytest.skip(f"this CPU has no {request.param} kernel")
+    assert ffi.string(lib.ad_gemm_kernel()).decode() == request.param
+    yield request.param
+    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
 
 
 @pytest.fixture(params=[1, 2])
@@ -85,6 +87,21 @@ def test_gradients_through_both_kernels(kernel):
 
     rng = np.random.default_rng(0)
     check_grad(lambda x, y: x @ y, [rng.standard_normal((5, 7)), rng.standard_normal((7, 3))])
+
+
+def test_set_kernel_rejects_unknown():
+    assert lib.ad_gemm_set_kernel(b"sse9") == lib.AD_ERR_VALUE
+    assert "sse9" in ffi.string(lib.ad_last_error()).decode()
+    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
+
+
+def test_env_var_caps_kernel():
+    code = "import pyautodiff as ad; from pyautodiff._lib import ffi, lib; " \
+           "print(ffi.string(lib.ad_gemm_kernel()).decode())"
+    env = dict(os.environ, PYAUTODIFF_GEMM_KERNEL="portable", PYTHONPATH=ROOT)
+    out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "portable", out.stderr
 
 
 def test_env_var_forces_portable():

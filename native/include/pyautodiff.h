@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 0
+#define AD_ABI_MINOR 1
 
 /* cffi:begin */
 
@@ -284,6 +284,9 @@ AD_API int ad_get_num_threads(void);
    C kernel, 0 restores run-time dispatch. */
 AD_API const char *ad_gemm_kernel(void);
 AD_API void ad_gemm_force_portable(int on);
+/* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
+   restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. (ABI 1.1) */
+AD_API ad_status ad_gemm_set_kernel(const char *name);
 
 /* ---- diagnostics (tests) ---------------------------------------------- */
 /* Live tensor handles and live storage bytes in this process. */

@@ -8,8 +8,8 @@
 
    Packing reads any strided layout (unit row or unit column stride take a fast
    path) and pads edges with zeros; the last rows of A go to tail kernels of
-   exactly that many rows (AVX-512), and a tile cut in n goes through a small
-   temporary tile. A row-major A or B whose packed copy would be reused only
+   exactly that many rows (AVX-512), and a tile cut in n is stored through a
+   column mask, by a half-width kernel when at most half of it is used. A row-major A or B whose packed copy would be reused only
    a few times is read in place instead (small products skip packing
    altogether), and matrix-vector products (m or n == 1) skip packing.
    Threads split the m x nc work of one B panel into a grid of row x column
@@ -51,10 +51,21 @@
 
 enum { KSEL_PORTABLE, KSEL_AVX2, KSEL_AVX512 };
 
-static int g_best_kernel = -1; /* what the CPU supports (after PYAUTODIFF_PORTABLE) */
+static int g_best_kernel = -1; /* what the CPU supports (after the environment) */
 static pthread_once_t g_kernel_once = PTHREAD_ONCE_INIT;
-static atomic_int g_force_portable;
+static atomic_int g_forced_kernel = -1; /* gemm_set_kernel; -1: g_best_kernel */
+static const char *const g_kernel_names[] = {"portable", "avx2", "avx512"};
 
+static int kernel_by_name(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, g_kernel_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The best level the CPU has, capped by PYAUTODIFF_PORTABLE=1 or by
+   PYAUTODIFF_GEMM_KERNEL=avx2|portable (a level the CPU lacks is ignored). */
 static void detect_kernel(void)
 {
     int best = KSEL_PORTABLE;
@@ -66,11 +77,11 @@ static void detect_kernel(void)
             best = KSEL_AVX512;
     }
 #endif
-#ifdef GEMM_TEST_NO_AVX512 /* scratch builds only: measure the AVX2 level */
-    if (best == KSEL_AVX512)
-        best = KSEL_AVX2;
-#endif
-    const char *env = getenv("PYAUTODIFF_PORTABLE");
+    const char *env = getenv("PYAUTODIFF_GEMM_KERNEL");
+    int want = env ? kernel_by_name(env) : -1;
+    if (want >= 0 && want < best)
+        best = want;
+    env = getenv("PYAUTODIFF_PORTABLE");
     if (env && env[0] == '1' && env[1] == '\0')
         best = KSEL_PORTABLE;
     g_best_kernel = best;
@@ -79,19 +90,27 @@ static void detect_kernel(void)
 static int kernel_sel(void)
 {
     pthread_once(&g_kernel_once, detect_kernel);
-    return atomic_load_explicit(&g_force_portable, memory_order_relaxed) ? KSEL_PORTABLE
-                                                                         : g_best_kernel;
+    int forced = atomic_load_explicit(&g_forced_kernel, memory_order_relaxed);
+    return forced >= 0 ? forced : g_best_kernel;
 }
 
 const char *gemm_kernel_name(void)
 {
-    static const char *const names[] = {"portable", "avx2", "avx512"};
-    return names[kernel_sel()];
+    return g_kernel_names[kernel_sel()];
 }
 
-void gemm_force_portable(int on)
+int gemm_set_kernel(const char *name)
 {
-    atomic_store(&g_force_portable, on != 0);
+    pthread_once(&g_kernel_once, detect_kernel);
+    if (!name || strcmp(name, "auto") == 0) {
+        atomic_store(&g_forced_kernel, -1);
+        return 0;
+    }
+    int k = kernel_by_name(name);
+    if (k < 0 || k > g_best_kernel)
+        return -1;
+    atomic_store(&g_forced_kernel, k);
+    return 0;
 }
 
 /* ---- per-thread packing buffers ----
@@ -159,11 +178,11 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #define GEMM_TEMPLATE
 #define T float
 #define S(name) name##_f32
-#define UKR_AVX512 gemm_ukr_f32_avx512, GEMM_AVX512_F32_MR, GEMM_AVX512_F32_NR
-#define UKR_AVX2 gemm_ukr_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
+#define UKR_AVX512 gemm_ukr_f32_avx512, gemm_ukrh_f32_avx512, GEMM_AVX512_F32_MR, GEMM_AVX512_F32_NR
+#define UKR_AVX2 gemm_ukr_f32_avx2, gemm_ukrh_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
 #define GEMV(isa) gemm_dotrows_f32_##isa, gemm_axpyrows_f32_##isa
 #define PACKBT_AVX2 gemm_packbt_f32_avx2
-#define TAILS_AVX512 gemm_tails_f32_avx512
+#define TAILS_AVX512 gemm_tails_f32_avx512, gemm_tails_half_f32_avx512
 #include "gemm.c"
 #undef T
 #undef S
@@ -175,11 +194,11 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 
 #define T double
 #define S(name) name##_f64
-#define UKR_AVX512 gemm_ukr_f64_avx512, GEMM_AVX512_F64_MR, GEMM_AVX512_F64_NR
-#define UKR_AVX2 gemm_ukr_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
+#define UKR_AVX512 gemm_ukr_f64_avx512, gemm_ukrh_f64_avx512, GEMM_AVX512_F64_MR, GEMM_AVX512_F64_NR
+#define UKR_AVX2 gemm_ukr_f64_avx2, gemm_ukrh_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
 #define GEMV(isa) gemm_dotrows_f64_##isa, gemm_axpyrows_f64_##isa
 #define PACKBT_AVX2 gemm_packbt_f64_avx2
-#define TAILS_AVX512 gemm_tails_f64_avx512
+#define TAILS_AVX512 gemm_tails_f64_avx512, gemm_tails_half_f64_avx512
 #include "gemm.c"
 #undef T
 #undef S
@@ -193,7 +212,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 
 static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,
                             const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc,
-                            int64_t rows, int accum)
+                            int64_t rows, int64_t cols, int accum)
 {
     T acc[PORT_MR][PORT_NR] = {{0}};
     for (int64_t p = 0; p < k; p++) {
@@ -204,21 +223,23 @@ static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t
         bp += rsb;
     }
     for (int i = 0; i < rows; i++)
-        for (int j = 0; j < PORT_NR; j++)
+        for (int j = 0; j < cols; j++)
             c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];
 }
 
 typedef void (*S(ukr_fn))(int64_t, const T *, int64_t, int64_t, const T *, int64_t, T *, int64_t,
-                          int64_t, int);
+                          int64_t, int64_t, int);
 
 struct S(kernel) {
     S(ukr_fn) ukr;
+    S(ukr_fn) half; /* NULL, or an MR x NR/2 kernel for a last micro-panel at most half full */
     int mr, nr;
     int64_t kc, mc, nc; /* mc a multiple of mr, nc of nr */
     void (*dotrows)(int64_t, int64_t, const T *, int64_t, const T *, T *, int64_t);
     void (*axpyrows)(int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *);
     void (*packbt)(int64_t, const T *, int64_t, T *, int); /* NULL: scalar */
     const S(ukr_fn) *tails; /* NULL, or tails[r]: a kernel for exactly r < mr rows */
+    const S(ukr_fn) *half_tails; /* the same for the half kernel (NULL when tails is) */
 };
 
 /* Block sizes per kernel and dtype, measured on Zen 5 (L1 48 KiB, L2 1 MiB,
@@ -238,12 +259,14 @@ static struct S(kernel) S(pick_kernel)(void)
                    : (struct S(kernel)){UKR_AVX512, 512, 144, 2048, GEMV(avx512), PACKBT_AVX2,
                                         TAILS_AVX512};
     if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2, NULL}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL};
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2, NULL,
+                                        NULL}
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL,
+                                        NULL};
 #endif
     (void)sel;
-    return (struct S(kernel)){S(ukr_portable), PORT_MR, PORT_NR, 256, 128, 2048,
-                              GEMV(portable), NULL, NULL};
+    return (struct S(kernel)){S(ukr_portable), NULL, PORT_MR, PORT_NR, 256, 128, 2048,
+                              GEMV(portable), NULL, NULL, NULL};
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
@@ -328,18 +351,20 @@ static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t
            panel of an in-place B is packed alone at bp) */
         const T *bpj = bdir ? (jb == nr ? bdir + j : bp) : bp + j * kb;
         int64_t rsb = bdir && jb == nr ? rsbd : nr;
+        int half = kn->half && 2 * jb <= nr;
         for (int64_t i = 0; i < mb; i += mr) {
             int64_t ib = min64(mr, mb - i);
             T *cij = c + i * rsc + j * csc;
-            S(ukr_fn) ukr = ib < mr && kn->tails ? kn->tails[ib] : kn->ukr;
+            S(ukr_fn) ukr = half ? (ib < mr && kn->half_tails ? kn->half_tails[ib] : kn->half)
+                                 : (ib < mr && kn->tails ? kn->tails[ib] : kn->ukr);
             int direct = inplace && (ib == mr || kn->tails);
             const T *ai = direct ? a + i * rsa : inplace ? ap : ap + i * kb;
             int64_t ars = direct ? rsa : 1, acs = direct ? 1 : mr;
-            if (jb == nr && csc == 1) {
-                ukr(kb, ai, ars, acs, bpj, rsb, cij, rsc, ib, accum);
+            if (csc == 1) {
+                ukr(kb, ai, ars, acs, bpj, rsb, cij, rsc, ib, jb, accum);
                 continue;
             }
-            ukr(kb, ai, ars, acs, bpj, rsb, tile, nr, ib, 0);
+            ukr(kb, ai, ars, acs, bpj, rsb, tile, nr, ib, nr, 0);
             for (int64_t ii = 0; ii < ib; ii++)
                 for (int64_t jj = 0; jj < jb; jj++) {
                     T *cp = cij + ii * rsc + jj * csc;

@@ -34,11 +34,12 @@ void gemm_batch_f64(int64_t batch, const int64_t *a_off, const int64_t *b_off, c
                     const double *b, int64_t rsb, int64_t csb,
                     double *c, int64_t rsc, int64_t csc);
 
-/* Kernel selection: "avx512", "avx2" or "portable". gemm_force_portable(1) forces the
-   portable C micro-kernel, (0) restores auto dispatch (PYAUTODIFF_PORTABLE=1 in the
-   environment, read once at first use, also forces it). */
+/* Kernel selection: "avx512", "avx2" or "portable", the best the CPU has unless
+   PYAUTODIFF_PORTABLE=1 or PYAUTODIFF_GEMM_KERNEL=<name> (read once, at first use)
+   caps it. gemm_set_kernel(name) forces a level, "auto" (or NULL) restores the
+   default; it returns -1 for an unknown name or a level the CPU lacks. */
 const char *gemm_kernel_name(void);
-void gemm_force_portable(int on);
+int gemm_set_kernel(const char *name);
 
 /* ---- micro-kernels (internal to gemm*.c) ----
 
@@ -48,28 +49,37 @@ void gemm_force_portable(int on);
    and an A micro-panel which is either
      packed (rsa == 1, csa == PMR: column p at ap[p*PMR .. p*PMR+MR)), or
      read in place from a row-major A (csa == 1, rsa = its row stride),
-   and writes the first `rows` rows of C[i*rsc + j] (unit column stride, all
-   NR columns), overwriting when accum == 0 and adding otherwise. The in-place
-   form is used when A is row-major and its packed copy would be used only a
-   few times; it always reads all MR rows. Tiles cut in n, and other C
-   layouts, go through a temporary tile in the driver. PMR is the packed
-   panel height: MR for the main kernels; the tail kernels (fewer rows, used
-   for the last rows of A instead of a zero-padded full tile) read panels
-   packed for the main kernel. */
+   and writes the first `rows` rows and `cols` columns of C[i*rsc + j] (unit
+   column stride), overwriting when accum == 0 and adding otherwise; the
+   columns past `cols` are computed but masked off at the store, so a tile cut
+   in n is written in place. The in-place A form is used when A is row-major
+   and its packed copy would be used only a few times; it always reads all MR
+   rows. PMR is the packed panel height: MR for the main kernels; the tail
+   kernels (fewer rows, used for the last rows of A instead of a zero-padded
+   full tile) read panels packed for the main kernel. The half-width kernels
+   (NR/2 columns) serve a last micro-panel at most half full, reading the
+   first NR/2 columns of an NR-wide packed panel. */
 #define GEMM_UKR_DECLARE(NAME, T)                                                          \
     void NAME(int64_t k, const T *a, int64_t rsa, int64_t csa, const T *bp, int64_t rsb, T *c,   \
-              int64_t rsc, int64_t rows, int accum);
+              int64_t rsc, int64_t rows, int64_t cols, int accum);
 GEMM_UKR_DECLARE(gemm_ukr_f32_avx2, float)
 GEMM_UKR_DECLARE(gemm_ukr_f64_avx2, double)
+GEMM_UKR_DECLARE(gemm_ukrh_f32_avx2, float)
+GEMM_UKR_DECLARE(gemm_ukrh_f64_avx2, double)
 GEMM_UKR_DECLARE(gemm_ukr_f32_avx512, float)
 GEMM_UKR_DECLARE(gemm_ukr_f64_avx512, double)
+GEMM_UKR_DECLARE(gemm_ukrh_f32_avx512, float)
+GEMM_UKR_DECLARE(gemm_ukrh_f64_avx512, double)
 typedef void (*gemm_ukr_f32)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
-                             float *, int64_t, int64_t, int);
+                             float *, int64_t, int64_t, int64_t, int);
 typedef void (*gemm_ukr_f64)(int64_t, const double *, int64_t, int64_t, const double *, int64_t,
-                             double *, int64_t, int64_t, int);
-/* tails[r] (1 <= r < MR): a kernel for exactly r rows of an MR-row panel */
+                             double *, int64_t, int64_t, int64_t, int);
+/* tails[r] (1 <= r < MR): a kernel for exactly r rows of an MR-row panel;
+   the _half tables are the same for the half-width kernels */
 extern const gemm_ukr_f32 gemm_tails_f32_avx512[];
 extern const gemm_ukr_f64 gemm_tails_f64_avx512[];
+extern const gemm_ukr_f32 gemm_tails_half_f32_avx512[];
+extern const gemm_ukr_f64 gemm_tails_half_f64_avx512[];
 
 /* Matrix-vector products (m == 1 or n == 1) skip packing: y = M x with either
      dotrows:  M rows unit-stride, x contiguous:  y[i*incy] = sum_p M[i*rsm + p] x[p]
@@ -162,11 +172,12 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
         bp += rsb;                                                                         \
     }
 
+/* MLOAD(p, n) / MSTORE(p, v, n) load / store the first n lanes (0 < n < VL). */
 #define GEMM_UKR_DEFINE(NAME, T, V_, MR, PMR, NV, VL, LOAD, LOADU, STOREU, SET1, FMA, ADD,   \
-                        ZERO)                                                              \
+                        ZERO, MLOAD, MSTORE)                                               \
     void NAME(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,                    \
               const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc, int64_t rows, \
-              int accum)                                                                   \
+              int64_t cols, int accum)                                                     \
     {                                                                                      \
         typedef V_ V;                                                                      \
         V acc[MR][NV];                                                                     \
@@ -182,9 +193,16 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
             T *ci = c + i * rsc;                                                           \
             _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {                         \
                 V r = acc[i][j];                                                           \
-                if (accum)                                                                 \
-                    r = ADD(r, LOADU(ci + j * VL));                                        \
-                STOREU(ci + j * VL, r);                                                    \
+                int64_t lanes = cols - j * VL;                                             \
+                if (lanes >= VL) {                                                         \
+                    if (accum)                                                             \
+                        r = ADD(r, LOADU(ci + j * VL));                                    \
+                    STOREU(ci + j * VL, r);                                                \
+                } else if (lanes > 0) {                                                    \
+                    if (accum)                                                             \
+                        r = ADD(r, MLOAD(ci + j * VL, lanes));                             \
+                    MSTORE(ci + j * VL, r, lanes);                                         \
+                }                                                                          \
             }                                                                              \
         }                                                                                  \
         (void)rsa;                                                                         \

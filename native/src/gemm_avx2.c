@@ -4,15 +4,30 @@
 
 #include "gemm.h"
 
-GEMM_UKR_DEFINE(gemm_ukr_f32_avx2, float, __m256, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_MR, 2, 8,
-                _mm256_loadu_ps,
-                _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps,
-                _mm256_add_ps, _mm256_setzero_ps)
+/* Masked loads and stores of the first n lanes (0 < n < 8, or < 4) of a row
+   of C: the mask is a window onto a run of -1s followed by 0s. */
+static const int32_t mask_ps[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+#define MASK_PS(n) _mm256_loadu_si256((const __m256i *)(mask_ps + 8 - (n)))
+#define MASK_PD(n) _mm256_loadu_si256((const __m256i *)(mask_pd + 4 - (n)))
+#define MLOAD_PS(p, n) _mm256_maskload_ps((p), MASK_PS(n))
+#define MSTORE_PS(p, v, n) _mm256_maskstore_ps((p), MASK_PS(n), (v))
+#define MLOAD_PD(p, n) _mm256_maskload_pd((p), MASK_PD(n))
+#define MSTORE_PD(p, v, n) _mm256_maskstore_pd((p), MASK_PD(n), (v))
 
-GEMM_UKR_DEFINE(gemm_ukr_f64_avx2, double, __m256d, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_MR, 2, 4,
-                _mm256_loadu_pd,
-                _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_fmadd_pd,
-                _mm256_add_pd, _mm256_setzero_pd)
+#define UKR_F32(NAME, NV)                                                                  \
+    GEMM_UKR_DEFINE(NAME, float, __m256, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_MR, NV, 8,         \
+                    _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,     \
+                    _mm256_fmadd_ps, _mm256_add_ps, _mm256_setzero_ps, MLOAD_PS, MSTORE_PS)
+#define UKR_F64(NAME, NV)                                                                  \
+    GEMM_UKR_DEFINE(NAME, double, __m256d, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_MR, NV, 4,       \
+                    _mm256_loadu_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd,     \
+                    _mm256_fmadd_pd, _mm256_add_pd, _mm256_setzero_pd, MLOAD_PD, MSTORE_PD)
+
+UKR_F32(gemm_ukr_f32_avx2, 2)
+UKR_F64(gemm_ukr_f64_avx2, 2)
+UKR_F32(gemm_ukrh_f32_avx2, 1)
+UKR_F64(gemm_ukrh_f64_avx2, 1)
 
 GEMM_GEMV_DEFINE(f32_avx2, float)
 GEMM_GEMV_DEFINE(f64_avx2, double)

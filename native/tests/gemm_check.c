@@ -4,8 +4,8 @@
    every operand layout the strided API allows (row-major, column-major,
    sliced with a step, broadcast with stride 0, negative strides), C in row- and
    column-major, batched products with and without a broadcast B, each with
-   the SIMD kernel and the portable one, on 1 and 2 threads, and two threads
-   calling gemm at the same time.
+   every kernel level the CPU has (AVX-512, AVX2, portable) on 1 and 2
+   threads, and two threads calling gemm at the same time.
 
    Build and run (from the repository root):
      gcc -O2 -std=c11 -Wall -Wextra -pthread -Inative/include native/tests/gemm_check.c \
@@ -197,8 +197,12 @@ static void *concurrent_worker(void *arg)
 
 int main(void)
 {
-    for (int portable = 0; portable <= 1; portable++) {
-        gemm_force_portable(portable);
+    static const char *const kernels[] = {"avx512", "avx2", "portable"};
+    for (int kl = 0; kl < 3; kl++) {
+        if (gemm_set_kernel(kernels[kl]) != 0) {
+            fprintf(stderr, "kernel %s: not on this CPU, skipped\n", kernels[kl]);
+            continue;
+        }
         for (int threads = 1; threads <= 2; threads++) {
             ad_set_num_threads(threads);
             fprintf(stderr, "kernel %s, %d thread(s)\n", gemm_kernel_name(), threads);
@@ -217,7 +221,7 @@ int main(void)
             }
         }
     }
-    gemm_force_portable(0);
+    gemm_set_kernel("auto");
     ad_set_num_threads(2);
     pthread_t th[3];
     for (int i = 0; i < 3; i++)
