@@ -38,6 +38,10 @@
 #define GEMM_PAR_MIN_WORK (96 * 96 * 96)
 /* ... and below this one skip packing altogether. */
 #define GEMM_DIRECT_MAX_WORK (8 * 8 * 8)
+/* A matrix-vector product (memory bound) is split over threads from this many
+   matrix elements (1 MiB of float32), in ranges of GEMM_GEMV_GRAIN outputs. */
+#define GEMM_GEMV_PAR_MIN (256 * 1024)
+#define GEMM_GEMV_GRAIN 64
 /* A row-major A is read in place instead of packed when a thread's share of
    a B panel has at most this many NR-wide micro-panels (too few reuses of a
    packed copy to pay for it: batches of small products, n = 32 .. 128). */
@@ -519,44 +523,67 @@ static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t 
         }
 }
 
-/* y[rows] = M[rows, cols] x without packing, when M or M^T has unit-stride rows
-   and the vector on that side is contiguous. Returns 0 if the layout does not fit. */
-static int S(gemv)(const struct S(kernel) *kn, int64_t rows, int64_t cols, const T *mat,
-                   int64_t rsm, int64_t csm, const T *x, int64_t incx, T *y, int64_t incy)
+/* Matrix-vector item (n == 1: y = A b; m == 1: y^T = a^T B, i.e. y = B^T a) as
+   y = M x, outputs [r0, r1) only, without packing, when M or M^T has
+   unit-stride rows and the vector on that side is contiguous. Returns 0 if
+   the layout does not fit (it is the same for every item and every range). */
+static int S(vec_item)(const struct S(kernel) *kn, const struct S(prob) *pr, int64_t item,
+                       int64_t r0, int64_t r1)
 {
+    const T *a = pr->a + (pr->a_off ? pr->a_off[item] : 0);
+    T *y = pr->c + (pr->c_off ? pr->c_off[item] : 0);
+    const T *mat = a, *x = pr->b;
+    int64_t cols = pr->k, rsm = pr->rsa, csm = pr->csa, incx = pr->rsb, incy = pr->rsc;
+    if (pr->n != 1) {
+        mat = pr->b;
+        x = a;
+        rsm = pr->csb;
+        csm = pr->rsb;
+        incx = pr->csa;
+        incy = pr->csc;
+    }
+    mat += r0 * rsm;
+    y += r0 * incy;
     if (csm == 1 && incx == 1) {
-        kn->dotrows(rows, cols, mat, rsm, x, y, incy);
+        kn->dotrows(r1 - r0, cols, mat, rsm, x, y, incy);
         return 1;
     }
     if (rsm == 1 && incy == 1) {
-        kn->axpyrows(cols, rows, x, incx, mat, csm, y);
+        kn->axpyrows(cols, r1 - r0, x, incx, mat, csm, y);
         return 1;
     }
     return 0;
 }
 
-/* Matrix-vector item (n == 1: y = A b; m == 1: y^T = a^T B, i.e. y = B^T a). */
-static int S(vec_item)(const struct S(kernel) *kn, const struct S(prob) *pr, int64_t item)
+/* One thread's range of a matrix-vector item's outputs. */
+struct S(vec_job) {
+    const struct S(kernel) *kn;
+    const struct S(prob) *pr;
+    int64_t item, outs;
+};
+
+static void S(vec_task)(void *ctx, int64_t g0, int64_t g1) /* in grains of outputs */
 {
-    const T *a = pr->a + (pr->a_off ? pr->a_off[item] : 0);
-    T *c = pr->c + (pr->c_off ? pr->c_off[item] : 0);
-    if (pr->n == 1)
-        return S(gemv)(kn, pr->m, pr->k, a, pr->rsa, pr->csa, pr->b, pr->rsb, c, pr->rsc);
-    return S(gemv)(kn, pr->n, pr->k, pr->b, pr->csb, pr->rsb, a, pr->csa, c, pr->csc);
+    const struct S(vec_job) *job = ctx;
+    S(vec_item)(job->kn, job->pr, job->item, g0 * GEMM_GEMV_GRAIN,
+                min64(g1 * GEMM_GEMV_GRAIN, job->outs));
 }
 
-/* Runs a group of items sharing B; `threads` > 1 parallelises inside each panel. */
+/* Runs a group of items sharing B; `threads` > 1 parallelises inside each panel
+   (inside each item's outputs for a matrix-vector product). */
 static void S(run_group)(const struct S(prob) *pr, int threads)
 {
     struct S(kernel) kn = S(pick_kernel)();
-    if (pr->m == 1 || pr->n == 1) {
-        int64_t it = 0;
-        while (it < pr->count && S(vec_item)(&kn, pr, it))
-            it++;
-        if (it == pr->count)
-            return;
-        /* other layouts: fall through to the packed path (it == 0 always:
-           the layout is the same for every item) */
+    if ((pr->m == 1 || pr->n == 1) && S(vec_item)(&kn, pr, 0, 0, 0)) {
+        int64_t outs = pr->n == 1 ? pr->m : pr->n;
+        for (int64_t it = 0; it < pr->count; it++) {
+            struct S(vec_job) job = {&kn, pr, it, outs};
+            if (threads > 1)
+                par_for(ceil_div(outs, GEMM_GEMV_GRAIN), S(vec_task), &job);
+            else
+                S(vec_item)(&kn, pr, it, 0, outs);
+        }
+        return;
     }
     if (pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK) {
         for (int64_t it = 0; it < pr->count; it++)
@@ -681,7 +708,8 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
     }
     int threads = par_num_threads();
     int64_t work = m * n * k;
-    int inner = threads > 1 && work >= GEMM_PAR_MIN_WORK;
+    int inner = threads > 1 &&
+                work >= (m == 1 || n == 1 ? GEMM_GEMV_PAR_MIN : GEMM_PAR_MIN_WORK);
     if (batch == 1) {
         pr.a += a_off[0];
         pr.b += b_off[0];
