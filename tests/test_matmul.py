@@ -124,6 +124,32 @@ def test_thread_count_api():
         ad.set_num_threads(old)
 
 
+AFFINITY_SCRIPT = r"""
+import os, sys
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+import numpy as np
+import pyautodiff as ad
+print(ad.get_num_threads())
+ad.set_num_threads(2)  # more threads than allowed CPUs: the pool must still finish
+a = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
+got = (ad.from_numpy(a) @ ad.from_numpy(a.T)).numpy()
+np.testing.assert_allclose(got, a @ a.T, rtol=1e-4, atol=1e-3)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux affinity API")
+def test_default_threads_follow_affinity():
+    """The default thread count is the CPUs this process may use (taskset,
+    cpusets), and a pool with more threads than CPUs still completes."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("PYAUTODIFF_NUM_THREADS", None)
+    r = subprocess.run([os.sys.executable, "-c", AFFINITY_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "ok"], r.stdout
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_c_gemm_check(tmp_path):
     """The kernel's own C test: every layout, both kernels, threads calling at once."""
