@@ -149,6 +149,55 @@ def test_exp_tanh_accuracy(threads, name):
     check_accuracy(getattr(ad.Tensor, name), getattr(np, name), special_inputs())
 
 
+GELU_C = np.sqrt(2 / np.pi)
+LOGISTIC = {  # float64 references; gelu as x sigmoid(2u), free of 1 + tanh(u)'s cancellation
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), 2e-7, 1e-36),
+    "silu": (lambda x: x / (1 + np.exp(-x)), 2e-7, 1e-36),
+    # e^(-2u) magnifies the ~2 ulp error of u by |2u|: ~1e-5 relative where gelu(x) ~ 1e-30
+    "gelu": (lambda x: x / (1 + np.exp(-2 * GELU_C * (x + 0.044715 * x ** 3))), 1e-5, 1e-30),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOGISTIC))
+def test_logistic_family_accuracy(threads, name):
+    """float32 sigmoid / silu / gelu run on the SIMD exp (results below ~1e-36,
+    where e^-x overflows, flush to zero as numpy's float32 formula does)."""
+    ref, rtol, atol = LOGISTIC[name]
+    x = special_inputs()
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = getattr(ad.from_numpy(x), name)().numpy().astype(np.float64)
+        want = ref(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want.astype(np.float32))
+    np.testing.assert_array_equal(got[~fin & ~np.isnan(want)],
+                                  want[~fin & ~np.isnan(want)].astype(np.float32))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=rtol, atol=atol)
+
+
+ISA_SCRIPT = r"""
+import sys
+import numpy as np, pyautodiff as ad
+sys.path.insert(0, sys.argv[1])
+from test_fastpaths import special_inputs
+t = ad.from_numpy(special_inputs())
+out = np.stack([getattr(t, n)().numpy() for n in ("exp", "tanh", "sigmoid", "silu", "gelu")])
+sys.stdout.buffer.write(out.tobytes())
+"""
+
+
+def test_simd_maps_same_bits_on_every_isa():
+    """The AVX2 and AVX-512 float32 maps give the same bits (same algorithm,
+    same operation order): PYAUTODIFF_ISA caps the level in a subprocess."""
+    outs = {}
+    for isa in ("avx512", "avx2"):
+        env = dict(os.environ, PYAUTODIFF_ISA=isa, PYTHONPATH=ROOT)
+        r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, os.path.dirname(__file__)],
+                           env=env, capture_output=True, timeout=300)
+        assert r.returncode == 0, r.stderr.decode()[-2000:]
+        outs[isa] = r.stdout
+    assert outs["avx512"] == outs["avx2"]
+
+
 @pytest.mark.parametrize("name", ["exp", "tanh"])
 def test_exp_tanh_accuracy_strided(name):
     x = special_inputs()

@@ -98,7 +98,7 @@ def test_set_kernel_rejects_unknown():
 def test_env_var_caps_kernel():
     code = "import pyautodiff as ad; from pyautodiff._lib import ffi, lib; " \
            "print(ffi.string(lib.ad_gemm_kernel()).decode())"
-    env = dict(os.environ, PYAUTODIFF_GEMM_KERNEL="portable", PYTHONPATH=ROOT)
+    env = dict(os.environ, PYAUTODIFF_ISA="portable", PYTHONPATH=ROOT)
     out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == "portable", out.stderr
@@ -155,7 +155,7 @@ def test_c_gemm_check(tmp_path):
     """The kernel's own C test: every layout, both kernels, threads calling at once."""
     exe = str(tmp_path / "gemm_check")
     srcs = [os.path.join(ROOT, "native", "src", f) for f in
-            ("gemm.c", "gemm_avx2.c", "gemm_avx512.c", "parallel.c")]
+            ("gemm.c", "gemm_avx2.c", "gemm_avx512.c", "parallel.c", "cpu.c")]
     isa = {"gemm_avx2.c": ["-mavx2", "-mfma"],
            "gemm_avx512.c": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]}
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "cpu.h"
 #include "simd.h"
 #include "strided.h"
 
@@ -156,28 +157,20 @@ CMP_OPS(DEF_CMP)
 UN_OPS(DEF_UN)
 #pragma GCC diagnostic pop
 
-/* ---- run-time dispatch: float32 exp and tanh -------------------------------
- * AVX-512 or AVX2/FMA kernels (simd_avx*.c, same results) when the CPU has
- * them, unless
- * PYAUTODIFF_PORTABLE=1 (read once per process) forces the portable loops. */
+/* ---- run-time dispatch: float32 exp, tanh, sigmoid, silu, gelu --------------
+ * AVX-512 or AVX2/FMA kernels (simd_avx*.c, same results) at the level cpu.c
+ * picks; the portable loops below it (PYAUTODIFF_PORTABLE=1). */
 typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
-static f32_map simd_exp_f32, simd_tanh_f32;
+#define SIMD_PTR(OP) static f32_map simd_##OP##_f32;
+SIMD_MAPS(SIMD_PTR)
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 
 static void simd_detect(void) {
-    const char *env = getenv("PYAUTODIFF_PORTABLE");
-    if (env && env[0] == '1' && env[1] == '\0') return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        simd_exp_f32 = ad_exp_f32_avx2;
-        simd_tanh_f32 = ad_tanh_f32_avx2;
-        if (__builtin_cpu_supports("avx512f")) {
-            simd_exp_f32 = ad_exp_f32_avx512;
-            simd_tanh_f32 = ad_tanh_f32_avx512;
-        }
-    }
-#endif
+    int isa = ad_cpu_isa();
+    if (isa == AD_ISA_PORTABLE) return;
+#define SIMD_PICK(OP) \
+    simd_##OP##_f32 = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512 : ad_##OP##_f32_avx2;
+    SIMD_MAPS(SIMD_PICK)
 }
 
 #define DEF_DISPATCH(OP)                                                                \
@@ -187,8 +180,7 @@ static void simd_detect(void) {
         if (simd_##OP##_f32) simd_##OP##_f32(n, (const float *)x, sx, (float *)y);      \
         else un_##OP##_f32(n, x, sx, y, s);                                             \
     }
-DEF_DISPATCH(exp)
-DEF_DISPATCH(tanh)
+SIMD_MAPS(DEF_DISPATCH)
 
 /* ---- tables ------------------------------------------------------------------- */
 #define ROW_FLOAT(P, OP) {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64}
@@ -230,11 +222,11 @@ static const un_kernel un_table[AD_OP__COUNT][6] = {
     [AD_OP_RECIP] = ROW_FLOAT(un_, recip),
     [AD_OP_SIN] = ROW_FLOAT(un_, sin),
     [AD_OP_COS] = ROW_FLOAT(un_, cos),
-    [AD_OP_SIGMOID] = ROW_FLOAT(un_, sigmoid),
-    [AD_OP_GELU] = ROW_FLOAT(un_, gelu),
+    [AD_OP_SIGMOID] = {[AD_FLOAT32] = un_sigmoid_f32_any, [AD_FLOAT64] = un_sigmoid_f64},
+    [AD_OP_GELU] = {[AD_FLOAT32] = un_gelu_f32_any, [AD_FLOAT64] = un_gelu_f64},
     [AD_OP_GELU_ERF] = ROW_FLOAT(un_, gelu_erf),
     [AD_OP_ERF] = ROW_FLOAT(un_, erf),
-    [AD_OP_SILU] = ROW_FLOAT(un_, silu),
+    [AD_OP_SILU] = {[AD_FLOAT32] = un_silu_f32_any, [AD_FLOAT64] = un_silu_f64},
     [AD_OP_SOFTPLUS] = ROW_FLOAT(un_, softplus),
     [AD_OP_ELU] = ROW_FLOAT(un_, elu),
     [AD_OP_LOG1P] = ROW_FLOAT(un_, log1p),
@@ -308,6 +300,24 @@ static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     c->k(n, p[1], s[1], p[0], c->s);
 }
 
+/* Work per element relative to a copy, for the threading threshold: the
+   arithmetic one-liners are memory bound, float32 exp/tanh are SIMD
+   polynomials, every other float op is a libm call per element. */
+static int un_cost(int op, int dtype) {
+    switch (op) {
+    case AD_OP_NEG: case AD_OP_SQR: case AD_OP_RELU: case AD_OP_ADD_SCALAR:
+    case AD_OP_MUL_SCALAR: case AD_OP_RSUB_SCALAR: case AD_OP_ABS: case AD_OP_SIGN:
+    case AD_OP_CLAMP: case AD_OP_DIV_SCALAR: case AD_OP_RDIV_SCALAR: case AD_OP_RECIP:
+    case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND:
+        return 1;
+    case AD_OP_EXP: case AD_OP_TANH: case AD_OP_SIGMOID: case AD_OP_SILU: case AD_OP_GELU:
+        pthread_once(&simd_once, simd_detect);
+        return dtype == AD_FLOAT32 && simd_exp_f32 ? 16 : 64;
+    default:
+        return ad_dtype_is_float(dtype) ? 64 : 1;
+    }
+}
+
 static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **out) {
     un_kernel k = un_table[ad_current_op][x->dtype];
     if (!k)
@@ -322,7 +332,7 @@ static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
     un_ctx c = {k, {s, s2}};
-    nditer_run_par(&it, base, un_inner, &c);
+    nditer_run_par_cost(&it, base, un_inner, &c, un_cost(ad_current_op, x->dtype));
     *out = y;
     return AD_OK;
 }

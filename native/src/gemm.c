@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "parallel.h"
 
 #define GEMM_ALIGN 64
@@ -53,65 +54,29 @@
 
 /* ---- kernel selection ---- */
 
-enum { KSEL_PORTABLE, KSEL_AVX2, KSEL_AVX512 };
+enum { KSEL_PORTABLE = AD_ISA_PORTABLE, KSEL_AVX2 = AD_ISA_AVX2, KSEL_AVX512 = AD_ISA_AVX512 };
 
-static int g_best_kernel = -1; /* what the CPU supports (after the environment) */
-static pthread_once_t g_kernel_once = PTHREAD_ONCE_INIT;
-static atomic_int g_forced_kernel = -1; /* gemm_set_kernel; -1: g_best_kernel */
-static const char *const g_kernel_names[] = {"portable", "avx2", "avx512"};
-
-static int kernel_by_name(const char *name)
-{
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, g_kernel_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-/* The best level the CPU has, capped by PYAUTODIFF_PORTABLE=1 or by
-   PYAUTODIFF_GEMM_KERNEL=avx2|portable (a level the CPU lacks is ignored). */
-static void detect_kernel(void)
-{
-    int best = KSEL_PORTABLE;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        best = KSEL_AVX2;
-        if (__builtin_cpu_supports("avx512f"))
-            best = KSEL_AVX512;
-    }
-#endif
-    const char *env = getenv("PYAUTODIFF_GEMM_KERNEL");
-    int want = env ? kernel_by_name(env) : -1;
-    if (want >= 0 && want < best)
-        best = want;
-    env = getenv("PYAUTODIFF_PORTABLE");
-    if (env && env[0] == '1' && env[1] == '\0')
-        best = KSEL_PORTABLE;
-    g_best_kernel = best;
-}
+static atomic_int g_forced_kernel = -1; /* gemm_set_kernel; -1: the level cpu.c picks */
 
 static int kernel_sel(void)
 {
-    pthread_once(&g_kernel_once, detect_kernel);
     int forced = atomic_load_explicit(&g_forced_kernel, memory_order_relaxed);
-    return forced >= 0 ? forced : g_best_kernel;
+    return forced >= 0 ? forced : ad_cpu_isa();
 }
 
 const char *gemm_kernel_name(void)
 {
-    return g_kernel_names[kernel_sel()];
+    return ad_isa_name(kernel_sel());
 }
 
 int gemm_set_kernel(const char *name)
 {
-    pthread_once(&g_kernel_once, detect_kernel);
     if (!name || strcmp(name, "auto") == 0) {
         atomic_store(&g_forced_kernel, -1);
         return 0;
     }
-    int k = kernel_by_name(name);
-    if (k < 0 || k > g_best_kernel)
+    int k = ad_isa_by_name(name);
+    if (k < 0 || k > ad_cpu_isa())
         return -1;
     atomic_store(&g_forced_kernel, k);
     return 0;

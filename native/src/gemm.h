@@ -34,10 +34,10 @@ void gemm_batch_f64(int64_t batch, const int64_t *a_off, const int64_t *b_off, c
                     const double *b, int64_t rsb, int64_t csb,
                     double *c, int64_t rsc, int64_t csc);
 
-/* Kernel selection: "avx512", "avx2" or "portable", the best the CPU has unless
-   PYAUTODIFF_PORTABLE=1 or PYAUTODIFF_GEMM_KERNEL=<name> (read once, at first use)
-   caps it. gemm_set_kernel(name) forces a level, "auto" (or NULL) restores the
-   default; it returns -1 for an unknown name or a level the CPU lacks. */
+/* Kernel selection: "avx512", "avx2" or "portable", by default the level cpu.c
+   picks (the CPU's best unless PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE caps it).
+   gemm_set_kernel(name) forces a level, "auto" (or NULL) restores the default;
+   it returns -1 for an unknown name or a level above the default. */
 const char *gemm_kernel_name(void);
 int gemm_set_kernel(const char *name);
 

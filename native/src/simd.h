@@ -8,10 +8,15 @@
 /* y[i] = f(x[i * sx]) for i < n, y contiguous.  Results depend only on the
    input value, never on the element's position, length or stride (tails go
    through the same vector code), so any split of a loop gives the same bits. */
-void ad_exp_f32_avx2(int64_t n, const float *x, int64_t sx, float *y);
-void ad_tanh_f32_avx2(int64_t n, const float *x, int64_t sx, float *y);
-/* simd_avx512.c (AVX-512F): the same results, 16 lanes */
-void ad_exp_f32_avx512(int64_t n, const float *x, int64_t sx, float *y);
-void ad_tanh_f32_avx512(int64_t n, const float *x, int64_t sx, float *y);
+#define SIMD_MAPS(X) X(exp) X(tanh) X(sigmoid) X(silu) X(gelu)
+#define SIMD_DECLARE(OP)                                                               \
+    void ad_##OP##_f32_avx2(int64_t n, const float *x, int64_t sx, float *y);           \
+    void ad_##OP##_f32_avx512(int64_t n, const float *x, int64_t sx, float *y);
+/* simd_avx512.c (AVX-512F) gives the same results as simd_avx2.c, 16 lanes */
+SIMD_MAPS(SIMD_DECLARE)
+
+/* gelu's -2 sqrt(2/pi) and -2 sqrt(2/pi) 0.044715 in float32 */
+#define GELU_M2C_F (-1.5957691216057308f)
+#define GELU_M2CK_F (-0.07135481627260025f)
 
 #endif

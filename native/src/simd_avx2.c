@@ -1,10 +1,13 @@
-/* simd_avx2.c - AVX2/FMA float32 exp and tanh (8 lanes).
+/* simd_avx2.c - AVX2/FMA float32 exp, tanh and the logistic family (8 lanes).
  *
  * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from the
  * Cephes degree-7 polynomial, times 2^n applied as two factors 2^(n/2) so
  * that denormal results and overflow to inf come out of one final rounding.
  * tanh: odd polynomial (Cephes) below 0.625, else (1 - t) / (1 + t) with
- * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1. */
+ * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
+ * sigmoid 1 / (1 + e^-x), silu x / (1 + e^-x) and the tanh-form gelu as
+ * x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u)
+ * without its cancellation for negative x. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -55,6 +58,24 @@ static inline __m256 tanh8(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+static inline __m256 logistic_div8(__m256 num, __m256 w) { /* num / (1 + e^w) */
+    return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(w)));
+}
+
+static inline __m256 sigmoid8(__m256 x) {
+    return logistic_div8(_mm256_set1_ps(1.0f), _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+}
+
+static inline __m256 silu8(__m256 x) {
+    return logistic_div8(x, _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+}
+
+static inline __m256 gelu8(__m256 x) { /* -2u = x (-2c - 2ck x^2) */
+    __m256 w = _mm256_fmadd_ps(_mm256_mul_ps(x, x), _mm256_set1_ps(GELU_M2CK_F),
+                               _mm256_set1_ps(GELU_M2C_F));
+    return logistic_div8(x, _mm256_mul_ps(w, x));
+}
+
 #define DEF_MAP(NAME, F)                                                            \
     void NAME(int64_t n, const float *x, int64_t sx, float *y) {                    \
         int64_t i = 0;                                                              \
@@ -78,3 +99,6 @@ static inline __m256 tanh8(__m256 x) {
 
 DEF_MAP(ad_exp_f32_avx2, exp8)
 DEF_MAP(ad_tanh_f32_avx2, tanh8)
+DEF_MAP(ad_sigmoid_f32_avx2, sigmoid8)
+DEF_MAP(ad_silu_f32_avx2, silu8)
+DEF_MAP(ad_gelu_f32_avx2, gelu8)

@@ -1,4 +1,4 @@
-/* simd_avx512.c - AVX-512F float32 exp and tanh (16 lanes): the same
+/* simd_avx512.c - AVX-512F float32 exp, tanh and the logistic family (16 lanes): the same
  * algorithm and operation order as simd_avx2.c, so both give the same bits. */
 #include <immintrin.h>
 
@@ -51,6 +51,25 @@ static inline __m512 tanh16(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
+static inline __m512 logistic_div16(__m512 num, __m512 w) { /* num / (1 + e^w) */
+    return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(w)));
+}
+
+static inline __m512 neg16(__m512 x) {
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+static inline __m512 sigmoid16(__m512 x) { return logistic_div16(_mm512_set1_ps(1.0f), neg16(x)); }
+
+static inline __m512 silu16(__m512 x) { return logistic_div16(x, neg16(x)); }
+
+static inline __m512 gelu16(__m512 x) { /* -2u = x (-2c - 2ck x^2) */
+    __m512 w = _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(GELU_M2CK_F),
+                               _mm512_set1_ps(GELU_M2C_F));
+    return logistic_div16(x, _mm512_mul_ps(w, x));
+}
+
 #define DEF_MAP(NAME, F)                                                               \
     void NAME(int64_t n, const float *x, int64_t sx, float *y) {                       \
         int64_t i = 0;                                                                 \
@@ -73,3 +92,6 @@ static inline __m512 tanh16(__m512 x) {
 
 DEF_MAP(ad_exp_f32_avx512, exp16)
 DEF_MAP(ad_tanh_f32_avx512, tanh16)
+DEF_MAP(ad_sigmoid_f32_avx512, sigmoid16)
+DEF_MAP(ad_silu_f32_avx512, silu16)
+DEF_MAP(ad_gelu_f32_avx512, gelu16)

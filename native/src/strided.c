@@ -144,17 +144,23 @@ static void par_block(void *ctx, int64_t k) {
 }
 
 void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx) {
+    nditer_run_par_cost(it, base, fn, ctx, 1);
+}
+
+void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, int cost) {
     int d = 0;
     while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
     int64_t numel = nditer_numel(it);
-    if (d == it->ndim || numel < ITER_PAR_MIN || par_num_threads() < 2) {
+    if (cost < 1) cost = 1;
+    if (d == it->ndim || numel < ITER_PAR_MIN / cost || par_num_threads() < 2) {
         nditer_run(it, base, fn, ctx);
         return;
     }
-    /* blocks of about ITER_PAR_BLOCK elements; cutting the innermost dim, whole
-       cache lines (and SIMD blocks) per block */
+    /* blocks of about ITER_PAR_BLOCK / cost elements; cutting the innermost
+       dim, whole cache lines (and SIMD blocks) per block */
+    int64_t block = ITER_PAR_BLOCK / cost > 1024 ? ITER_PAR_BLOCK / cost : 1024;
     int64_t per_index = numel / it->shape[d];
-    int64_t unit = (ITER_PAR_BLOCK + per_index - 1) / per_index;
+    int64_t unit = (block + per_index - 1) / per_index;
     if (d == it->ndim - 1) unit = (unit + 63) & ~(int64_t)63;
     par_job j = {it, base, fn, ctx, d, unit};
     par_blocks((it->shape[d] + unit - 1) / unit, par_block, &j);

@@ -44,6 +44,11 @@ void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx);
    reduction: see reduce.c) or the iteration is small. */
 void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx);
 
+/* nditer_run_par for an inner loop `cost` times as expensive per element as
+   a copy (a libm call: ~64): threads join from ITER_PAR_MIN / cost elements,
+   in blocks of ITER_PAR_BLOCK / cost. */
+void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, int cost);
+
 /* The sub-iteration covering [begin, end) of dim d: shape[d] shrunk and the
    base pointers moved to begin. */
 void nditer_slice(const nditer *it, char *const *base, int d, int64_t begin, int64_t end,

@@ -10,7 +10,7 @@
    Build and run (from the repository root):
      gcc -O2 -std=c11 -Wall -Wextra -pthread -Inative/include native/tests/gemm_check.c \
          native/src/gemm.c native/src/gemm_avx2.c native/src/gemm_avx512.c \
-         native/src/parallel.c -o /tmp/gemm_check
+         native/src/parallel.c native/src/cpu.c -o /tmp/gemm_check
    (gemm_avx2.c needs -mavx2 -mfma and gemm_avx512.c the AVX-512 flags, as in
    tools/build.py; compile those two separately with their flags.)
    Exit status 0 when every product matches. */
