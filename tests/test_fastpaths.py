@@ -4,6 +4,7 @@ broadcast layouts, the float32 exp/tanh approximations, the large-buffer
 cache, and the portable kernels (PYAUTODIFF_PORTABLE=1, in a subprocess).
 No timings here: speed is tools/bench.py's business."""
 import os
+import pickle
 import subprocess
 import sys
 
@@ -175,27 +176,40 @@ def test_logistic_family_accuracy(threads, name):
 
 
 ISA_SCRIPT = r"""
-import sys
+import pickle, sys
 import numpy as np, pyautodiff as ad
 sys.path.insert(0, sys.argv[1])
 from test_fastpaths import special_inputs
-t = ad.from_numpy(special_inputs())
-out = np.stack([getattr(t, n)().numpy() for n in ("exp", "tanh", "sigmoid", "silu", "gelu")])
-sys.stdout.buffer.write(out.tobytes())
+x = special_inputs()
+t, u = ad.from_numpy(x), ad.from_numpy(np.roll(x, 7))
+maps = [getattr(t, n)() for n in ("exp", "tanh", "sigmoid", "silu", "gelu")]
+with np.errstate(all="ignore"):
+    kernels = [t + u, t - u, t * u, t / u, ad.maximum(t, u), ad.minimum(t, u), t.sqrt(), t.relu(),
+               t.abs(), -t, t * 1.5, 2.0 - t, t / 3.0, t.clamp(-1.0, 2.0), t.floor(), t.sqr(),
+               t.recip(), t.log(), (t > u).to_dtype(ad.float32), t[:-1:3] + u[1::3], t + u[:1]]
+    ints = ad.from_numpy((x[np.isfinite(x)] * 1000).astype(np.int64) % 1000003)
+    kernels += [ints * ints + ints, -ints, ints.clamp(-5, 7)]
+pickle.dump(([k.numpy().tobytes() for k in maps], [k.numpy().tobytes() for k in kernels]),
+            sys.stdout.buffer)
 """
 
 
-def test_simd_maps_same_bits_on_every_isa():
-    """The AVX2 and AVX-512 float32 maps give the same bits (same algorithm,
-    same operation order): PYAUTODIFF_ISA caps the level in a subprocess."""
+def test_kernels_same_bits_on_every_isa():
+    """Every ISA level gives the same bits: the float32 SIMD maps at AVX2 and
+    AVX-512 (same algorithm, same operation order), and the elementwise
+    kernel tables at all three levels (compiled from one source, no FMA
+    contraction in ISO C). PYAUTODIFF_ISA caps the level in a subprocess."""
     outs = {}
-    for isa in ("avx512", "avx2"):
+    for isa in ("avx512", "avx2", "portable"):
         env = dict(os.environ, PYAUTODIFF_ISA=isa, PYTHONPATH=ROOT)
         r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, os.path.dirname(__file__)],
                            env=env, capture_output=True, timeout=300)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
-        outs[isa] = r.stdout
-    assert outs["avx512"] == outs["avx2"]
+        outs[isa] = pickle.loads(r.stdout)
+    for i, (a, b) in enumerate(zip(outs["avx512"][0], outs["avx2"][0])):
+        assert a == b, f"float32 map {i} differs between AVX-512 and AVX2"
+    for i, (a, b, c) in enumerate(zip(*(outs[isa][1] for isa in ("avx512", "avx2", "portable")))):
+        assert a == b == c, f"kernel {i}: avx512 == avx2 {a == b}, avx2 == portable {b == c}"
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh"])

@@ -1,240 +1,53 @@
-/* elementwise.c - binary, comparison, unary and tensor-scalar kernels.
- *
- * Each kernel family is one template instantiated per dtype; the tables at
- * the bottom map (op, dtype) to a kernel, and NULL means the op does not
- * support that dtype.  Layouts go through the shared n-d iterator, so a
- * kernel only sees a 1-d loop with element strides (contiguous fast paths
- * are the loops the compiler vectorises).
+/* elementwise.c - the binary, comparison, unary and tensor-scalar ops:
+ * broadcasting, output allocation and threading around the kernels of
+ * ew_kernels.h, whose tables for the CPU's ISA level are picked once here
+ * (the float32 exp/tanh/sigmoid/silu/gelu entries replaced by the SIMD maps
+ * of simd_avx*.c).
  */
-#include <tgmath.h> /* exp(x) is expf for a float x */
+#include <math.h>
 #include <string.h>
 
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "ew.h"
 #include "simd.h"
 #include "strided.h"
 
-typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb,
-                           void *y);
-/* s: the op's float arguments (up to two; zeros when it has none) */
-typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const double *s);
-
-/* ---- templates ------------------------------------------------------------ */
-#define DEF_BINARY(NAME, T, EXPR, TY)                                                    \
-    static void NAME(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
-                     void *py) {                                                         \
-        const T *A = (const T *)pa, *B = (const T *)pb;                                  \
-        TY *Y = (TY *)py;                                                                \
-        if (sa == 1 && sb == 1) {                                                        \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T a = A[i], b = B[i];                                                    \
-                Y[i] = (TY)(EXPR);                                                       \
-            }                                                                            \
-        } else if (sa == 1 && sb == 0) {                                                 \
-            T b = B[0];                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T a = A[i];                                                              \
-                Y[i] = (TY)(EXPR);                                                       \
-            }                                                                            \
-        } else if (sa == 0 && sb == 1) {                                                 \
-            T a = A[0];                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T b = B[i];                                                              \
-                Y[i] = (TY)(EXPR);                                                       \
-            }                                                                            \
-        } else {                                                                         \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T a = A[i * sa], b = B[i * sb];                                          \
-                Y[i] = (TY)(EXPR);                                                       \
-            }                                                                            \
-        }                                                                                \
-    }
-
-/* A double argument in an integer kernel goes through a saturating int64
-   conversion (a direct out-of-range cast is undefined behaviour in C). */
-static inline int64_t sat_i64(double v) {
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
-#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)sat_i64(v))
-
-#define DEF_UNARY(NAME, T, EXPR)                                                         \
-    static void NAME(int64_t n, const void *px, int64_t sx, void *py, const double *s_) { \
-        const T *X = (const T *)px;                                                      \
-        T *Y = (T *)py;                                                                  \
-        const T s = SCALAR_AS(T, s_[0]), s2 = SCALAR_AS(T, s_[1]);                       \
-        (void)s, (void)s2;                                                               \
-        if (sx == 1) {                                                                   \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T x = X[i];                                                              \
-                Y[i] = (T)(EXPR);                                                        \
-            }                                                                            \
-        } else {                                                                         \
-            for (int64_t i = 0; i < n; i++) {                                            \
-                T x = X[i * sx];                                                         \
-                Y[i] = (T)(EXPR);                                                        \
-            }                                                                            \
-        }                                                                                \
-    }
-
-/* dtype lists: the C type and a suffix per dtype */
-#define FLOAT_TYPES(X, ...) X(float, f32, __VA_ARGS__) X(double, f64, __VA_ARGS__)
-#define INT_TYPES(X, ...) \
-    X(int64_t, i64, __VA_ARGS__) X(int32_t, i32, __VA_ARGS__) X(uint8_t, u8, __VA_ARGS__)
-
-/* ---- binary arithmetic: add sub mul div ----------------------------------- */
-#define BIN_ARITH(X)            \
-    X(add, a + b, NUM)          \
-    X(sub, a - b, NUM)          \
-    X(mul, a * b, NUM)          \
-    X(div, a / b, FLOAT)        \
-    X(maximum, a > b || a != a ? a : b, NUM) \
-    X(minimum, a < b || a != a ? a : b, NUM) \
-    X(pow, pow(a, b), FLOAT)
-
-#define INST_BIN(T, SUF, OP, EXPR) DEF_BINARY(bin_##OP##_##SUF, T, EXPR, T)
-#define DEF_BIN_NUM(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR) INT_TYPES(INST_BIN, OP, EXPR)
-#define DEF_BIN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR)
-#define DEF_BIN(OP, EXPR, KIND) DEF_BIN_##KIND(OP, EXPR)
-BIN_ARITH(DEF_BIN)
-
-/* ---- comparisons: any dtype in, bool out ----------------------------------- */
-#define CMP_OPS(X) X(eq, ==) X(ne, !=) X(lt, <) X(le, <=) X(gt, >) X(ge, >=)
-#define INST_CMP(T, SUF, OP, SYM) DEF_BINARY(cmp_##OP##_##SUF, T, a SYM b, uint8_t)
-#define DEF_CMP(OP, SYM) FLOAT_TYPES(INST_CMP, OP, SYM) INT_TYPES(INST_CMP, OP, SYM)
-CMP_OPS(DEF_CMP)
-
-/* ---- unary and tensor-scalar ------------------------------------------------ */
-/* (op, expression in x and s, dtypes).  FLOAT ops use fn. */
-#define UN_OPS(X)                                        \
-    X(neg, -x, NUM)                                      \
-    X(sqr, x * x, NUM)                                   \
-    X(relu, x > 0 ? x : 0, NUM)                          \
-    X(add_scalar, x + s, NUM)                            \
-    X(mul_scalar, x * s, NUM)                            \
-    X(rsub_scalar, s - x, NUM)                           \
-    X(exp, exp(x), FLOAT)                       \
-    X(log, log(x), FLOAT)                       \
-    X(sqrt, sqrt(x), FLOAT)                     \
-    X(tanh, tanh(x), FLOAT)                     \
-    X(div_scalar, x / s, FLOAT)                          \
-    X(rdiv_scalar, s / x, FLOAT)                         \
-    X(pow_scalar, pow(x, s), FLOAT)             \
-    X(pow_rscalar, pow(s, x), FLOAT)            \
-    X(abs, x < 0 ? -x : x, NUM)                          \
-    X(sign, x > 0 ? 1 : (x < 0 ? -1 : x), NUM)           \
-    X(clamp, (x < s ? s : x) > s2 ? s2 : (x < s ? s : x), NUM) \
-    X(recip, 1 / x, FLOAT)                               \
-    X(sin, sin(x), FLOAT)                                \
-    X(cos, cos(x), FLOAT)                                \
-    X(sigmoid, x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), FLOAT) \
-    X(gelu, 0.5 * x * (1 + tanh(GELU_C * (x + GELU_K * x * x * x))), FLOAT) \
-    X(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)), FLOAT) \
-    X(erf, erf(x), FLOAT)                                \
-    X(silu, x / (1 + exp(-x)), FLOAT)                    \
-    X(softplus, x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), FLOAT) \
-    X(elu, x > 0 ? x : s * expm1(x), FLOAT)              \
-    X(log1p, log1p(x), FLOAT)                            \
-    X(expm1, expm1(x), FLOAT)                            \
-    X(floor, floor(x), FLOAT)                            \
-    X(ceil, ceil(x), FLOAT)                              \
-    X(round, nearbyint(x), FLOAT)
-#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
-#define GELU_K 0.044715
-#define SQRT1_2 0.7071067811865476
-
-#define INST_UN(T, SUF, OP, EXPR) DEF_UNARY(un_##OP##_##SUF, T, EXPR)
-#define DEF_UN_NUM(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR) INT_TYPES(INST_UN, OP, EXPR)
-#define DEF_UN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR)
-#define DEF_UN(OP, EXPR, KIND) DEF_UN_##KIND(OP, EXPR)
-/* unsigned negation and relu comparisons are intended (uint8 wraps) */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wtype-limits"
-UN_OPS(DEF_UN)
-#pragma GCC diagnostic pop
-
-/* ---- run-time dispatch: float32 exp, tanh, sigmoid, silu, gelu --------------
- * AVX-512 or AVX2/FMA kernels (simd_avx*.c, same results) at the level cpu.c
- * picks; the portable loops below it (PYAUTODIFF_PORTABLE=1). */
+/* ---- run-time dispatch ----------------------------------------------------
+ * The kernel tables of the level cpu.c picks, and for float32 exp, tanh,
+ * sigmoid, silu and gelu the AVX-512 or AVX2/FMA maps of simd_avx*.c (same
+ * results at both levels); PYAUTODIFF_PORTABLE=1 keeps the portable loops. */
 typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
-#define SIMD_PTR(OP) static f32_map simd_##OP##_f32;
+#define SIMD_PTR(OP, OPU) static f32_map simd_##OP##_f32;
 SIMD_MAPS(SIMD_PTR)
-static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static bin_kernel bin_table[AD_OP__COUNT][6];
+static un_kernel un_table[AD_OP__COUNT][6];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
-static void simd_detect(void) {
+#define DEF_SIMD_UN(OP, OPU)                                                            \
+    static void un_##OP##_f32_simd(int64_t n, const void *x, int64_t sx, void *y,       \
+                                   const double *s) {                                   \
+        (void)s;                                                                        \
+        simd_##OP##_f32(n, (const float *)x, sx, (float *)y);                           \
+    }
+SIMD_MAPS(DEF_SIMD_UN)
+
+static void tables_init(void) {
     int isa = ad_cpu_isa();
+    memcpy(bin_table, isa == AD_ISA_AVX512 ? ew_bin_table_avx512
+                      : isa == AD_ISA_AVX2 ? ew_bin_table_avx2 : ew_bin_table_portable,
+           sizeof bin_table);
+    memcpy(un_table, isa == AD_ISA_AVX512 ? ew_un_table_avx512
+                     : isa == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable,
+           sizeof un_table);
     if (isa == AD_ISA_PORTABLE) return;
-#define SIMD_PICK(OP) \
-    simd_##OP##_f32 = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512 : ad_##OP##_f32_avx2;
+#define SIMD_PICK(OP, OPU)                                                              \
+    simd_##OP##_f32 = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512 : ad_##OP##_f32_avx2; \
+    un_table[AD_OP_##OPU][AD_FLOAT32] = un_##OP##_f32_simd;
     SIMD_MAPS(SIMD_PICK)
 }
-
-#define DEF_DISPATCH(OP)                                                                \
-    static void un_##OP##_f32_any(int64_t n, const void *x, int64_t sx, void *y,        \
-                                  const double *s) {                                    \
-        pthread_once(&simd_once, simd_detect);                                          \
-        if (simd_##OP##_f32) simd_##OP##_f32(n, (const float *)x, sx, (float *)y);      \
-        else un_##OP##_f32(n, x, sx, y, s);                                             \
-    }
-SIMD_MAPS(DEF_DISPATCH)
-
-/* ---- tables ------------------------------------------------------------------- */
-#define ROW_FLOAT(P, OP) {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64}
-#define ROW_NUM(P, OP)                                                          \
-    {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64, [AD_INT64] = P##OP##_i64, \
-     [AD_INT32] = P##OP##_i32, [AD_UINT8] = P##OP##_u8}
-#define ROW_ALL(P, OP)                                                          \
-    {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64, [AD_INT64] = P##OP##_i64, \
-     [AD_INT32] = P##OP##_i32, [AD_UINT8] = P##OP##_u8, [AD_BOOL] = P##OP##_u8}
-
-static const bin_kernel bin_table[AD_OP__COUNT][6] = {
-    [AD_OP_ADD] = ROW_NUM(bin_, add), [AD_OP_SUB] = ROW_NUM(bin_, sub),
-    [AD_OP_MUL] = ROW_NUM(bin_, mul), [AD_OP_DIV] = ROW_FLOAT(bin_, div),
-    [AD_OP_MAXIMUM] = ROW_NUM(bin_, maximum), [AD_OP_MINIMUM] = ROW_NUM(bin_, minimum),
-    [AD_OP_POW] = ROW_FLOAT(bin_, pow),
-    [AD_OP_EQ] = ROW_ALL(cmp_, eq),   [AD_OP_NE] = ROW_ALL(cmp_, ne),
-    [AD_OP_LT] = ROW_ALL(cmp_, lt),   [AD_OP_LE] = ROW_ALL(cmp_, le),
-    [AD_OP_GT] = ROW_ALL(cmp_, gt),   [AD_OP_GE] = ROW_ALL(cmp_, ge),
-};
-
-static const un_kernel un_table[AD_OP__COUNT][6] = {
-    [AD_OP_NEG] = ROW_NUM(un_, neg),
-    [AD_OP_SQR] = ROW_NUM(un_, sqr),
-    [AD_OP_RELU] = ROW_NUM(un_, relu),
-    [AD_OP_ADD_SCALAR] = ROW_NUM(un_, add_scalar),
-    [AD_OP_MUL_SCALAR] = ROW_NUM(un_, mul_scalar),
-    [AD_OP_RSUB_SCALAR] = ROW_NUM(un_, rsub_scalar),
-    [AD_OP_EXP] = {[AD_FLOAT32] = un_exp_f32_any, [AD_FLOAT64] = un_exp_f64},
-    [AD_OP_LOG] = ROW_FLOAT(un_, log),
-    [AD_OP_SQRT] = ROW_FLOAT(un_, sqrt),
-    [AD_OP_TANH] = {[AD_FLOAT32] = un_tanh_f32_any, [AD_FLOAT64] = un_tanh_f64},
-    [AD_OP_DIV_SCALAR] = ROW_FLOAT(un_, div_scalar),
-    [AD_OP_RDIV_SCALAR] = ROW_FLOAT(un_, rdiv_scalar),
-    [AD_OP_POW_SCALAR] = ROW_FLOAT(un_, pow_scalar),
-    [AD_OP_POW_RSCALAR] = ROW_FLOAT(un_, pow_rscalar),
-    [AD_OP_ABS] = ROW_NUM(un_, abs),
-    [AD_OP_SIGN] = ROW_NUM(un_, sign),
-    [AD_OP_CLAMP] = ROW_NUM(un_, clamp),
-    [AD_OP_RECIP] = ROW_FLOAT(un_, recip),
-    [AD_OP_SIN] = ROW_FLOAT(un_, sin),
-    [AD_OP_COS] = ROW_FLOAT(un_, cos),
-    [AD_OP_SIGMOID] = {[AD_FLOAT32] = un_sigmoid_f32_any, [AD_FLOAT64] = un_sigmoid_f64},
-    [AD_OP_GELU] = {[AD_FLOAT32] = un_gelu_f32_any, [AD_FLOAT64] = un_gelu_f64},
-    [AD_OP_GELU_ERF] = ROW_FLOAT(un_, gelu_erf),
-    [AD_OP_ERF] = ROW_FLOAT(un_, erf),
-    [AD_OP_SILU] = {[AD_FLOAT32] = un_silu_f32_any, [AD_FLOAT64] = un_silu_f64},
-    [AD_OP_SOFTPLUS] = ROW_FLOAT(un_, softplus),
-    [AD_OP_ELU] = ROW_FLOAT(un_, elu),
-    [AD_OP_LOG1P] = ROW_FLOAT(un_, log1p),
-    [AD_OP_EXPM1] = ROW_FLOAT(un_, expm1),
-    [AD_OP_FLOOR] = ROW_FLOAT(un_, floor),
-    [AD_OP_CEIL] = ROW_FLOAT(un_, ceil),
-    [AD_OP_ROUND] = ROW_FLOAT(un_, round),
-};
 
 /* ---- forward functions ----------------------------------------------------------- */
 ad_status ad_broadcast_shapes(const int64_t *a, int an, const int64_t *b, int bn, int64_t *out,
@@ -261,6 +74,7 @@ static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out)
     if (a->dtype != b->dtype)
         return ad_fail(AD_ERR_DTYPE, "%s: dtype mismatch, %s and %s (convert one with to_dtype)",
                        OPNAME, ad_tdesc(a), ad_tdesc(b));
+    pthread_once(&tables_once, tables_init);
     bin_kernel k = bin_table[ad_current_op][a->dtype];
     if (!k)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s operands (%s, %s)", OPNAME,
@@ -311,7 +125,6 @@ static int un_cost(int op, int dtype) {
     case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND:
         return 1;
     case AD_OP_EXP: case AD_OP_TANH: case AD_OP_SIGMOID: case AD_OP_SILU: case AD_OP_GELU:
-        pthread_once(&simd_once, simd_detect);
         return dtype == AD_FLOAT32 && simd_exp_f32 ? 16 : 64;
     default:
         return ad_dtype_is_float(dtype) ? 64 : 1;
@@ -319,6 +132,7 @@ static int un_cost(int op, int dtype) {
 }
 
 static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **out) {
+    pthread_once(&tables_once, tables_init);
     un_kernel k = un_table[ad_current_op][x->dtype];
     if (!k)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OPNAME,
