@@ -17,7 +17,7 @@
 
 /* ---- run-time dispatch ----------------------------------------------------
  * The kernel tables of the level cpu.c picks, and for float32 exp, tanh,
- * sigmoid, silu and gelu the AVX-512 or AVX2/FMA maps of simd_avx*.c (same
+ * sigmoid, silu, gelu and log the AVX-512 or AVX2/FMA maps of simd_avx*.c (same
  * results at both levels); PYAUTODIFF_PORTABLE=1 keeps the portable loops. */
 typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
 #define SIMD_PTR(OP, OPU) static f32_map simd_##OP##_f32;
@@ -125,6 +125,7 @@ static int un_cost(int op, int dtype) {
     case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND:
         return 1;
     case AD_OP_EXP: case AD_OP_TANH: case AD_OP_SIGMOID: case AD_OP_SILU: case AD_OP_GELU:
+    case AD_OP_LOG:
         return dtype == AD_FLOAT32 && simd_exp_f32 ? 16 : 64;
     default:
         return ad_dtype_is_float(dtype) ? 64 : 1;

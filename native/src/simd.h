@@ -8,7 +8,8 @@
 /* y[i] = f(x[i * sx]) for i < n, y contiguous.  Results depend only on the
    input value, never on the element's position, length or stride (tails go
    through the same vector code), so any split of a loop gives the same bits. */
-#define SIMD_MAPS(X) X(exp, EXP) X(tanh, TANH) X(sigmoid, SIGMOID) X(silu, SILU) X(gelu, GELU)
+#define SIMD_MAPS(X) \
+    X(exp, EXP) X(tanh, TANH) X(sigmoid, SIGMOID) X(silu, SILU) X(gelu, GELU) X(log, LOG)
 #define SIMD_DECLARE(OP, OPU)                                                            \
     void ad_##OP##_f32_avx2(int64_t n, const float *x, int64_t sx, float *y);           \
     void ad_##OP##_f32_avx512(int64_t n, const float *x, int64_t sx, float *y);

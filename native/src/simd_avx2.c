@@ -7,8 +7,9 @@
  * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
  * sigmoid 1 / (1 + e^-x), silu x / (1 + e^-x) and the tanh-form gelu as
  * x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u)
- * without its cancellation for negative x. */
+ * without its cancellation for negative x.  log: Cephes logf (below). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "simd.h"
@@ -58,6 +59,50 @@ static inline __m256 tanh8(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+static inline __m256 log8_core(__m256 xs, __m256 e) { /* xs normal, positive, finite */
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256i bits = _mm256_castps_si256(xs);
+    e = _mm256_add_ps(e, _mm256_cvtepi32_ps(
+        _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126))));
+    __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
+        _mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f000000)));
+    __m256 lo = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm256_sub_ps(e, _mm256_and_ps(lo, one));
+    __m256 f = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(lo, m)), one);
+    __m256 z = _mm256_mul_ps(f, f);
+    __m256 p = _mm256_set1_ps(7.0376836292E-2f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.1514610310E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174E-1f));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, z), f);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
+    y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
+    return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(f, y));
+}
+
+/* log: x = 2^e m with m in [sqrt(1/2), sqrt(2)) from the bits (denormals
+   scaled by 2^23 first), f = m - 1, log x = f - f^2/2 + f^3 P(f) + e ln 2
+   (Cephes logf; ln 2 in two parts). 0 -> -inf, x < 0 and NaN -> NaN, inf -> inf. */
+static inline __m256 log8(__m256 x) {
+    const __m256 fmin = _mm256_set1_ps(1.17549435e-38f), inf = _mm256_set1_ps(INFINITY);
+    __m256 normal = _mm256_and_ps(_mm256_cmp_ps(x, fmin, _CMP_GE_OQ),
+                                  _mm256_cmp_ps(x, inf, _CMP_LT_OQ));
+    if (_mm256_movemask_ps(normal) == 0xff) return log8_core(x, _mm256_setzero_ps());
+    __m256 tiny = _mm256_cmp_ps(x, fmin, _CMP_LT_OQ);
+    __m256 xs = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(8388608.0f)), tiny);
+    __m256 r = log8_core(xs, _mm256_and_ps(tiny, _mm256_set1_ps(-23.0f)));
+    r = _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, inf, _CMP_EQ_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(-INFINITY),
+                         _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    return _mm256_blendv_ps(r, _mm256_set1_ps(NAN),
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ));
+}
+
 static inline __m256 logistic_div8(__m256 num, __m256 w) { /* num / (1 + e^w) */
     return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(w)));
 }
@@ -102,3 +147,4 @@ DEF_MAP(ad_tanh_f32_avx2, tanh8)
 DEF_MAP(ad_sigmoid_f32_avx2, sigmoid8)
 DEF_MAP(ad_silu_f32_avx2, silu8)
 DEF_MAP(ad_gelu_f32_avx2, gelu8)
+DEF_MAP(ad_log_f32_avx2, log8)

@@ -1,6 +1,7 @@
 /* simd_avx512.c - AVX-512F float32 exp, tanh and the logistic family (16 lanes): the same
  * algorithm and operation order as simd_avx2.c, so both give the same bits. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "simd.h"
 
@@ -51,6 +52,47 @@ static inline __m512 tanh16(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
+static inline __m512 log16_core(__m512 xs, __m512 e) { /* as log8_core in simd_avx2.c */
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512i bits = _mm512_castps_si512(xs);
+    e = _mm512_add_ps(e, _mm512_cvtepi32_ps(
+        _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126))));
+    __m512 m = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x3f000000)));
+    __mmask16 lo = _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm512_mask_sub_ps(e, lo, e, one);
+    __m512 f = _mm512_sub_ps(_mm512_mask_add_ps(m, lo, m, m), one);
+    __m512 z = _mm512_mul_ps(f, f);
+    __m512 p = _mm512_set1_ps(7.0376836292E-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174E-1f));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, z), f);
+    y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+    y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
+    return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(f, y));
+}
+
+static inline __m512 log16(__m512 x) { /* as log8 in simd_avx2.c */
+    const __m512 fmin = _mm512_set1_ps(1.17549435e-38f), inf = _mm512_set1_ps(INFINITY);
+    __mmask16 normal = _mm512_cmp_ps_mask(x, fmin, _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(x, inf, _CMP_LT_OQ);
+    if (normal == 0xffff) return log16_core(x, _mm512_setzero_ps());
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, fmin, _CMP_LT_OQ);
+    __m512 xs = _mm512_mask_mul_ps(x, tiny, x, _mm512_set1_ps(8388608.0f));
+    __m512 r = log16_core(xs, _mm512_maskz_mov_ps(tiny, _mm512_set1_ps(-23.0f)));
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, inf, _CMP_EQ_OQ), r, x);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), r,
+                             _mm512_set1_ps(-INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ), r,
+                                _mm512_set1_ps(NAN));
+}
+
 static inline __m512 logistic_div16(__m512 num, __m512 w) { /* num / (1 + e^w) */
     return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(w)));
 }
@@ -95,3 +137,4 @@ DEF_MAP(ad_tanh_f32_avx512, tanh16)
 DEF_MAP(ad_sigmoid_f32_avx512, sigmoid16)
 DEF_MAP(ad_silu_f32_avx512, silu16)
 DEF_MAP(ad_gelu_f32_avx512, gelu16)
+DEF_MAP(ad_log_f32_avx512, log16)
