@@ -95,22 +95,23 @@ def test_set_kernel_rejects_unknown():
     assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
 
 
-def test_env_var_caps_kernel():
+@pytest.mark.parametrize("var,value,want", [
+    ("PYAUTODIFF_PORTABLE", "1", "portable"),
+    ("PYAUTODIFF_ISA", "portable", "portable"),
+    ("PYAUTODIFF_ISA", "avx2", None),  # avx2 unless the CPU has less
+    ("PYAUTODIFF_ISA", "sse9", None),  # unknown: ignored
+])
+def test_env_var_caps_kernel(var, value, want):
     code = "import pyautodiff as ad; from pyautodiff._lib import ffi, lib; " \
            "print(ffi.string(lib.ad_gemm_kernel()).decode())"
-    env = dict(os.environ, PYAUTODIFF_ISA="portable", PYTHONPATH=ROOT)
+    best = ffi.string(lib.ad_gemm_kernel()).decode()
+    if want is None:
+        order = ["portable", "avx2", "avx512"]
+        want = best if value not in order else order[min(order.index(value), order.index(best))]
+    env = dict(os.environ, PYTHONPATH=ROOT, **{var: value})
     out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)
-    assert out.stdout.strip() == "portable", out.stderr
-
-
-def test_env_var_forces_portable():
-    code = "import pyautodiff as ad; from pyautodiff._lib import ffi, lib; " \
-           "print(ffi.string(lib.ad_gemm_kernel()).decode())"
-    env = dict(os.environ, PYAUTODIFF_PORTABLE="1", PYTHONPATH=ROOT)
-    out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=60)
-    assert out.stdout.strip() == "portable", out.stderr
+    assert out.stdout.strip() == want, out.stderr
 
 
 def test_thread_count_api():

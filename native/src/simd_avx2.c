@@ -70,15 +70,8 @@ static inline __m256 log8_core(__m256 xs, __m256 e) { /* xs normal, positive, fi
     e = _mm256_sub_ps(e, _mm256_and_ps(lo, one));
     __m256 f = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(lo, m)), one);
     __m256 z = _mm256_mul_ps(f, f);
-    __m256 p = _mm256_set1_ps(7.0376836292E-2f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.1514610310E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174E-1f));
+    __m256 p;
+    SIMD_LOGF_POLY(p, f, _mm256_fmadd_ps, _mm256_set1_ps);
     __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, z), f);
     y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
     y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);

@@ -63,15 +63,8 @@ static inline __m512 log16_core(__m512 xs, __m512 e) { /* as log8_core in simd_a
     e = _mm512_mask_sub_ps(e, lo, e, one);
     __m512 f = _mm512_sub_ps(_mm512_mask_add_ps(m, lo, m, m), one);
     __m512 z = _mm512_mul_ps(f, f);
-    __m512 p = _mm512_set1_ps(7.0376836292E-2f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174E-1f));
+    __m512 p;
+    SIMD_LOGF_POLY(p, f, _mm512_fmadd_ps, _mm512_set1_ps);
     __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, z), f);
     y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
     y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
