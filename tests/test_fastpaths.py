@@ -152,8 +152,9 @@ def test_exp_tanh_accuracy(threads, name):
 
 GELU_C = np.sqrt(2 / np.pi)
 LOGISTIC = {  # float64 references; gelu as x sigmoid(2u), free of 1 + tanh(u)'s cancellation
-    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), 2e-7, 1e-36),
-    "silu": (lambda x: x / (1 + np.exp(-x)), 2e-7, 1e-36),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), 2e-7, 2.0 ** -149),
+    # x e^x for x < -87: a denormal e^x carries few digits
+    "silu": (lambda x: x / (1 + np.exp(-x)), 2.5e-7, 1e-42),
     # e^(-2u) magnifies the ~2 ulp error of u by |2u|: ~1e-5 relative where gelu(x) ~ 1e-30
     "gelu": (lambda x: x / (1 + np.exp(-2 * GELU_C * (x + 0.044715 * x ** 3))), 1e-5, 1e-30),
 }
@@ -161,8 +162,8 @@ LOGISTIC = {  # float64 references; gelu as x sigmoid(2u), free of 1 + tanh(u)'s
 
 @pytest.mark.parametrize("name", sorted(LOGISTIC))
 def test_logistic_family_accuracy(threads, name):
-    """float32 sigmoid / silu / gelu run on the SIMD exp (results below ~1e-36,
-    where e^-x overflows, flush to zero as numpy's float32 formula does)."""
+    """float32 sigmoid / silu / gelu run on the SIMD exp, sigmoid and silu from
+    e^-|x| (denormal results, no overflow)."""
     ref, rtol, atol = LOGISTIC[name]
     x = special_inputs()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -190,8 +191,9 @@ with np.errstate(all="ignore"):
                t.recip(), (t > u).to_dtype(ad.float32), t[:-1:3] + u[1::3], t + u[:1]]
     ints = ad.from_numpy((x[np.isfinite(x)] * 1000).astype(np.int64) % 1000003)
     kernels += [ints * ints + ints, -ints, ints.clamp(-5, 7)]
-pickle.dump(([k.numpy().tobytes() for k in maps], [k.numpy().tobytes() for k in kernels]),
-            sys.stdout.buffer)
+from pyautodiff._lib import ffi, lib
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), [k.numpy().tobytes() for k in maps],
+             [k.numpy().tobytes() for k in kernels]), sys.stdout.buffer)
 """
 
 
@@ -206,7 +208,10 @@ def test_kernels_same_bits_on_every_isa():
         r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, os.path.dirname(__file__)],
                            env=env, capture_output=True, timeout=300)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
-        outs[isa] = pickle.loads(r.stdout)
+        level, maps, kernels = pickle.loads(r.stdout)
+        if level != isa:  # PYAUTODIFF_ISA only caps: this CPU lacks the level
+            pytest.skip(f"this CPU has no {isa} level")
+        outs[isa] = maps, kernels
     for i, (a, b) in enumerate(zip(outs["avx512"][0], outs["avx2"][0])):
         assert a == b, f"float32 map {i} differs between AVX-512 and AVX2"
     for i, (a, b, c) in enumerate(zip(*(outs[isa][1] for isa in ("avx512", "avx2", "portable")))):

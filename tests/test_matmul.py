@@ -16,7 +16,9 @@ SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29),
           (64, 64, 64), (97, 101, 103), (130, 7, 257), (1, 300, 1), (300, 1, 300), (6, 512, 16),
           (145, 513, 33),
           # last column panel partial, at most half full (half-width kernels, masked stores)
-          (128, 512, 10), (80, 80, 80), (100, 100, 100), (25, 40, 47), (12, 9, 48), (500, 3, 500)]
+          (128, 512, 10), (80, 80, 80), (100, 100, 100), (25, 40, 47), (12, 9, 48), (500, 3, 500),
+          # matrix-vector products large enough to split their outputs over threads
+          (1, 700, 700), (700, 700, 1), (1, 4097, 70), (4097, 70, 1)]
 
 
 @pytest.fixture(params=["avx512", "avx2", "portable"])
@@ -80,6 +82,23 @@ def test_batched_broadcast(kernel, threads, dt):
     b2 = rng.standard_normal((256, 64, 32)).astype(dt)
     np.testing.assert_allclose((ad.from_numpy(a2) @ ad.from_numpy(b2)).numpy(), a2 @ b2,
                                **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_batched_matrix_vector(kernel, threads, dt):
+    """Batches of matrix-vector products split over their items, with B shared
+    (broadcast) or per item, and a vector with a stride."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 1, 4096)).astype(dt)
+    b = rng.standard_normal((4096, 64)).astype(dt)
+    bs = rng.standard_normal((64, 4096, 64)).astype(dt)
+    ta = ad.from_numpy(a)
+    np.testing.assert_allclose((ta @ ad.from_numpy(b)).numpy(), a @ b, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose((ta @ ad.from_numpy(bs)).numpy(), a @ bs, rtol=1e-4, atol=1e-3)
+    v = rng.standard_normal((8, 300, 2)).astype(dt)
+    m = rng.standard_normal((8, 500, 300)).astype(dt)
+    got = (ad.from_numpy(m) @ ad.from_numpy(v)[:, :, :1]).numpy()
+    np.testing.assert_allclose(got, m @ v[:, :, :1], rtol=1e-4, atol=1e-3)
 
 
 def test_gradients_through_both_kernels(kernel):

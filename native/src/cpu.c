@@ -30,7 +30,10 @@ static void detect(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         best = AD_ISA_AVX2;
-        if (__builtin_cpu_supports("avx512f")) best = AD_ISA_AVX512;
+        /* the *_avx512.c files are built with F, DQ, BW and VL and use all four */
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+            best = AD_ISA_AVX512;
     }
 #endif
     int want = ad_isa_by_name(getenv("PYAUTODIFF_ISA"));

@@ -115,14 +115,15 @@ static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
 }
 
 /* Work per element relative to a copy, for the threading threshold: the
-   arithmetic one-liners are memory bound, float32 exp/tanh are SIMD
-   polynomials, every other float op is a libm call per element. */
+   arithmetic one-liners (and sqrt, one instruction) are memory bound, the
+   float32 SIMD maps are polynomials, every other float op is a libm call per
+   element. */
 static int un_cost(int op, int dtype) {
     switch (op) {
     case AD_OP_NEG: case AD_OP_SQR: case AD_OP_RELU: case AD_OP_ADD_SCALAR:
     case AD_OP_MUL_SCALAR: case AD_OP_RSUB_SCALAR: case AD_OP_ABS: case AD_OP_SIGN:
     case AD_OP_CLAMP: case AD_OP_DIV_SCALAR: case AD_OP_RDIV_SCALAR: case AD_OP_RECIP:
-    case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND:
+    case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND: case AD_OP_SQRT:
         return 1;
     case AD_OP_EXP: case AD_OP_TANH: case AD_OP_SIGMOID: case AD_OP_SILU: case AD_OP_GELU:
     case AD_OP_LOG:

@@ -122,10 +122,10 @@ CMP_OPS(DEF_CMP)
     X(sin, sin(x), FLOAT)                                \
     X(cos, cos(x), FLOAT)                                \
     X(sigmoid, x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), FLOAT) \
-    X(gelu, 0.5 * x * (1 + tanh(GELU_C * (x + GELU_K * x * x * x))), FLOAT) \
-    X(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)), FLOAT) \
+    X(gelu, x / (1 + exp(-2 * GELU_C * (x + GELU_K * x * x * x))), FLOAT) \
+    X(gelu_erf, 0.5 * x * erfc(-x * SQRT1_2), FLOAT)     \
     X(erf, erf(x), FLOAT)                                \
-    X(silu, x / (1 + exp(-x)), FLOAT)                    \
+    X(silu, x >= 0 ? x / (1 + exp(-x)) : x * exp(x) / (1 + exp(x)), FLOAT) \
     X(softplus, x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), FLOAT) \
     X(elu, x > 0 ? x : s * expm1(x), FLOAT)              \
     X(log1p, log1p(x), FLOAT)                            \
@@ -133,6 +133,9 @@ CMP_OPS(DEF_CMP)
     X(floor, floor(x), FLOAT)                            \
     X(ceil, ceil(x), FLOAT)                              \
     X(round, nearbyint(x), FLOAT)
+/* sigmoid and silu take e^-|x| (no overflow), gelu is 0.5 x (1 + tanh u) as
+   x sigmoid(2u) and gelu_erf 0.5 x (1 + erf) as 0.5 x erfc: neither loses its
+   digits to cancellation for negative x. */
 #define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
 #define GELU_K 0.044715
 #define SQRT1_2 0.7071067811865476

@@ -673,8 +673,9 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
     }
     int threads = par_num_threads();
     int64_t work = m * n * k;
-    int inner = threads > 1 &&
-                work >= (m == 1 || n == 1 ? GEMM_GEMV_PAR_MIN : GEMM_PAR_MIN_WORK);
+    /* a matrix-vector batch splits over its items, a single one over its outputs */
+    int inner = threads > 1 && (m == 1 || n == 1 ? batch == 1 && work >= GEMM_GEMV_PAR_MIN
+                                                 : work >= GEMM_PAR_MIN_WORK);
     if (batch == 1) {
         pr.a += a_off[0];
         pr.b += b_off[0];

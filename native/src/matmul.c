@@ -2,6 +2,7 @@
  * any strided layout (transposed views go straight to the packed GEMM). */
 #include <string.h>
 
+#include "cpu.h"
 #include "gemm.h"
 #include "strided.h"
 
@@ -89,8 +90,9 @@ AD_API void ad_gemm_force_portable(int on) { gemm_set_kernel(on ? "portable" : "
 AD_API ad_status ad_gemm_set_kernel(const char *name) {
     if (gemm_set_kernel(name))
         return ad_fail(AD_ERR_VALUE,
-                       "gemm kernel '%s' is not available on this CPU (use \"auto\", "
-                       "\"avx512\", \"avx2\" or \"portable\"; this CPU's best is \"%s\")",
-                       name ? name : "", gemm_kernel_name());
+                       "gemm kernel '%s' is not available (use \"auto\", \"avx512\", \"avx2\" "
+                       "or \"portable\", at most \"%s\": this CPU's best level, capped by "
+                       "PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE)",
+                       name ? name : "", ad_isa_name(ad_cpu_isa()));
     return AD_OK;
 }

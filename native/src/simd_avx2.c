@@ -5,7 +5,7 @@
  * that denormal results and overflow to inf come out of one final rounding.
  * tanh: odd polynomial (Cephes) below 0.625, else (1 - t) / (1 + t) with
  * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
- * sigmoid 1 / (1 + e^-x), silu x / (1 + e^-x) and the tanh-form gelu as
+ * sigmoid, silu (from e^-|x|) and the tanh-form gelu as
  * x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u)
  * without its cancellation for negative x.  log: Cephes logf (below). */
 #include <immintrin.h>
@@ -100,12 +100,22 @@ static inline __m256 logistic_div8(__m256 num, __m256 w) { /* num / (1 + e^w) */
     return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(w)));
 }
 
+/* sigmoid and silu from e = e^-|x| (never overflows): 1 / (1 + e) and
+   x / (1 + e) for x >= 0, e / (1 + e) and x e / (1 + e) below. */
+static inline __m256 sigmoid_num8(__m256 x, __m256 for_pos, __m256 for_neg, __m256 e) {
+    __m256 num = _mm256_blendv_ps(for_neg, for_pos,
+                                  _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+    return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
 static inline __m256 sigmoid8(__m256 x) {
-    return logistic_div8(_mm256_set1_ps(1.0f), _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+    __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));
+    return sigmoid_num8(x, _mm256_set1_ps(1.0f), e, e);
 }
 
 static inline __m256 silu8(__m256 x) {
-    return logistic_div8(x, _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+    __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));
+    return sigmoid_num8(x, x, _mm256_mul_ps(x, e), e);
 }
 
 static inline __m256 gelu8(__m256 x) { /* -2u = x (-2c - 2ck x^2) */

@@ -90,14 +90,27 @@ static inline __m512 logistic_div16(__m512 num, __m512 w) { /* num / (1 + e^w) *
     return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(w)));
 }
 
-static inline __m512 neg16(__m512 x) {
+static inline __m512 neg_abs16(__m512 x) {
     return _mm512_castsi512_ps(
-        _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+        _mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-static inline __m512 sigmoid16(__m512 x) { return logistic_div16(_mm512_set1_ps(1.0f), neg16(x)); }
+/* as sigmoid_num8 in simd_avx2.c */
+static inline __m512 sigmoid_num16(__m512 x, __m512 for_pos, __m512 for_neg, __m512 e) {
+    __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ),
+                                      for_neg, for_pos);
+    return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
 
-static inline __m512 silu16(__m512 x) { return logistic_div16(x, neg16(x)); }
+static inline __m512 sigmoid16(__m512 x) {
+    __m512 e = exp16(neg_abs16(x));
+    return sigmoid_num16(x, _mm512_set1_ps(1.0f), e, e);
+}
+
+static inline __m512 silu16(__m512 x) {
+    __m512 e = exp16(neg_abs16(x));
+    return sigmoid_num16(x, x, _mm512_mul_ps(x, e), e);
+}
 
 static inline __m512 gelu16(__m512 x) { /* -2u = x (-2c - 2ck x^2) */
     __m512 w = _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(GELU_M2CK_F),
