@@ -9,9 +9,10 @@
    Packing reads any strided layout (unit row or unit column stride take a fast
    path) and pads edges with zeros; the last rows of A go to tail kernels of
    exactly that many rows (AVX-512), and a tile cut in n is stored through a
-   column mask, by a half-width kernel when at most half of it is used. A row-major A or B whose packed copy would be reused only
-   a few times is read in place instead (small products skip packing
-   altogether), and matrix-vector products (m or n == 1) skip packing.
+   column mask, by a half-width kernel when at most half of it is used. A
+   row-major A or B whose packed copy would be reused only a few times is read
+   in place instead (small products skip packing altogether), and
+   matrix-vector products (m or n == 1) skip packing.
    Threads split the m x nc work of one B panel into a grid of row x column
    ranges (columns preferred: each thread packs and keeps its own B
    micro-panels); batches of small products are split over the batch instead.
