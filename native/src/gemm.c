@@ -216,7 +216,10 @@ struct S(kernel) {
    L3 32 MiB) against numpy's AVX-512 OpenBLAS. A long kc (fewer passes over
    C) won over keeping the kc x NR B micro-panel strictly inside L1: L2
    streams it fast enough (f32: kc 1024 beat 512 by 5% at n = 2048, with a
-   96-row A block, 384 KiB, in L2; f64: 576 KiB). The kc x nc B panel is in L3. */
+   96-row A block, 384 KiB, in L2; f64: 576 KiB). The kc x nc B panel is in L3,
+   kept to 4 MiB: on a VM sharing its L3 with other tenants an 8-16 MiB panel
+   lost up to 8% (f32 1 thread, nc 1024 vs 4096: 2048^3 232 vs 222 GFLOP/s,
+   3000^3 234 vs 218; 1536^3 equal). */
 static struct S(kernel) S(pick_kernel)(void)
 {
     int sel = kernel_sel();
@@ -224,14 +227,14 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)f32;
 #if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
-        return f32 ? (struct S(kernel)){UKR_AVX512, 1024, 96, 4096, GEMV(avx512), PACKBT_AVX2,
+        return f32 ? (struct S(kernel)){UKR_AVX512, 1024, 96, 1024, GEMV(avx512), PACKBT_AVX2,
                                         TAILS_AVX512}
-                   : (struct S(kernel)){UKR_AVX512, 512, 144, 2048, GEMV(avx512), PACKBT_AVX2,
+                   : (struct S(kernel)){UKR_AVX512, 512, 144, 1024, GEMV(avx512), PACKBT_AVX2,
                                         TAILS_AVX512};
     if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 4096, GEMV(avx2), PACKBT_AVX2, NULL,
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL,
                                         NULL}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL,
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 1024, GEMV(avx2), PACKBT_AVX2, NULL,
                                         NULL};
 #endif
     (void)sel;
@@ -556,6 +559,9 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
             S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
         return;
     }
+    /* n in equal column panels of at most nc (1536 = 768 + 768, not 1024 + 512) */
+    int64_t npanels = ceil_div(pr->n, kn.nc);
+    kn.nc = ceil_div(ceil_div(pr->n, npanels), kn.nr) * kn.nr;
     int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
     int64_t kcb = min64(kn.kc, pr->k);
     /* A row-major B reused by only a few row tiles is read in place (its full
