@@ -41,6 +41,13 @@ def _out():
         return p
 
 
+def _tls_one():
+    """This thread's one-handle input array for ad_op_call (read by C only
+    during the call that is given it)."""
+    p = _tls.one = ffi.new("ad_tensor *[1]")
+    return p
+
+
 def _shape_arg(shape, name="shape"):
     """A shape given as a tuple/list of ints or as one int (PyTorch's convention)."""
     if isinstance(shape, numbers.Integral):
@@ -60,18 +67,25 @@ def _dims_arg(dim):
 
 
 def _call(op, inputs, iargs=(), fargs=()):
-    """The generic native entry: one op over tensors with int/float arguments."""
-    out = _out()
-    hs = [t._h for t in inputs]
-    st = lib.ad_op_call(op, hs, len(hs), list(iargs) if iargs else _NULL, len(iargs),
-                        list(fargs) if fargs else _NULL, len(fargs), out)
+    """The generic native entry: one op over tensors with int/float arguments
+    (cffi passes a tuple or list as a temporary C array)."""
+    try:
+        out = _tls.out
+    except AttributeError:
+        out = _out()
+    st = _ad_op_call(op, [t._h for t in inputs], len(inputs), iargs or _NULL, len(iargs),
+                     fargs or _NULL, len(fargs), out)
     if st:
         raise_status(st)
-    return _wrap(out[0])
+    t = _new(Tensor)
+    t._h = out[0]
+    return t
 
 
 _ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
+_ad_op_call = lib.ad_op_call
 _OP_MATMUL = lib.AD_OP_MATMUL
+_KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reductions' 1st iarg
 
 
 def _unary(op, x):
@@ -544,6 +558,19 @@ class Tensor:
 
     # ---- reductions --------------------------------------------------------------------
     def _reduce(self, op, dim, keepdim):
+        if dim is None:  # over everything: the common loss.sum() / mean(), kept short
+            try:
+                out, one = _tls.out, _tls.one
+            except AttributeError:
+                out, one = _out(), _tls_one()
+            one[0] = self._h
+            st = _ad_op_call(op, one, 1, _KEEPDIM[bool(keepdim)], 1, _NULL, 0, out)
+            one[0] = _NULL
+            if st:
+                raise_status(st)
+            t = _new(Tensor)
+            t._h = out[0]
+            return t
         return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
     def sum(self, dim=None, keepdim=False):
