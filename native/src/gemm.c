@@ -638,9 +638,38 @@ struct S(batch_job) {
     const int64_t *a_off, *b_off, *c_off;
 };
 
+/* A batch of small products (one A block read in place, B read in place, k
+   within one panel; AVX-512 with its row tails) needs none of run_group's
+   blocking: one macro-kernel call per item, decided once for the batch.
+   Returns 0 when the shapes or layouts do not fit. */
+static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
+{
+    const struct S(prob) *pr = &bj->base;
+    struct S(kernel) kn = S(pick_kernel)();
+    if (!kn.tails || !kn.packbt || pr->csa != 1 || pr->csb != 1 || pr->m == 1 || pr->n == 1 ||
+        pr->m > kn.mc || pr->k > kn.kc || pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK ||
+        ceil_div(pr->n, kn.nr) > GEMM_INPLACE_MAX_PANELS ||
+        ceil_div(pr->m, kn.mr) > GEMM_BINPLACE_MAX_TILES)
+        return 0;
+    int64_t full = pr->n / kn.nr * kn.nr; /* a partial last panel is packed, per item */
+    T *bp = NULL;
+    if (full < pr->n && !(bp = packbuf_get(1, (size_t)(kn.nr * pr->k) * sizeof(T))))
+        return 0;
+    for (int64_t i = i0; i < i1; i++) {
+        const T *a = pr->a + bj->a_off[i], *b = pr->b + bj->b_off[i];
+        if (bp)
+            S(pack_b)(&kn, pr->k, pr->n - full, b + full, pr->rsb, 1, bp);
+        S(macro)(&kn, pr->m, pr->n, 0, pr->n, pr->k, 1, a, pr->rsa, NULL, bp, b, pr->rsb,
+                 pr->c + bj->c_off[i], pr->rsc, pr->csc, 0);
+    }
+    return 1;
+}
+
 static void S(batch_task)(void *ctx, int64_t i0, int64_t i1)
 {
     const struct S(batch_job) *bj = ctx;
+    if (S(small_batch)(bj, i0, i1))
+        return;
     for (int64_t i = i0; i < i1;) {
         int64_t e = i + 1;
         while (e < i1 && bj->b_off[e] == bj->b_off[i])
