@@ -1,7 +1,7 @@
 /* elementwise.c - the binary, comparison, unary and tensor-scalar ops:
  * broadcasting, output allocation and threading around the kernels of
  * ew_kernels.h, whose tables for the CPU's ISA level are picked once here
- * (the float32 exp/tanh/sigmoid/silu/gelu entries replaced by the SIMD maps
+ * (the float32 exp/tanh/sigmoid/silu/gelu/log entries replaced by the SIMD maps
  * of simd_avx*.c).
  */
 #include <math.h>
