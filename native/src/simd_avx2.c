@@ -14,13 +14,13 @@
 
 #include "simd.h"
 
-static inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(89.0f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+/* e^r for the reduced argument: n = round(x log2 e), r = x - n ln2; returns
+   e^r (the caller scales by 2^n). */
+static inline __m256 exp8_reduced(__m256 xc, __m256 *n) {
+    *n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500E-4f);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
@@ -28,14 +28,27 @@ static inline __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+}
+
+static inline __m256 pow2i8(__m256i e) { /* 2^e for a normal exponent e */
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+}
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(89.0f);
+    __m256 n, p = exp8_reduced(_mm256_min_ps(_mm256_max_ps(x, lo), hi), &n);
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    const __m256i bias = _mm256_set1_epi32(127);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, pow2i8(n1)), pow2i8(n2));
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* e^x for -40 <= x <= 0 (normal results): one exact scaling by 2^n, no
+   clamping or NaN handling; the same bits as exp8 on that range. */
+static inline __m256 exp8_mid(__m256 x) {
+    __m256 n, p = exp8_reduced(x, &n);
+    return _mm256_mul_ps(p, pow2i8(_mm256_cvtps_epi32(n)));
 }
 
 static inline __m256 tanh8(__m256 x) {
@@ -50,8 +63,10 @@ static inline __m256 tanh8(__m256 x) {
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
     __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
     small = _mm256_or_ps(small, _mm256_and_ps(x, sign)); /* tanh(-0) = -0 */
-    /* large: (1 - t) / (1 + t), t = e^(-2|x|) */
-    __m256 t = exp8(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+    /* large: (1 - t) / (1 + t), t = e^(-2|x|) with |x| capped at 20 (tanh is
+       1.0f from 9.02 on; min() also turns a NaN into 20, restored below) */
+    __m256 t = exp8_mid(
+        _mm256_mul_ps(_mm256_min_ps(ax, _mm256_set1_ps(20.0f)), _mm256_set1_ps(-2.0f)));
     __m256 large = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
     large = _mm256_or_ps(large, _mm256_and_ps(x, sign));
     __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ);

@@ -5,12 +5,11 @@
 
 #include "simd.h"
 
-static inline __m512 exp16(__m512 x) {
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+static inline __m512 exp16_reduced(__m512 xc, __m512 *n) { /* as exp8_reduced */
+    *n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(-2.12194440e-4f), r);
     __m512 p = _mm512_set1_ps(1.9875691500E-4f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
@@ -18,14 +17,25 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+}
+
+static inline __m512 pow2i16(__m512i e) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
+}
+
+static inline __m512 exp16(__m512 x) {
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    __m512 n, p = exp16_reduced(xc, &n);
     __m512i ni = _mm512_cvtps_epi32(n);
     __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
-    const __m512i bias = _mm512_set1_epi32(127);
-    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
-    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, pow2i16(n1)), pow2i16(n2));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+static inline __m512 exp16_mid(__m512 x) { /* as exp8_mid: -40 <= x <= 0 */
+    __m512 n, p = exp16_reduced(x, &n);
+    return _mm512_mul_ps(p, pow2i16(_mm512_cvtps_epi32(n)));
 }
 
 static inline __m512 tanh16(__m512 x) {
@@ -44,7 +54,8 @@ static inline __m512 tanh16(__m512 x) {
     __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
     __m512 y = small;
     if (is_small != 0xffff) {
-        __m512 t = exp16(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
+        __m512 t = exp16_mid(
+            _mm512_mul_ps(_mm512_min_ps(ax, _mm512_set1_ps(20.0f)), _mm512_set1_ps(-2.0f)));
         __m512 large = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
         large = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large), xs));
         y = _mm512_mask_blend_ps(is_small, large, small);
