@@ -16,23 +16,4 @@
 /* simd_avx512.c (AVX-512F) gives the same results as simd_avx2.c, 16 lanes */
 SIMD_MAPS(SIMD_DECLARE)
 
-/* Cephes logf's P(f) (log x = f - f^2/2 + f^3 P(f) + e ln 2), by Horner with
-   FMA, for either vector width: the one order both ISA levels use. */
-#define SIMD_LOGF_POLY(p, f, FMADD, SET1)                                              \
-    do {                                                                               \
-        p = SET1(7.0376836292E-2f);                                                    \
-        p = FMADD(p, f, SET1(-1.1514610310E-1f));                                      \
-        p = FMADD(p, f, SET1(1.1676998740E-1f));                                       \
-        p = FMADD(p, f, SET1(-1.2420140846E-1f));                                      \
-        p = FMADD(p, f, SET1(1.4249322787E-1f));                                       \
-        p = FMADD(p, f, SET1(-1.6668057665E-1f));                                      \
-        p = FMADD(p, f, SET1(2.0000714765E-1f));                                       \
-        p = FMADD(p, f, SET1(-2.4999993993E-1f));                                      \
-        p = FMADD(p, f, SET1(3.3333331174E-1f));                                       \
-    } while (0)
-
-/* gelu's -2 sqrt(2/pi) and -2 sqrt(2/pi) 0.044715 in float32 */
-#define GELU_M2C_F (-1.5957691216057308f)
-#define GELU_M2CK_F (-0.07135481627260025f)
-
 #endif

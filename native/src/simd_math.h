@@ -1,0 +1,149 @@
+/* simd_math.h - the float32 vector math behind the SIMD maps, written once
+ * over a small layer of vector operations that simd_avx2.c (8 lanes) and
+ * simd_avx512.c (16 lanes) define before including it.  Both levels run the
+ * same operations in the same order, so they give the same bits.
+ *
+ * The layer: V (float vector), VI (int32 vector), M (lane mask);
+ *   V_SET1 V_ZERO V_ADD V_SUB V_MUL V_DIV V_MIN V_MAX V_FMADD V_FNMADD
+ *   V_AND V_OR V_ANDNOT (bitwise on floats) V_ROUND (to nearest integer)
+ *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
+ *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
+ *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL.
+ *
+ * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from the
+ * Cephes degree-7 polynomial, times 2^n applied as two factors 2^(n/2) so
+ * that denormal results and overflow to inf come out of one final rounding.
+ * tanh: odd polynomial (Cephes) below 0.625, else (1 - t) / (1 + t) with
+ * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
+ * sigmoid, silu (from e^-|x|) and the tanh-form gelu as x / (1 + e^(-2u)),
+ * u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u) without its
+ * cancellation for negative x.  log: Cephes logf. */
+#include <math.h>
+
+#include "simd.h"
+
+/* e^r for the reduced argument: n = round(x log2 e), r = x - n ln2; returns
+   e^r (the caller scales by 2^n). */
+static inline V exp_reduced(V xc, V *n) {
+    *n = V_ROUND(V_MUL(xc, V_SET1(1.44269504088896341f)));
+    V r = V_FNMADD(*n, V_SET1(0.693359375f), xc);
+    r = V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
+    V p = V_SET1(1.9875691500E-4f);
+    p = V_FMADD(p, r, V_SET1(1.3981999507E-3f));
+    p = V_FMADD(p, r, V_SET1(8.3334519073E-3f));
+    p = V_FMADD(p, r, V_SET1(4.1665795894E-2f));
+    p = V_FMADD(p, r, V_SET1(1.6666665459E-1f));
+    p = V_FMADD(p, r, V_SET1(5.0000001201E-1f));
+    p = V_FMADD(p, V_MUL(r, r), r);
+    return V_ADD(p, V_SET1(1.0f));
+}
+
+static inline V pow2i(VI e) { /* 2^e for a normal exponent e */
+    return V_FROMBITS(VI_SLLI(VI_ADD(e, VI_SET1(127)), 23));
+}
+
+static inline V v_exp(V x) {
+    V n, p = exp_reduced(V_MIN(V_MAX(x, V_SET1(-104.0f)), V_SET1(89.0f)), &n);
+    VI ni = V_TOI(n);
+    VI n1 = VI_SRAI(ni, 1), n2 = VI_SUB(ni, n1);
+    V y = V_MUL(V_MUL(p, pow2i(n1)), pow2i(n2));
+    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+}
+
+/* e^x for -40 <= x <= 0 (normal results): one exact scaling by 2^n, no
+   clamping or NaN handling; the same bits as v_exp on that range. */
+static inline V exp_mid(V x) {
+    V n, p = exp_reduced(x, &n);
+    return V_MUL(p, pow2i(V_TOI(n)));
+}
+
+static inline V v_tanh(V x) {
+    const V sign = V_SET1(-0.0f), one = V_SET1(1.0f);
+    V ax = V_ANDNOT(sign, x), xs = V_AND(x, sign);
+    /* small: x + x z P(z), z = x^2 */
+    V z = V_MUL(x, x);
+    V p = V_SET1(-5.70498872745E-3f);
+    p = V_FMADD(p, z, V_SET1(2.06390887954E-2f));
+    p = V_FMADD(p, z, V_SET1(-5.37397155531E-2f));
+    p = V_FMADD(p, z, V_SET1(1.33314422036E-1f));
+    p = V_FMADD(p, z, V_SET1(-3.33332819422E-1f));
+    V y = V_OR(V_FMADD(V_MUL(p, z), x, x), xs); /* tanh(-0) = -0 */
+    M is_small = V_CMP(ax, V_SET1(0.625f), _CMP_LT_OQ);
+    if (!M_ALL(is_small)) {
+        /* large: (1 - t) / (1 + t), t = e^(-2|x|) with |x| capped at 20 (tanh
+           is 1.0f from 9.02 on; min() also turns a NaN into 20, restored below) */
+        V t = exp_mid(V_MUL(V_MIN(ax, V_SET1(20.0f)), V_SET1(-2.0f)));
+        V large = V_OR(V_DIV(V_SUB(one, t), V_ADD(one, t)), xs);
+        y = V_SELECT(is_small, y, large);
+    }
+    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+}
+
+static inline V log_core(V xs, V e) { /* xs normal, positive, finite */
+    const V one = V_SET1(1.0f);
+    VI bits = V_BITS(xs);
+    e = V_ADD(e, V_FROMI(VI_SUB(VI_SRLI(bits, 23), VI_SET1(126))));
+    V m = V_FROMBITS(VI_OR(VI_AND(bits, VI_SET1(0x007fffff)), VI_SET1(0x3f000000)));
+    M lo = V_CMP(m, V_SET1(0.707106781186547524f), _CMP_LT_OQ);
+    e = V_SUB(e, V_SELECT(lo, one, V_ZERO()));
+    V f = V_SUB(V_ADD(m, V_SELECT(lo, m, V_ZERO())), one);
+    V z = V_MUL(f, f);
+    V p = V_SET1(7.0376836292E-2f);
+    p = V_FMADD(p, f, V_SET1(-1.1514610310E-1f));
+    p = V_FMADD(p, f, V_SET1(1.1676998740E-1f));
+    p = V_FMADD(p, f, V_SET1(-1.2420140846E-1f));
+    p = V_FMADD(p, f, V_SET1(1.4249322787E-1f));
+    p = V_FMADD(p, f, V_SET1(-1.6668057665E-1f));
+    p = V_FMADD(p, f, V_SET1(2.0000714765E-1f));
+    p = V_FMADD(p, f, V_SET1(-2.4999993993E-1f));
+    p = V_FMADD(p, f, V_SET1(3.3333331174E-1f));
+    V y = V_MUL(V_MUL(p, z), f);
+    y = V_FMADD(e, V_SET1(-2.12194440e-4f), y);
+    y = V_FNMADD(z, V_SET1(0.5f), y);
+    return V_FMADD(e, V_SET1(0.693359375f), V_ADD(f, y));
+}
+
+/* log: x = 2^e m with m in [sqrt(1/2), sqrt(2)) from the bits (denormals
+   scaled by 2^23 first), f = m - 1, log x = f - f^2/2 + f^3 P(f) + e ln 2
+   (Cephes logf; ln 2 in two parts). 0 -> -inf, x < 0 and NaN -> NaN, inf -> inf. */
+static inline V v_log(V x) {
+    const V fmin = V_SET1(1.17549435e-38f), inf = V_SET1(INFINITY), zero = V_ZERO();
+    if (M_ALL(M_AND(V_CMP(x, fmin, _CMP_GE_OQ), V_CMP(x, inf, _CMP_LT_OQ))))
+        return log_core(x, zero);
+    M tiny = V_CMP(x, fmin, _CMP_LT_OQ);
+    V r = log_core(V_SELECT(tiny, V_MUL(x, V_SET1(8388608.0f)), x),
+                   V_SELECT(tiny, V_SET1(-23.0f), zero));
+    r = V_SELECT(V_CMP(x, inf, _CMP_EQ_OQ), x, r);
+    r = V_SELECT(V_CMP(x, zero, _CMP_EQ_OQ), V_SET1(-INFINITY), r);
+    return V_SELECT(V_CMP(x, zero, _CMP_NGE_UQ), V_SET1(NAN), r);
+}
+
+static inline V logistic_div(V num, V w) { /* num / (1 + e^w) */
+    return V_DIV(num, V_ADD(V_SET1(1.0f), v_exp(w)));
+}
+
+/* sigmoid and silu from e = e^-|x| (never overflows): 1 / (1 + e) and
+   x / (1 + e) for x >= 0, e / (1 + e) and x e / (1 + e) below. */
+static inline V sigmoid_num(V x, V for_pos, V for_neg, V e) {
+    V num = V_SELECT(V_CMP(x, V_ZERO(), _CMP_GE_OQ), for_pos, for_neg);
+    return V_DIV(num, V_ADD(V_SET1(1.0f), e));
+}
+
+static inline V v_sigmoid(V x) {
+    V e = v_exp(V_OR(x, V_SET1(-0.0f)));
+    return sigmoid_num(x, V_SET1(1.0f), e, e);
+}
+
+static inline V v_silu(V x) {
+    V e = v_exp(V_OR(x, V_SET1(-0.0f)));
+    return sigmoid_num(x, x, V_MUL(x, e), e);
+}
+
+/* gelu's -2 sqrt(2/pi) and -2 sqrt(2/pi) 0.044715 in float32 */
+#define GELU_M2C_F (-1.5957691216057308f)
+#define GELU_M2CK_F (-0.07135481627260025f)
+
+static inline V v_gelu(V x) { /* -2u = x (-2c - 2ck x^2) */
+    V w = V_FMADD(V_MUL(x, x), V_SET1(GELU_M2CK_F), V_SET1(GELU_M2C_F));
+    return logistic_div(x, V_MUL(w, x));
+}
