@@ -284,6 +284,28 @@ static int64_t pool_argmax(const pool_geom *g, const void *plane, int dt, int64_
     return best;
 }
 
+/* Every max-pooling window of the contiguous x: forward (gy NULL) stores
+   its maximum (-inf for a window wholly in the padding) at the window's
+   output index of y; backward adds gy there into y (x's shape) at the
+   window's argmax. */
+static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, int dt,
+                          void *y) {
+    size_t es = ad_dtype_size_(dt);
+    for (int64_t p = 0; p < g->n * g->c; p++) {
+        const char *plane = (const char *)px + (size_t)(p * g->h * g->w) * es;
+        for (int64_t i = 0; i < g->oh; i++)
+            for (int64_t j = 0; j < g->ow; j++) {
+                int64_t at = pool_argmax(g, plane, dt, i, j), o = (p * g->oh + i) * g->ow + j;
+                if (!gy) {
+                    stv(y, dt, o, at < 0 ? -INFINITY : ld(plane, dt, at));
+                } else if (at >= 0) {
+                    int64_t t = p * g->h * g->w + at;
+                    stv(y, dt, t, ld(y, dt, t) + ld(gy, dt, o));
+                }
+            }
+    }
+}
+
 ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     pool_geom g;
@@ -297,17 +319,7 @@ ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
         ad_tensor_release(tx);
         return st;
     }
-    int dt = x->dtype;
-    size_t es = ad_dtype_size_(dt);
-    for (int64_t p = 0; p < g.n * g.c; p++) {
-        const char *plane = (const char *)px + (size_t)(p * g.h * g.w) * es;
-        for (int64_t i = 0; i < g.oh; i++)
-            for (int64_t j = 0; j < g.ow; j++) {
-                int64_t at = pool_argmax(&g, plane, dt, i, j);
-                stv(o->storage->data, dt, (p * g.oh + i) * g.ow + j,
-                    at < 0 ? -INFINITY : ld(plane, dt, at));
-            }
-    }
+    pool_max_walk(&g, px, NULL, x->dtype, o->storage->data);
     ad_tensor_release(tx);
     *out = o;
     return AD_OK;
@@ -328,19 +340,7 @@ ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out) {
     if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(gy, &tg, &pg)) ||
         (st = ad_tensor_zeros(x->dtype, T_SHAPE(x), 4, &o)))
         goto done;
-    int dt = x->dtype;
-    size_t es = ad_dtype_size_(dt);
-    for (int64_t p = 0; p < g.n * g.c; p++) {
-        const char *plane = (const char *)px + (size_t)(p * g.h * g.w) * es;
-        for (int64_t i = 0; i < g.oh; i++)
-            for (int64_t j = 0; j < g.ow; j++) {
-                int64_t at = pool_argmax(&g, plane, dt, i, j);
-                if (at < 0) continue;
-                int64_t o_at = p * g.h * g.w + at;
-                stv(o->storage->data, dt, o_at,
-                    ld(o->storage->data, dt, o_at) + ld(pg, dt, (p * g.oh + i) * g.ow + j));
-            }
-    }
+    pool_max_walk(&g, px, pg, x->dtype, o->storage->data);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tg);
