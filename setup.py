@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.develop import develop
 
@@ -46,12 +46,16 @@ setup(
     description="Reverse-mode automatic differentiation with a native C engine",
     long_description=open(os.path.join(ROOT, "README.md")).read(),
     long_description_content_type="text/markdown",
-    packages=["pyautodiff"],
-    package_data={"pyautodiff": ["*.so"]},
+    packages=find_packages(include=["pyautodiff", "pyautodiff.*"]),
+    package_data={"pyautodiff": ["*.so", "py.typed"], "pyautodiff.examples": ["data/*"]},
     python_requires=">=3.9",
     install_requires=["cffi>=1.15", "numpy"],
     setup_requires=["cffi>=1.15"],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={
+        "test": ["pytest", "hypothesis", "safetensors"],
+        "examples": ["tqdm", "matplotlib", "scikit-learn"],
+        "mpi": ["mpi4py", "mpich"],
+    },
     cmdclass={"build_py": BuildPy, "develop": Develop, **extra_cmds},
     zip_safe=False,
 )

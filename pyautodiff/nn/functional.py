@@ -14,15 +14,15 @@ import os
 
 import numpy as np
 
-from ._lib import lib
-from .errors import InvalidArgumentError, ShapeError
-from .indexing import _as_index, index_select
+from .._lib import lib
+from ..errors import InvalidArgumentError, ShapeError
+from ..indexing import _as_index, index_select
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 
 def _call(op, inputs, iargs=(), fargs=()):
-    from .tensor import _call as call
+    from ..tensor import _call as call
 
     return call(op, inputs, iargs, fargs)
 
@@ -46,7 +46,7 @@ def _reduction(r, op):
 
 
 def _tensor(x, like=None):
-    from .tensor import Tensor, tensor
+    from ..tensor import Tensor, tensor
 
     if isinstance(x, Tensor):
         return x
@@ -106,7 +106,7 @@ def nll_loss(input, target, reduction="mean"):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalizes over the trailing dims `normalized_shape` (biased variance),
     then scales by weight and shifts by bias when given."""
-    from .tensor import _shape_arg, ones
+    from ..tensor import _shape_arg, ones
 
     ns = _shape_arg(normalized_shape, "normalized_shape")
     if not ns or input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
@@ -263,7 +263,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     """Mean over windows of input (N, C, H, W) or (C, H, W): a depthwise conv2d
     with a constant kernel (padding counts as zeros; count_include_pad=False
     divides by the number of real elements instead)."""
-    from .tensor import full, ones
+    from ..tensor import full, ones
 
     x, added = _batched(input, 2, "avg_pool2d")
     k, s, p, _ = _pool_args(kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
