@@ -201,7 +201,13 @@ def _check_scalar(o, code, fn, ranges=_INT_RANGE):
     pass: the scalar itself, or an exact 0-d int64 tensor when the double the
     scalar ops take cannot carry it."""
     r = ranges.get(code)
-    if r is None or o != o:  # a float dtype (the double is what the op computes in), or NaN
+    if r is None:  # a float dtype: the double is what the op computes in
+        return o
+    return _check_int_scalar(o, r, code, fn)
+
+
+def _check_int_scalar(o, r, code, fn):
+    if o != o:  # NaN: the op's own dtype check names it
         return o
     if not r[0] <= o <= r[1]:
         raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of bounds for "
@@ -211,9 +217,14 @@ def _check_scalar(o, code, fn, ranges=_INT_RANGE):
     return o
 
 
+_ad_dtype = lib.ad_tensor_dtype
+
+
 def _operator(op, scalar_op, reflected=False, negate_scalar=False):
     """An arithmetic operator method: tensor operands go to the binary op,
-    Python scalars to the tensor-scalar op (which never changes the dtype)."""
+    Python scalars to the tensor-scalar op (which never changes the dtype),
+    except an int beyond 2**53 with an int64 tensor, which goes exactly as a
+    0-d int64 tensor to the binary op."""
     fn = _op_name(scalar_op)
 
     def method(self, o):
@@ -222,22 +233,26 @@ def _operator(op, scalar_op, reflected=False, negate_scalar=False):
         except AttributeError:
             out = _out()
         if not isinstance(o, Tensor):
-            if _is_scalar(o):
-                o = _check_scalar(o, lib.ad_tensor_dtype(self._h), fn)
-            if not isinstance(o, Tensor) and _is_scalar(o):
-                if negate_scalar:  # negate as a Python number: -np.uint8(3) wraps
-                    o = -(o.item() if isinstance(o, np.generic) else o)
-                try:
-                    st = _ad_scalar(scalar_op, self._h, o, out)
-                except OverflowError:  # an int beyond the double range
-                    raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of the float64 "
-                                           f"range") from None
-                if st:
-                    raise_status(st)
-                t = _new(Tensor)
-                t._h = out[0]
-                return t
-            o = _as_tensor_like(o, self)
+            if not _is_scalar(o):
+                o = _as_tensor_like(o, self)
+            else:
+                code = _ad_dtype(self._h)
+                r = _INT_RANGE.get(code)
+                if r is not None:  # an integer tensor: the scalar must fit its dtype
+                    o = _check_int_scalar(o, r, code, fn)
+                if not isinstance(o, Tensor):
+                    if negate_scalar:  # negate as a Python number: -np.uint8(3) wraps
+                        o = -(o.item() if isinstance(o, np.generic) else o)
+                    try:
+                        st = _ad_scalar(scalar_op, self._h, o, out)
+                    except OverflowError:  # an int beyond the double range
+                        raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of the "
+                                               f"float64 range") from None
+                    if st:
+                        raise_status(st)
+                    t = _new(Tensor)
+                    t._h = out[0]
+                    return t
         st = _ad_binary(op, o._h, self._h, out) if reflected else _ad_binary(op, self._h, o._h,
                                                                              out)
         if st:
