@@ -190,6 +190,16 @@ def test_var_setitem_writes_in_place_with_numpy_rules():
         assert w.id == i0 and w.version == v0 + n + 1
 
 
+def test_var_setitem_pytorch_idioms():
+    w = ad.Var([[1.0, -2.0], [3.0, -4.0]])
+    w[w > 0] = 0  # a bool-tensor mask
+    assert w.tolist() == [[0.0, -2.0], [0.0, -4.0]]
+    w[:, 0] += 5  # read a view, add, write back
+    w[0] *= 2
+    assert w.tolist() == [[10.0, -4.0], [5.0, -4.0]] and w.version == 3
+    assert w.op is None and w.is_variable
+
+
 def test_var_setitem_errors_leave_the_var_unchanged():
     w = ad.Var([[1.0, 2.0], [3.0, 4.0]])
     v0 = w.version
