@@ -21,15 +21,20 @@ Decisions (documented here because each has an alternative):
   {name: Var} or a sequence of Vars (named "params[i]").  A store entry
   without a parameter in that list is left alone; a parameter without a
   gradient on every rank is skipped; one with a gradient on some ranks only
-  is a mismatch.  params=None raises: without the key tensors the reduced
-  gradients cannot be put back into the store (below).
+  is a mismatch.  params=None (allreduce_ only) reduces every entry of the
+  store in tensor-id order, i.e. in the order the tensors were created:
+  right when every rank builds its model with the same code, which the
+  signature check can only partly verify (shapes and dtypes, not which of
+  two same-shaped parameters is which).  Passing params is the robust form
+  and names the parameters in errors.
 - Never writing into the store's tensors.  Gradients are immutable Tensors and
   the backward shares them (an add hands its incoming gradient to both inputs,
   a reshape returns a view), so reducing in place could reduce one buffer
   twice or change a tensor someone else holds.  Each bucket is reduced into
   one fresh native tensor (the native allocator recycles the block of the
   previous step, so this costs no page faults), and every entry is replaced
-  (store.insert) by a view of its slice of that bucket.  Bytes reach MPI
+  (store.insert, or ad_gradstore_replace_id when params=None) by a view of
+  its slice of that bucket.  Bytes reach MPI
   through the buffer protocol on native memory (cffi's ffi.buffer); the only
   copy is packing small gradients into their bucket.
 - Buckets: consecutive gradients of one dtype are fused until bucket_size
@@ -122,6 +127,7 @@ def init(comm=None, timeout=None, abort_on_exception=True):
         def hook(tp, value, tb, _prev=st.prev_hook, _comm=comm):
             _prev(tp, value, tb)
             sys.stderr.flush()
+            time.sleep(0.5)  # lets mpiexec forward the traceback before it kills the job
             _comm.Abort(1)
 
         sys.excepthook = hook
@@ -171,6 +177,7 @@ class _Watchdog:
                                  f"s on rank {self.comm.Get_rank()} (a rank died or is stuck); "
                                  f"aborting the job\n")
                 sys.stderr.flush()
+                time.sleep(0.5)  # lets mpiexec forward the message before it kills the job
                 self.comm.Abort(2)
 
     def arm(self, what):
@@ -205,10 +212,8 @@ def _named(params, fn):
     from .tensor import Var
 
     if params is None:
-        raise InvalidArgumentError(
-            f"{fn}: pass params= (a module, a {{name: Var}} dict or a list of Vars, in the same "
-            f"order on every rank): a GradStore is keyed by tensor ids, which differ across "
-            f"processes")
+        raise InvalidArgumentError(f"{fn}: params must be a module, a {{name: Var}} dict or "
+                                   f"a sequence of Vars, got None")
     if hasattr(params, "named_parameters"):
         named = list(params.named_parameters())
     elif isinstance(params, dict):
@@ -393,7 +398,8 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
     all ranks, replacing each entry of the GradStore grads by the result.
 
     params: a module, a {name: Var} dict or a sequence of Vars, in the same
-    order on every rank (see the module docstring).  op="mean" scales each
+    order on every rank, or None for every entry in tensor-id order (see the
+    module docstring).  op="mean" scales each
     rank's contribution by 1/world_size before the sum (as Horovod's
     prescaling), which costs no pass over the data of its own: the scaled
     copy is the fresh buffer the sum is written into.  Returns grads."""
@@ -410,20 +416,36 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
         raise InvalidArgumentError(f"allreduce_: bucket_size must be a positive number of "
                                    f"bytes, got {bucket_size!r}")
     bucket_size = int(bucket_size)
-    pvars, lay = _layout(params, "allreduce_")
-    present = bytearray(len(pvars))
-    items = []
-    out = ffi.new("ad_tensor **")
     gh = grads._h
-    for i, p in enumerate(pvars):
-        s = lib.ad_gradstore_get(gh, p._h, out)
-        if s:
-            raise_status(s)
-        if out[0] != ffi.NULL:
-            present[i] = 1
-            g = _wrap(out[0])
-            if lay.numels[i]:
-                items.append((i, g))
+    items = []
+    if params is None:
+        # every entry, in tensor-id order: ids differ across processes but their order
+        # is the order in which the parameters were created
+        entries = sorted(grads._item(k) for k in range(len(grads)))
+        lay = _Layout([(f"entry {k} (in tensor-id order)", g) for k, (_, g) in
+                       enumerate(entries)], "allreduce_")
+        present = b"\1" * len(entries)
+        items = [(k, g) for k, (_, g) in enumerate(entries) if lay.numels[k]]
+        ids = [i for i, _ in entries]
+
+        def put(k, v):
+            return lib.ad_gradstore_replace_id(gh, ids[k], v._h)
+    else:
+        pvars, lay = _layout(params, "allreduce_")
+        present = bytearray(len(pvars))
+        out = ffi.new("ad_tensor **")
+        for i, p in enumerate(pvars):
+            s = lib.ad_gradstore_get(gh, p._h, out)
+            if s:
+                raise_status(s)
+            if out[0] != ffi.NULL:
+                present[i] = 1
+                g = _wrap(out[0])
+                if lay.numels[i]:
+                    items.append((i, g))
+
+        def put(i, v):
+            return lib.ad_gradstore_insert(gh, pvars[i]._h, v._h)
     call = (op, bucket_size)
     _check_same(st, "allreduce_", lay.digest + bytes(present) + repr(call).encode(),
                 lambda: (call, [r + (bool(h),) for r, h in zip(lay.rows, present)]))
@@ -456,7 +478,7 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
                                               mpi_type], op=MPI.SUM)
                 views = _views(lay, buf, bucket, offs)
             for (i, _), v in zip(bucket, views):
-                s = lib.ad_gradstore_insert(gh, pvars[i]._h, v._h)
+                s = put(i, v)
                 if s:
                     raise_status(s)
     return grads

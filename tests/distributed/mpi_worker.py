@@ -71,6 +71,22 @@ def allreduce_round(op, bucket_size, r, w):
     # the tensor the store held before is immutable: never written into
     check(np.array_equal(held.numpy(), held_before), "a held gradient was modified")
 
+    # params=None: every entry, matched across ranks by creation order (tensor ids)
+    store = ad.GradStore()
+    for i, p in enumerate(params):
+        v = values(r, i, p.shape).T.copy()  # C order
+        store.insert(p, ad.tensor(v, dtype=p.dtype).T)  # transposed views
+    store.insert(pa, shared)
+    dist.allreduce_(store, op=op, bucket_size=bucket_size)
+    check(len(store) == len(params) + 1, f"{len(store)} entries after params=None")
+    for i, p in enumerate(params):
+        want = sum(values(k, i, p.shape) for k in range(w)) / (w if op == "mean" else 1)
+        tol = 1e-12 if p.dtype == ad.float64 else 1e-5
+        np.testing.assert_allclose(np.asarray(store[p], dtype=np.float64), want, rtol=tol,
+                                   atol=tol, err_msg=f"params=None {op} bs={bucket_size} {i}")
+    want = sum(values(k, 99, (5,)) for k in range(w)) / (w if op == "mean" else 1)
+    np.testing.assert_allclose(store[pa].numpy(), want, rtol=1e-12, atol=1e-12)
+
 
 def mode_allreduce():
     r, w = dist.rank(), dist.world_size()
@@ -208,6 +224,9 @@ def mode_mismatch():
     cases.append(("missing", lambda: dist.allreduce_(
         store_of(*([(a, ad.ones((2, 3), ad.float64))] if r == 0 else [])),
         {"fc1.weight": a})))
+    # params=None: the second entry (in creation order) differs in shape
+    cases.append(("none", lambda: dist.allreduce_(
+        store_of((a, ad.ones((2, 3), ad.float64)), (c, ad.ones(c.shape, ad.float64))))))
     # broadcast of a differently shaped parameter
     cases.append(("bcast", lambda: dist.broadcast_parameters({"emb.weight": c})))
     for kind, fn in cases:
