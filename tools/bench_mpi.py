@@ -8,10 +8,10 @@ Sizes are MiB of float32.  For each size, on every rank:
   raw inplace comm.Allreduce(MPI.IN_PLACE, buf)
   ad 1 grad   allreduce_ of a GradStore holding one gradient of that size
               (reduced from its buffer into a fresh native tensor)
-  ad fused    the same bytes as 4 KiB gradients, packed into 25 MiB buckets
+  ad fused    the same bytes as 64 KiB gradients, packed into 25 MiB buckets
               (op="sum", so the cost is the reduction, not the division)
-Every repetition starts after a barrier; medians over --reps are printed by
-rank 0 as time and bus bandwidth (2(N-1)/N * bytes / time, the ring model's
+The four are interleaved, each call starts after a barrier; medians over
+--reps are printed by rank 0 as time and bus bandwidth (2(N-1)/N * bytes / time, the ring model's
 bytes per link)."""
 import argparse
 import os
@@ -26,20 +26,23 @@ import pyautodiff as ad  # noqa: E402
 import pyautodiff.distributed as dist  # noqa: E402
 
 
-def median_time(comm, fn, reps):
-    fn()  # warm up (first-touch, MPI connection setup)
-    ts = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    # the slowest rank's time is the collective's time
+def medians(comm, fns, reps):
+    """Median time of each fn over reps rounds; the rounds interleave the fns,
+    so a change of the machine's load hits them all alike.  Each call starts
+    after a barrier and counts as the slowest rank's time."""
     from mpi4py import MPI
 
-    ts = np.array(ts)
+    for fn in fns:
+        fn()  # warm up (first touch, MPI connection setup, the allocator's cache)
+    ts = np.zeros((reps, len(fns)))
+    for r in range(reps):
+        for j, fn in enumerate(fns):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            ts[r, j] = time.perf_counter() - t0
     comm.Allreduce(MPI.IN_PLACE, ts, op=MPI.MAX)
-    return float(np.median(ts))
+    return np.median(ts, axis=0)
 
 
 def main():
@@ -65,41 +68,37 @@ def main():
         recv = np.empty_like(send)
         buf = send.copy()
 
-        t_raw = median_time(comm, lambda: comm.Allreduce(send, recv, op=MPI.SUM), args.reps)
-        t_inp = median_time(comm, lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
-                            args.reps)
-
-        p = ad.Var(np.zeros(1, np.float32))
         p_big = ad.Var.zeros((n,), dtype=ad.float32)
         g_big = ad.tensor(send)
-        del p
 
-        def one():
-            s = ad.GradStore()
-            s.insert(p_big, g_big)
-            dist.allreduce_(s, [p_big], op="sum")
+        s_one = ad.GradStore()
+        s_one.insert(p_big, g_big)
 
-        t_ad = median_time(comm, one, args.reps)
+        def one():  # (the store's entries are replaced by their sums, which only grow)
+            dist.allreduce_(s_one, [p_big], op="sum")
 
-        k = 1024  # 4 KiB float32 gradients
+        k = 16384  # 64 KiB float32 gradients, fused into 25 MiB buckets
         m = max(1, n // k)
-        small = [ad.Var.zeros((k,), dtype=ad.float32) for _ in range(m)]
-        gs = [ad.tensor(send[i * k:(i + 1) * k]) if (i + 1) * k <= n else ad.zeros(k)
-              for i in range(m)]
+        small = [ad.Var.zeros((min(k, n),), dtype=ad.float32) for _ in range(m)]
+        gs = [ad.tensor(send[i * k:i * k + min(k, n)]) for i in range(m)]
+
+        s_fused = ad.GradStore()
+        for q, g in zip(small, gs):
+            s_fused.insert(q, g)
 
         def fused():
-            s = ad.GradStore()
-            for q, g in zip(small, gs):
-                s.insert(q, g)
-            dist.allreduce_(s, small, op="sum")
+            dist.allreduce_(s_fused, small, op="sum")
 
-        t_fused = median_time(comm, fused, max(5, args.reps // 3))
+        t_raw, t_inp, t_ad, t_fused = medians(comm, [
+            lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+            lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+            one, fused], args.reps)
         if rank == 0:
             bus = 2 * (world - 1) / world * n * 4 / 1e9
             print(f"{mib:8.4g} {t_raw * 1e3:7.3f}ms {t_inp * 1e3:7.3f}ms {t_ad * 1e3:7.3f}ms "
                   f"{t_fused * 1e3:7.3f}ms   {t_raw / t_ad:8.2f} {t_raw / t_fused:9.2f}   "
                   f"{bus / t_raw:6.2f} / {bus / t_ad:6.2f}", flush=True)
-        del p_big, g_big, small, gs
+        del p_big, g_big, small, gs, s_one, s_fused
 
 
 if __name__ == "__main__":
