@@ -30,17 +30,26 @@ Decisions (documented here because each has an alternative):
 - Never writing into the store's tensors.  Gradients are immutable Tensors and
   the backward shares them (an add hands its incoming gradient to both inputs,
   a reshape returns a view), so reducing in place could reduce one buffer
-  twice or change a tensor someone else holds.  Each bucket is reduced into
-  one fresh native tensor (the native allocator recycles the block of the
-  previous step, so this costs no page faults), and every entry is replaced
-  (store.insert, or ad_gradstore_replace_id when params=None) by a view of
-  its slice of that bucket.  Bytes reach MPI
-  through the buffer protocol on native memory (cffi's ffi.buffer); the only
-  copy is packing small gradients into their bucket.
+  twice or change a tensor someone else holds.  Instead each bucket is
+  reduced in a staging buffer (one numpy array per dtype, kept between
+  calls, as large as the largest bucket), copied out in one pass into one
+  fresh native tensor (the native allocator recycles the previous step's
+  block, so no page faults), and every entry is replaced (store.insert, or
+  ad_gradstore_replace_id when params=None) by a view of its slice of that
+  tensor.  Gradients reach MPI through the buffer protocol on native memory
+  (cffi's ffi.buffer) or are packed straight from native memory into the
+  staging buffer (ad_tensor_copy_to); nothing goes through Python lists.
+  Why numpy memory for staging: numpy asks the kernel for transparent huge
+  pages for arrays of 4 MiB and more and the native allocator does not, and
+  MPI's shared-memory copies are measurably faster on huge pages.
 - Buckets: consecutive gradients of one dtype are fused until bucket_size
   bytes (25 MiB by default, as DDP); a gradient of bucket_size or more is a
-  bucket of its own and, when contiguous, is reduced straight from its own
-  buffer into the fresh one (no packing copy).
+  bucket of its own and, when contiguous, MPI reads it where it is (an
+  out-of-place Allreduce into the staging buffer: no packing copy).
+- Not overlapped with backward: backward() is one native call that returns
+  the whole store, with no hook when one Var's gradient is final, so the
+  reduction starts after it.  allreduce_ is not thread-safe (one collective
+  at a time, as MPI_THREAD_SERIALIZED asks).
 - Before reducing, the ranks exchange a digest of (names, shapes, dtypes, op,
   bucket_size): a mismatch would otherwise pair buffers of different sizes
   and hang or corrupt.  On a mismatch every rank gets the full lists and
@@ -73,7 +82,7 @@ DEFAULT_BUCKET_SIZE = 25 * 2 ** 20
 
 
 class _State:
-    __slots__ = ("MPI", "comm", "rank", "size", "seed", "watchdog", "prev_hook")
+    __slots__ = ("MPI", "comm", "rank", "size", "seed", "watchdog", "prev_hook", "staging")
 
 
 _state = None
@@ -121,6 +130,7 @@ def init(comm=None, timeout=None, abort_on_exception=True):
                          root=0)
     st.watchdog = _Watchdog(comm, float(timeout)) if timeout is not None else None
     st.prev_hook = None
+    st.staging = {}
     if abort_on_exception:
         st.prev_hook = sys.excepthook
 
@@ -273,15 +283,17 @@ def _layout(params, fn):
 
 
 def _check_same(st, fn, digest, signature):
-    """Raises on every rank, with the same message, unless the digest is equal
-    on all ranks.  signature() gives the full ((call arguments), rows) that the
+    """Raises on every rank, with the same message, unless digest (bytes) is
+    equal on all ranks.  signature() gives the full ((call arguments), rows) that the
     digest stands for; it is exchanged only on a mismatch, to name the first
     differing row."""
     if st.size == 1:
         return
+    digest = hashlib.blake2b(digest, digest_size=16).digest()
+    everyone = bytearray(16 * st.size)
     with _guard(st, fn + " (signature exchange)"):
-        digests = st.comm.allgather(digest)
-        if all(d == digests[0] for d in digests):
+        st.comm.Allgather([digest, st.MPI.BYTE], [everyone, st.MPI.BYTE])
+        if everyone == digest * st.size:
             return
         sigs = st.comm.allgather(signature())
 
@@ -376,6 +388,35 @@ def _pack(lay, bucket):
     return buf, offs
 
 
+def _staging(st, dtype, n):
+    """This process's reduction buffer for dtype, n elements long: a numpy
+    array, so that it gets transparent huge pages like the buffers mpi4py is
+    usually given (numpy asks for them from 4 MiB on; over MPI's shared
+    memory, on this kind of machine, that alone makes a 25 MiB Allreduce ~1.5x
+    faster than on the native allocator's 4 KiB pages).  One per dtype,
+    grown to the largest bucket seen and kept."""
+    buf = st.staging.get(dtype)
+    if buf is None or len(buf) < n:
+        buf = st.staging[dtype] = np.empty(max(n, 1), dtype=dtype.numpy)
+    return buf[:n]
+
+
+def _pack_into(lay, bucket, stage):
+    """Copies the bucket's tensors (row-major, whatever their strides) one
+    after the other into the numpy array stage; returns their offsets."""
+    dt = lay.dtypes[bucket[0][0]]
+    base = ffi.cast("char *", ffi.from_buffer(stage))
+    offs, off = [], 0
+    for i, g in bucket:
+        n = lay.numels[i]
+        s = lib.ad_tensor_copy_to(g._h, base + off * dt.itemsize, n * dt.itemsize)
+        if s:
+            raise_status(s)
+        offs.append(off)
+        off += n
+    return offs
+
+
 def _views(lay, buf, bucket, offs):
     """Views of the 1-d buf, one per bucket entry, shaped like its parameter
     (each keeps buf alive)."""
@@ -393,16 +434,18 @@ def _views(lay, buf, bucket, offs):
 
 
 # ---- the collectives ----------------------------------------------------------------------
-def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
+def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE, verify=True):
     """Sums (op="sum") or averages (op="mean") the gradients of params across
     all ranks, replacing each entry of the GradStore grads by the result.
 
     params: a module, a {name: Var} dict or a sequence of Vars, in the same
     order on every rank, or None for every entry in tensor-id order (see the
-    module docstring).  op="mean" scales each
-    rank's contribution by 1/world_size before the sum (as Horovod's
-    prescaling), which costs no pass over the data of its own: the scaled
-    copy is the fresh buffer the sum is written into.  Returns grads."""
+    module docstring).  op="mean" multiplies the sum by 1/world_size in
+    the pass that copies it out of the staging buffer (no pass of its own).
+    verify=False skips
+    the exchange of signatures (one small collective per call) for a loop
+    that knows its ranks agree; a mismatch then hangs or corrupts instead of
+    raising.  Returns grads."""
     from .grad import GradStore
     from .tensor import _wrap
 
@@ -447,8 +490,9 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
         def put(i, v):
             return lib.ad_gradstore_insert(gh, pvars[i]._h, v._h)
     call = (op, bucket_size)
-    _check_same(st, "allreduce_", lay.digest + bytes(present) + repr(call).encode(),
-                lambda: (call, [r + (bool(h),) for r, h in zip(lay.rows, present)]))
+    if verify:
+        _check_same(st, "allreduce_", lay.digest + bytes(present) + repr(call).encode(),
+                    lambda: (call, [r + (bool(h),) for r, h in zip(lay.rows, present)]))
     if st.size == 1:
         return grads  # the sum and the mean over one rank are the gradients themselves
     MPI, comm = st.MPI, st.comm
@@ -458,26 +502,25 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
             i0, g0 = bucket[0]
             dt = lay.dtypes[i0]
             mpi_type = getattr(MPI, _MPI_TYPE_NAMES[dt])
+            n = sum(lay.numels[i] for i, _ in bucket)
+            stage = _staging(st, dt, n)
             if len(bucket) == 1 and lib.ad_tensor_is_contiguous(g0._h):
-                # one gradient (a large one): its scaled copy or its copy is the buffer
-                # that is reduced, so no packing pass
-                nb = lay.numels[i0] * dt.itemsize
-                if op == "mean":
-                    res = g0 * scale
-                    if lib.ad_tensor_same_storage(res._h, g0._h):  # never write into g0
-                        res = _new_tensor(lib.ad_tensor_data(res._h), nb, dt, lay.shapes[i0])
-                else:
-                    res = _new_tensor(lib.ad_tensor_data(g0._h), nb, dt, lay.shapes[i0])
-                comm.Allreduce(MPI.IN_PLACE, [_native(res, nb), mpi_type], op=MPI.SUM)
-                views = [res]
+                # one (large) gradient: MPI reads it where it is, no packing pass
+                offs = [0]
+                comm.Allreduce([_native(g0, n * dt.itemsize), mpi_type], [stage, mpi_type],
+                               op=MPI.SUM)
             else:
-                buf, offs = _pack(lay, bucket)
-                if op == "mean":
-                    buf = buf * scale
-                comm.Allreduce(MPI.IN_PLACE, [_native(buf, buf.numel() * dt.itemsize),
-                                              mpi_type], op=MPI.SUM)
-                views = _views(lay, buf, bucket, offs)
-            for (i, _), v in zip(bucket, views):
+                offs = _pack_into(lay, bucket, stage)
+                comm.Allreduce(MPI.IN_PLACE, [stage, mpi_type], op=MPI.SUM)
+            # the fresh native tensor the store's entries will view, filled (and for the
+            # mean, scaled) in the one pass that copies the sum out of the staging buffer
+            if op == "mean":
+                buf = _new_tensor(ffi.NULL, 0, dt, (n,))
+                np.multiply(stage, scale, out=np.frombuffer(_native(buf, n * dt.itemsize),
+                                                            dtype=dt.numpy))
+            else:
+                buf = _new_tensor(ffi.from_buffer(stage), n * dt.itemsize, dt, (n,))
+            for (i, _), v in zip(bucket, _views(lay, buf, bucket, offs)):
                 s = put(i, v)
                 if s:
                     raise_status(s)
