@@ -200,6 +200,7 @@ def mode_mismatch():
     r = dist.rank()
     cases = []
     a, b = ad.Var(np.zeros((2, 3))), ad.Var(np.zeros(4))
+    s0 = ad.GradStore()
 
     def store_of(*pairs):
         s = ad.GradStore()
@@ -236,10 +237,30 @@ def mode_mismatch():
             print(f"RESULT {kind} rank={r} {type(e).__name__}: {e}", flush=True)
         else:
             raise AssertionError(f"rank {r}: case {kind} did not raise")
-    # and the ranks are still in step afterwards
-    s = store_of((a, ad.full((2, 3), float(r), ad.float64)))
-    dist.allreduce_(s, [a], op="sum")
-    check(s[a].tolist() == [[1.0] * 3] * 2, "allreduce_ after the errors")
+    # bad arguments raise before any communication, on the rank that passes them
+    for fn, exc, words in (
+            (lambda: dist.allreduce_(s0, [a], op="max"), ad.InvalidArgumentError, "'max'"),
+            (lambda: dist.allreduce_(s0, [a], bucket_size=0), ad.InvalidArgumentError,
+             "bucket_size"),
+            (lambda: dist.allreduce_({}, [a]), ad.InvalidArgumentError, "GradStore"),
+            (lambda: dist.allreduce_(s0, [a, "w"]), ad.InvalidArgumentError, "params[1]"),
+            (lambda: dist.broadcast_parameters([a], root=5), ad.InvalidArgumentError, "root"),
+            (lambda: dist.shard(-1), ad.InvalidArgumentError, "n must"),
+            (lambda: dist.shard(10, seed=-3), ad.InvalidArgumentError, "seed"),
+            (lambda: dist.shard(10, epoch=1.5), ad.InvalidArgumentError, "epoch"),
+            (lambda: dist.init(timeout=-1), ad.InvalidArgumentError, "timeout")):
+        try:
+            fn()
+        except exc as e:
+            check(words in str(e), f"{words!r} not in {e}")
+        else:
+            raise AssertionError(f"rank {r}: no {exc.__name__} for {words}")
+    dist.init()  # a second init() on the same communicator does nothing
+    # and the ranks are still in step afterwards, with or without the signature check
+    for verify in (True, False):
+        s = store_of((a, ad.full((2, 3), float(r), ad.float64)))
+        dist.allreduce_(s, [a], op="sum", verify=verify)
+        check(s[a].tolist() == [[1.0] * 3] * 2, "allreduce_ after the errors")
     print(f"RESULT mismatch ok rank={r}", flush=True)
 
 
