@@ -43,6 +43,10 @@ def run(n, *args, module=None, env=None, timeout=TIMEOUT):
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
     # one thread per rank: the ranks share the machine's cores
     e.setdefault("OMP_NUM_THREADS", "1")
+    # should the mpiexec be Open MPI's: allow root (CI containers) and more ranks than cores
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    e.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     if "ASAN_OPTIONS" in e:
         # under the sanitizer run the ranks inherit LD_PRELOAD; LeakSanitizer would report
         # MPI's and glibc's one-time allocations at exit.  Our native leaks are checked by
