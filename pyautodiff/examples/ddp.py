@@ -75,7 +75,7 @@ def main(argv=None):
         raise SystemExit(f"--batch {args.batch} must be a multiple of the {world} ranks")
     local = args.batch // world
     ad.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
-    dtype = ad.as_dtype(args.dtype) if hasattr(ad, "as_dtype") else getattr(ad, args.dtype)
+    dtype = getattr(ad, args.dtype)
 
     x, y = spirals(args.n, seed=args.seed)
     # a different seed per rank on purpose: broadcast_parameters is what makes them agree
