@@ -188,6 +188,9 @@ def mode_train():
         return [p.numpy().copy() for p in params]
 
     dp = train(True)
+    # the ranks hold bit-identical parameters (every rank reduces the same way)
+    everyone = dist._state.comm.allgather([a.tobytes() for a in dp])
+    check(all(e == everyone[0] for e in everyone), "the ranks' parameters differ")
     single = train(False)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(dp, single))
     check(diff <= 1e-6, f"2-rank training differs from 1 process by {diff}")
