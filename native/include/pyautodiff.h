@@ -259,6 +259,10 @@ AD_API ad_status ad_gradstore_extend(ad_gradstore *dst, const ad_gradstore *src)
    its gradient.  The store keys by id and never keeps the tensor alive. */
 AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *id,
                                    ad_tensor **grad);
+/* Replaces the gradient of the tensor with this id (as ad_gradstore_item
+   reports it; the tensor itself may be gone) by grad, which must have the
+   old gradient's shape and dtype.  A missing id is AD_ERR_INDEX. */
+AD_API ad_status ad_gradstore_replace_id(ad_gradstore *g, uint64_t id, const ad_tensor *grad);
 
 /* ---- grad mode (thread-local) -------------------------------------------- */
 AD_API int ad_is_grad_enabled(void);

@@ -402,6 +402,24 @@ AD_API ad_status ad_gradstore_extend(ad_gradstore *dst, const ad_gradstore *src)
     return st;
 }
 
+AD_API ad_status ad_gradstore_replace_id(ad_gradstore *g, uint64_t id, const ad_tensor *grad) {
+    void **v = map_get(&g->map, id);
+    if (!v)
+        return ad_fail(AD_ERR_INDEX, "GradStore: no gradient for tensor id %llu",
+                       (unsigned long long)id);
+    ad_tensor *old = *v;
+    if (grad->ndim != old->ndim ||
+        memcmp(T_SHAPE(grad), T_SHAPE(old), old->ndim * sizeof(int64_t)))
+        return ad_fail(AD_ERR_SHAPE, "GradStore: gradient %s cannot replace %s of tensor id %llu",
+                       ad_tdesc(grad), ad_tdesc(old), (unsigned long long)id);
+    if (grad->dtype != old->dtype)
+        return ad_fail(AD_ERR_DTYPE, "GradStore: gradient %s cannot replace %s of tensor id %llu",
+                       ad_tdesc(grad), ad_tdesc(old), (unsigned long long)id);
+    *v = ad_ref(grad); /* before the release: grad may be old itself */
+    ad_tensor_release(old);
+    return AD_OK;
+}
+
 AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *id,
                                    ad_tensor **grad) {
     if (i < 0 || i >= g->map.len)

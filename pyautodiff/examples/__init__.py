@@ -1,0 +1,1 @@
+"""Runnable examples: `python -m pyautodiff.examples.<name>`."""
