@@ -213,24 +213,24 @@ def mode_mismatch():
 
     # names differ (rank 1 calls its second parameter otherwise)
     cases.append(("name", lambda: dist.allreduce_(
-        store_of((a, ad.ones((2, 3), ad.float64)), (b, ad.ones(4, ad.float64))),
+        store_of((a, ad.ones((2, 3), dtype=ad.float64)), (b, ad.ones(4, dtype=ad.float64))),
         {"layer.weight": a, ("layer.bias" if r == 0 else "layer.bias_renamed"): b})))
     # a shape differs
     c = ad.Var(np.zeros(4 if r == 0 else 5))
     cases.append(("shape", lambda: dist.allreduce_(
-        store_of((a, ad.ones((2, 3), ad.float64)), (c, ad.ones(c.shape, ad.float64))),
+        store_of((a, ad.ones((2, 3), dtype=ad.float64)), (c, ad.ones(c.shape, dtype=ad.float64))),
         {"fc1.weight": a, "fc2.bias": c})))
     # one rank has fewer parameters
     cases.append(("count", lambda: dist.allreduce_(
-        store_of((a, ad.ones((2, 3), ad.float64))),
+        store_of((a, ad.ones((2, 3), dtype=ad.float64))),
         {"fc1.weight": a, "extra.weight": b} if r == 0 else {"fc1.weight": a})))
     # a gradient present on one rank only
     cases.append(("missing", lambda: dist.allreduce_(
-        store_of(*([(a, ad.ones((2, 3), ad.float64))] if r == 0 else [])),
+        store_of(*([(a, ad.ones((2, 3), dtype=ad.float64))] if r == 0 else [])),
         {"fc1.weight": a})))
     # params=None: the second entry (in creation order) differs in shape
     cases.append(("none", lambda: dist.allreduce_(
-        store_of((a, ad.ones((2, 3), ad.float64)), (c, ad.ones(c.shape, ad.float64))))))
+        store_of((a, ad.ones((2, 3), dtype=ad.float64)), (c, ad.ones(c.shape, dtype=ad.float64))))))
     # broadcast of a differently shaped parameter
     cases.append(("bcast", lambda: dist.broadcast_parameters({"emb.weight": c})))
     for kind, fn in cases:
@@ -273,7 +273,7 @@ def mode_die():
     r = dist.rank()
     p = ad.Var(np.zeros(3))
     s = ad.GradStore()
-    s.insert(p, ad.ones(3, ad.float64))
+    s.insert(p, ad.ones(3, dtype=ad.float64))
     if r == 1:
         if how == "exit":
             os._exit(3)
