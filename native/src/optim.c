@@ -18,6 +18,10 @@
 #include "parallel.h"
 #include "strided.h"
 
+/* tools/build.py compiles this file with -fno-math-errno: sqrt's errno is
+   its only side effect, and without it the loops vectorise (GCC ignores the
+   flag in a pragma or attribute). */
+
 /* Every in-place write bumps the version exactly as ad_var_set does, so a
    graph that saved the old value refuses to use it. */
 static inline void bump_version(ad_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
@@ -179,95 +183,130 @@ typedef struct {
 #define OPT_BLOCK ((int64_t)1 << 14)
 #define OPT_PAR_MIN ((int64_t)1 << 16)
 
-#define LERP(T, s, e, w) (fabs((double)(w)) < 0.5 ? (s) + (w) * ((e) - (s)) : (e) - ((e) - (s)) * ((T)1 - (w)))
 /* torch.maximum: NaN if either is NaN. */
 #define MAXNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
 
+/* The kernels are compiled for AVX2 too and picked at load time (as in
+   reduce.c); no FMA is enabled, so every ISA gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OPT_TARGET __attribute__((target_clones("avx2", "default")))
+#else
+#define OPT_TARGET
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
 enum { SGD_NESTEROV = 1, SGD_FIRST = 2, ADAM_DECOUPLED = 1 };
 
+/* torch's lerp(s, e, w) = w < 0.5 ? s + w * (e - s) : e - (e - s) * (1 - w),
+   written as base + coeff * (e - s) (coeff = w - 1 in the second form: the
+   same bits, since rounding is symmetric) so that the branch, which depends
+   on w only, leaves the loop. */
+#define LERP(near_s, coeff, s, e) (((near_s) ? (s) : (e)) + (coeff) * ((e) - (s)))
+
 /* s = {lr, momentum, 1 - dampening, weight_decay}; b0 = momentum buffer. */
-#define SGD_KERNEL(T, SUF)                                                                   \
-    static void sgd_##SUF(const opt_job *j, int64_t lo, int64_t hi) {                       \
-        T *p = (T *)j->p, *buf = (T *)j->b0;                                                 \
-        const T *gr = (const T *)j->g;                                                       \
-        const T nlr = (T)(-j->s[0]), mom = (T)j->s[1], damp1 = (T)j->s[2], wd = (T)j->s[3];  \
-        const int nesterov = j->flags & SGD_NESTEROV, first = j->flags & SGD_FIRST;          \
-        for (int64_t i = lo; i < hi; i++) {                                                 \
-            T g = gr[i];                                                                     \
-            if (j->s[3] != 0) g = g + wd * p[i];                                             \
-            if (buf) {                                                                       \
-                T b = first ? g : buf[i] * mom + damp1 * g;                                  \
-                buf[i] = b;                                                                  \
-                g = nesterov ? g + mom * b : b;                                              \
-            }                                                                                \
-            p[i] = p[i] + nlr * g;                                                           \
-        }                                                                                    \
+#define SGD_KERNEL(T, SUF)                                                                    \
+    OPT_TARGET static void sgd_##SUF(const opt_job *j, int64_t lo, int64_t hi) {              \
+        T *restrict p = (T *)j->p, *restrict buf = (T *)j->b0;                                \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nlr = (T)(-j->s[0]), mom = (T)j->s[1], damp1 = (T)j->s[2], wd = (T)j->s[3];   \
+        const int nesterov = j->flags & SGD_NESTEROV, first = j->flags & SGD_FIRST;           \
+        const int has_wd = j->s[3] != 0;                                                      \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i];                                                                      \
+            if (has_wd) g = g + wd * p[i];                                                    \
+            if (buf) {                                                                        \
+                T b = first ? g : buf[i] * mom + damp1 * g;                                   \
+                buf[i] = b;                                                                   \
+                g = nesterov ? g + mom * b : b;                                               \
+            }                                                                                 \
+            p[i] = p[i] + nlr * g;                                                            \
+        }                                                                                     \
     }
 
-/* s = {-step_size, beta1 lerp weight 1 - beta1, beta2, 1 - beta2,
-        sqrt(bias correction 2), eps, weight_decay, 1 - lr * weight_decay};
-   b0 = exp_avg, b1 = exp_avg_sq, b2 = max_exp_avg_sq (amsgrad) or NULL. */
-#define ADAM_KERNEL(T, SUF, SQRT)                                                                  \
-    static void adam_##SUF(const opt_job *j, int64_t lo, int64_t hi) {                      \
-        T *p = (T *)j->p, *m = (T *)j->b0, *v = (T *)j->b1, *vmax = (T *)j->b2;              \
-        const T *gr = (const T *)j->g;                                                       \
-        const T nss = (T)j->s[0], w1 = (T)j->s[1], beta2 = (T)j->s[2], w2 = (T)j->s[3];      \
-        const T bc2s = (T)j->s[4], eps = (T)j->s[5], wd = (T)j->s[6], decay = (T)j->s[7];    \
-        const int decoupled = j->flags & ADAM_DECOUPLED, has_wd = j->s[6] != 0;              \
-        for (int64_t i = lo; i < hi; i++) {                                                 \
-            T g = gr[i], w = p[i];                                                           \
-            if (has_wd) {                                                                    \
-                if (decoupled) w = w * decay;                                                \
-                else g = g + wd * w;                                                         \
-            }                                                                                \
-            T mi = m[i];                                                                     \
-            mi = LERP(T, mi, g, w1);                                                         \
-            T vi = v[i] * beta2;                                                             \
-            vi = vi + w2 * g * g;                                                            \
-            m[i] = mi;                                                                       \
-            v[i] = vi;                                                                       \
-            if (vmax) {                                                                      \
-                vi = MAXNAN(vmax[i], vi);                                                    \
-                vmax[i] = vi;                                                                \
-            }                                                                                \
-            T denom = SQRT(vi) / bc2s + eps;                                              \
-            p[i] = w + nss * mi / denom;                                                     \
-        }                                                                                    \
+/* s = {-step_size, 1 - beta1 (the lerp weight), beta2, 1 - beta2,
+        sqrt(bias correction 2), eps, weight_decay, decay}, where decay is
+   1 - lr * weight_decay for AdamW and 1 otherwise (w * 1 is exact);
+   b0 = exp_avg, b1 = exp_avg_sq, b2 = max_exp_avg_sq (amsgrad) or NULL.
+   The flags are constants in each inlined copy, so every loop is branch-free. */
+#define ADAM_KERNEL(T, SUF, SQRT)                                                             \
+    INLINE void adam_loop_##SUF(const opt_job *j, int64_t lo, int64_t hi, const int coupled,  \
+                                const int ams) {                                              \
+        T *restrict p = (T *)j->p, *restrict m = (T *)j->b0, *restrict v = (T *)j->b1;        \
+        T *restrict vmax = (T *)j->b2;                                                        \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nss = (T)j->s[0], w1 = (T)j->s[1], beta2 = (T)j->s[2], w2 = (T)j->s[3];       \
+        const T bc2s = (T)j->s[4], eps = (T)j->s[5], wd = (T)j->s[6], decay = (T)j->s[7];     \
+        const int near_s = fabs((double)w1) < 0.5;                                            \
+        const T coeff = near_s ? w1 : w1 - (T)1;                                              \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i], w = p[i] * decay;                                                    \
+            if (coupled) g = g + wd * w;                                                      \
+            T mi = LERP(near_s, coeff, m[i], g);                                              \
+            T vi = v[i] * beta2 + w2 * g * g;                                                 \
+            m[i] = mi;                                                                        \
+            v[i] = vi;                                                                        \
+            if (ams) {                                                                        \
+                vi = MAXNAN(vmax[i], vi);                                                     \
+                vmax[i] = vi;                                                                 \
+            }                                                                                 \
+            T denom = SQRT(vi) / bc2s + eps;                                                  \
+            p[i] = w + nss * mi / denom;                                                      \
+        }                                                                                     \
+    }                                                                                         \
+    OPT_TARGET static void adam_##SUF(const opt_job *j, int64_t lo, int64_t hi) {             \
+        const int coupled = j->s[6] != 0 && !(j->flags & ADAM_DECOUPLED);                     \
+        if (coupled)                                                                          \
+            j->b2 ? adam_loop_##SUF(j, lo, hi, 1, 1) : adam_loop_##SUF(j, lo, hi, 1, 0);      \
+        else                                                                                  \
+            j->b2 ? adam_loop_##SUF(j, lo, hi, 0, 1) : adam_loop_##SUF(j, lo, hi, 0, 0);      \
     }
 
-/* s = {lr, alpha, 1 - alpha, eps, weight_decay, momentum};
+/* s = {lr, alpha, 1 - alpha (the lerp weight), eps, weight_decay, momentum};
    b0 = square_avg, b1 = momentum buffer or NULL, b2 = grad_avg (centered) or NULL. */
-#define RMSPROP_KERNEL(T, SUF, SQRT)                                                               \
-    static void rmsprop_##SUF(const opt_job *j, int64_t lo, int64_t hi) {                   \
-        T *p = (T *)j->p, *sq = (T *)j->b0, *buf = (T *)j->b1, *ga = (T *)j->b2;             \
-        const T *gr = (const T *)j->g;                                                       \
-        const T nlr = (T)(-j->s[0]), alpha = (T)j->s[1], w = (T)j->s[2], eps = (T)j->s[3];   \
-        const T wd = (T)j->s[4], mom = (T)j->s[5];                                           \
-        const int has_wd = j->s[4] != 0;                                                     \
-        for (int64_t i = lo; i < hi; i++) {                                                 \
-            T g = gr[i];                                                                     \
-            if (has_wd) g = g + wd * p[i];                                                   \
-            T s = sq[i] * alpha;                                                             \
-            s = s + w * g * g;                                                               \
-            sq[i] = s;                                                                       \
-            T avg;                                                                           \
-            if (ga) {                                                                        \
-                T a = ga[i];                                                                 \
-                a = LERP(T, a, g, w);                                                        \
-                ga[i] = a;                                                                   \
-                avg = SQRT(s + (T)(-1) * a * a);                                          \
-            } else {                                                                         \
-                avg = SQRT(s);                                                            \
-            }                                                                                \
-            avg = avg + eps;                                                                 \
-            if (buf) {                                                                       \
-                T b = buf[i] * mom + g / avg;                                                \
-                buf[i] = b;                                                                  \
-                p[i] = p[i] + nlr * b;                                                       \
-            } else {                                                                         \
-                p[i] = p[i] + nlr * g / avg;                                                 \
-            }                                                                                \
-        }                                                                                    \
+#define RMSPROP_KERNEL(T, SUF, SQRT)                                                          \
+    INLINE void rmsprop_loop_##SUF(const opt_job *j, int64_t lo, int64_t hi, const int has_wd, \
+                                   const int has_buf, const int centered) {                   \
+        T *restrict p = (T *)j->p, *restrict sq = (T *)j->b0, *restrict buf = (T *)j->b1;     \
+        T *restrict ga = (T *)j->b2;                                                          \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nlr = (T)(-j->s[0]), alpha = (T)j->s[1], w = (T)j->s[2], eps = (T)j->s[3];    \
+        const T wd = (T)j->s[4], mom = (T)j->s[5];                                            \
+        const int near_s = fabs((double)w) < 0.5;                                             \
+        const T coeff = near_s ? w : w - (T)1;                                                \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i];                                                                      \
+            if (has_wd) g = g + wd * p[i];                                                    \
+            T s = sq[i] * alpha + w * g * g;                                                  \
+            sq[i] = s;                                                                        \
+            T avg;                                                                            \
+            if (centered) {                                                                   \
+                T a = LERP(near_s, coeff, ga[i], g);                                          \
+                ga[i] = a;                                                                    \
+                avg = SQRT(s + (T)(-1) * a * a);                                              \
+            } else {                                                                          \
+                avg = SQRT(s);                                                                \
+            }                                                                                 \
+            avg = avg + eps;                                                                  \
+            if (has_buf) {                                                                    \
+                T b = buf[i] * mom + g / avg;                                                 \
+                buf[i] = b;                                                                   \
+                p[i] = p[i] + nlr * b;                                                        \
+            } else {                                                                          \
+                p[i] = p[i] + nlr * g / avg;                                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    OPT_TARGET static void rmsprop_##SUF(const opt_job *j, int64_t lo, int64_t hi) {          \
+        switch ((j->s[4] != 0) | (j->b1 != NULL) << 1 | (j->b2 != NULL) << 2) {               \
+        case 0: rmsprop_loop_##SUF(j, lo, hi, 0, 0, 0); break;                                \
+        case 1: rmsprop_loop_##SUF(j, lo, hi, 1, 0, 0); break;                                \
+        case 2: rmsprop_loop_##SUF(j, lo, hi, 0, 1, 0); break;                                \
+        case 3: rmsprop_loop_##SUF(j, lo, hi, 1, 1, 0); break;                                \
+        case 4: rmsprop_loop_##SUF(j, lo, hi, 0, 0, 1); break;                                \
+        case 5: rmsprop_loop_##SUF(j, lo, hi, 1, 0, 1); break;                                \
+        case 6: rmsprop_loop_##SUF(j, lo, hi, 0, 1, 1); break;                                \
+        default: rmsprop_loop_##SUF(j, lo, hi, 1, 1, 1); break;                               \
+        }                                                                                     \
     }
 
 SGD_KERNEL(float, f32)
@@ -367,7 +406,7 @@ AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor 
                  max_exp_avg_sq ? ad_ptr(max_exp_avg_sq) : NULL,
                  ad_ptr(g),
                  {-step_size, 1 - beta1, beta2, 1 - beta2, pow(bc2, 0.5), eps, weight_decay,
-                  1 - lr * weight_decay},
+                  decoupled ? 1 - lr * weight_decay : 1.0},
                  decoupled ? ADAM_DECOUPLED : 0};
     opt_run(&j, adam_f32, adam_f64);
     finish(var, bufs, 3, copy);
