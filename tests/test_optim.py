@@ -680,3 +680,22 @@ def test_nan_gradient_propagates_like_torch():
     vmax = np.array(opt.state_dict()["state"][0]["max_exp_avg_sq"])
     assert math.isnan(vmax[0]) and vmax[1] > 0
     assert math.isnan(w.numpy()[0]) and np.isfinite(w.numpy()[1])
+
+
+def test_strided_gradient_is_read_in_logical_order():
+    # a transposed (non-contiguous) gradient, e.g. from a transpose's backward
+    w = ad.Var(np.arange(6.0).reshape(2, 3), dtype=ad.float64)
+    g = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    gt = ad.tensor(g.T.copy(), dtype=ad.float64).t()
+    assert not gt.is_contiguous
+    for kind, opts in [("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", dict(lr=0.1)),
+                       ("RMSprop", dict(lr=0.1, centered=True))]:
+        w = ad.Var(np.arange(6.0).reshape(2, 3), dtype=ad.float64)
+        opt = getattr(ad.optim, kind)([w], **opts)
+        ref = RefOptimizer(kind, {"w": np.arange(6.0).reshape(2, 3)}, [(("w",), {})], opts)
+        for _ in range(3):
+            store = ad.GradStore()
+            store.insert(w, gt)
+            opt.step(store)
+            ref.step({"w": g})
+        np.testing.assert_array_equal(w.numpy(), ref.params["w"])
