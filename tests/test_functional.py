@@ -730,3 +730,69 @@ def test_conv_and_pool_errors_name_shapes():
         F.max_pool1d(ad.zeros((1, 3, 6), dtype=ad.int64), 2)
     with pytest.raises(ad.InvalidArgumentError, match="avg_pool2d: divisor_override must not"):
         F.avg_pool2d(ad.zeros((1, 1, 4, 4)), 2, divisor_override=0)
+
+
+# ---- allocation failures ---------------------------------------------------------------------
+def _composed_once():
+    """Forward and backward through every composed function of this module;
+    the running statistics are fresh each run, so every run computes the
+    same values."""
+    x = ad.Var(np.linspace(-1, 1, 2 * 3 * 5 * 5).reshape(2, 3, 5, 5))
+    w = ad.Var(np.linspace(0.5, 1.5, 3))
+    rm, rv = ad.Var(np.zeros(3)), ad.Var(np.ones(3))
+    h = F.batch_norm(x, rm, rv, w, None, training=True)
+    h = F.pad(h, (1, 2, 0, 1), mode="reflect") + 0.0 * F.pad(h, (1, 2, 0, 1), mode="circular")
+    h = F.max_pool2d(h, 3, 2, 1, ceil_mode=True) + F.avg_pool2d(h, 2, 2, 1, ceil_mode=True,
+                                                               count_include_pad=False)
+    q = h.flatten(2)
+    a = F.scaled_dot_product_attention(q, q, q, attn_mask=np.tri(3, 3, dtype=bool) == 0)
+    logits = a.flatten(1)
+    loss = (F.cross_entropy(logits, [1, -100], weight=ad.ones(logits.shape[1], dtype=ad.float64),
+                            label_smoothing=0.1)
+            + F.binary_cross_entropy_with_logits(logits, ad.zeros_like(logits),
+                                                 pos_weight=ad.full_like(logits, 2.0))
+            + F.smooth_l1_loss(logits, ad.ones_like(logits), beta=0.5))
+    g = loss.backward()
+    return [np.array(g[x]), np.array(g[w]), np.array(rm), np.array(rv)]
+
+
+def test_allocation_failures_leak_nothing():
+    from faults import sweep_alloc_failures
+
+    sweep_alloc_failures(_composed_once, min_failures=50)
+
+
+def test_embedding_options_and_errors():
+    w = rand(4, 3)
+    idx = np.array([[0, 2], [2, 3]])
+    y = F.embedding(idx, t64(w), padding_idx=2)
+    np.testing.assert_array_equal(np.asarray(y), w[idx])
+    v = ad.Var(w)
+    g = (F.embedding(idx, v, padding_idx=2) * t64(rand(2, 2, 3))).sum().backward()[v]
+    assert np.asarray(g)[2].tolist() == [0.0, 0.0, 0.0] and np.asarray(g)[3].any()
+    big = ad.Var(np.array([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]]))
+    F.embedding([0, 1], big, max_norm=1.0)
+    np.testing.assert_allclose(np.asarray(big), [[0.6, 0.8], [0.3, 0.4], [6.0, 8.0]], rtol=1e-6)
+    with pytest.raises(ad.InvalidArgumentError, match="embedding: max_norm .* must be a Var"):
+        F.embedding([0], t64(w), max_norm=1.0)
+    with pytest.raises(ad.InvalidArgumentError, match="embedding: padding_idx 4"):
+        F.embedding([0], t64(w), padding_idx=4)
+    with pytest.raises(ad.InvalidArgumentError, match="embedding: scale_grad_by_freq"):
+        F.embedding([0], t64(w), scale_grad_by_freq=True)
+    with pytest.raises(ad.DTypeError, match=r"embedding: input must hold integer.*float32"):
+        F.embedding(ad.zeros(2), t64(w))
+    with pytest.raises(ad.ShapeError, match=r"embedding: weight must be 2-d.*\(4,\)"):
+        F.embedding([0], ad.zeros(4))
+    with pytest.raises(ad.InvalidArgumentError, match="dropout: inplace must be a bool"):
+        F.dropout(ad.ones(3), 0.5, True, 7)
+    with pytest.raises(ad.InvalidArgumentError, match="dropout: seed must be an int"):
+        F.dropout(ad.ones(3), 0.5, seed=1.5)
+
+
+def test_sdpa_empty():
+    y = F.scaled_dot_product_attention(ad.ones((2, 3, 4)), ad.ones((2, 0, 4)),
+                                       ad.ones((2, 0, 5)))
+    assert y.shape == (2, 3, 5) and not np.asarray(y).any()
+    y = F.scaled_dot_product_attention(ad.ones((2, 0, 4)), ad.ones((2, 3, 4)),
+                                       ad.ones((2, 3, 5)), is_causal=True)
+    assert y.shape == (2, 0, 5)

@@ -295,3 +295,25 @@ def test_conv_padding_same_and_1d():
     compare(lambda a, w: F.conv_transpose1d(a, w, stride=2, padding=1, output_padding=1),
             lambda a, w: tF.conv_transpose1d(a, w, stride=2, padding=1, output_padding=1),
             r(2, 2, 5), r(2, 3, 3))
+
+
+def test_embedding_options():
+    idx = np.array([[0, 2, 1], [2, 2, 3]])
+    ti = torch.tensor(idx)
+    compare(lambda w: F.embedding(idx, w, padding_idx=2),
+            lambda w: tF.embedding(ti, w, padding_idx=2), r(4, 3))
+    compare(lambda w: F.embedding(ad.tensor(idx), w, padding_idx=-1),
+            lambda w: tF.embedding(ti, w, padding_idx=-1), r(4, 3))
+    w0 = r(4, 3) * 2
+    for p in (2.0, 1.0):
+        ours, theirs = ad.Var(w0, dtype=ad.float64), torch.tensor(w0)
+        y = F.embedding(idx, ours, max_norm=1.5, norm_type=p)
+        ty = tF.embedding(ti, theirs, max_norm=1.5, norm_type=p)
+        np.testing.assert_allclose(np.asarray(y), ty.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(ours), theirs.numpy(), rtol=1e-12)  # in place
+
+
+def test_dropout_signature():
+    x = ad.ones((4, 5))
+    assert F.dropout(x, 0.5, True, False, seed=3).tolist() == F.dropout(x, 0.5, seed=3).tolist()
+    assert F.dropout(x, 0.5, False) is x
