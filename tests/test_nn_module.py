@@ -277,6 +277,9 @@ def test_deepcopy_and_pickle():
         np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
     c.head.weight.set(np.zeros((2, 4), np.float32))
     assert not np.all(np.asarray(net.head.weight) == 0)
+    # the copy's Vars are known to clip_grad_norm_ as parameters
+    grads = c(ad.randn((2, 3), seed=2)).sum().backward()
+    nn.utils.clip_grad_norm_(grads, 1e-3)
     try:
         pickle.dumps(ad.Var([1.0]))
     except TypeError:

@@ -138,6 +138,16 @@ class Module:
                 return
         object.__delattr__(self, name)
 
+    def __setstate__(self, state):
+        # pickle and deepcopy restore __dict__ directly: register the new Vars
+        # as __setattr__ would have
+        self.__dict__.update(state)
+        _, Var = _tensor_types()
+        for key in ("_parameters", "_buffers"):
+            for v in state.get(key, {}).values():
+                if isinstance(v, Var):
+                    _remember(v)
+
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) |
                       set(self._modules))

@@ -13,37 +13,17 @@ from ._common import desc, factory, float_input, int_arg, tuple_arg
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
-def _pad_index(n, left, right, mode):
-    i = np.arange(-left, n + right)
-    if mode == "reflect":
-        i = np.abs(i)
-        i = np.where(i > n - 1, 2 * (n - 1) - i, i)
-    elif mode == "replicate":
-        i = np.clip(i, 0, n - 1)
-    else:  # circular
-        i = np.mod(i, n)
-    return i.astype(np.int64)
-
-
 def _mode_pad(x, pads, mode, tag):
-    """Pads the trailing spatial dims of x by gathering rows (reflect,
-    replicate or circular): pads = (left, right) for the last dim, then the
-    one before, as F.pad orders them."""
-    from ...tensor import from_numpy
-
-    nd = len(pads) // 2
-    for j in range(nd):
+    """F.pad in reflect / replicate / circular mode, after checking the
+    amounts here so that an error names the layer."""
+    for j in range(len(pads) // 2):
         left, right = pads[2 * j], pads[2 * j + 1]
-        if not left and not right:
-            continue
-        dim = x.ndim - 1 - j
-        n = x.shape[dim]
+        n = x.shape[x.ndim - 1 - j]
         limit = n - 1 if mode == "reflect" else n
         if mode != "replicate" and (left > limit or right > limit):
             raise ShapeError(f"{tag}: padding ({left}, {right}) in {mode} mode must be at most "
                              f"{limit} for input {desc(x)}")
-        x = x.index_select(dim, from_numpy(_pad_index(n, left, right, mode)))
-    return x
+    return F.pad(x, pads, mode=mode)
 
 
 class _ConvNd(Module):
@@ -162,8 +142,7 @@ class _ConvNd(Module):
             s += ", padding_mode={padding_mode}"
         return s.format(**{k: getattr(self, k) for k in (
             "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
-            "output_padding", "groups", "padding_mode")}).replace("padding=same",
-                                                                 "padding=same")
+            "output_padding", "groups", "padding_mode")})
 
     def _conv_forward(self, input, fn):
         x = self._check(input)

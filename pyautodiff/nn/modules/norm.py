@@ -111,6 +111,8 @@ class _BatchNorm(Module):
     def forward(self, input):
         from ...grad import no_grad
 
+        # PyTorch's rules: batch statistics in training mode or without running
+        # statistics; running statistics updated (in place) only in training mode
         ref = self.weight if self.weight is not None else self.running_mean
         x = float_input(self._tag, input, None if ref is None else ref.dtype, self._ndims,
                         what=self._layout)
@@ -129,44 +131,14 @@ class _BatchNorm(Module):
             raise ShapeError(f"{self._tag}: expected more than 1 value per channel when "
                              f"training, got input {desc(x)}")
         update = self.training and self.track_running_stats
-        return _batch_norm(x, self.running_mean if update else (
-            None if use_batch else self.running_mean.detach()),
-            self.running_var if update else (None if use_batch else self.running_var.detach()),
-            self.weight, self.bias, use_batch, factor, self.eps)
+        return F.batch_norm(x, self.running_mean if update or not use_batch else None,
+                            self.running_var if update or not use_batch else None,
+                            self.weight, self.bias, use_batch, factor, self.eps)
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, bias={self.bias is not None}, "
                 f"track_running_stats={self.track_running_stats}")
-
-
-def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
-    """Batch normalisation over every dim but 1, from tensor ops; in training
-    mode the running statistics (Vars) are blended in place with the batch's
-    mean and unbiased variance."""
-    from ...grad import no_grad
-
-    dims = (0,) + tuple(range(2, x.ndim))
-    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    if training:
-        mean = x.mean(dims, keepdim=True)
-        d = x - mean
-        var = (d * d).mean(dims, keepdim=True)
-        if running_mean is not None:
-            n = x.numel() // x.shape[1]
-            with no_grad():
-                m = mean.detach().reshape(-1)
-                v = var.detach().reshape(-1) * (n / (n - 1))
-                running_mean.set(running_mean * (1 - momentum) + m * momentum)
-                running_var.set(running_var * (1 - momentum) + v * momentum)
-        y = d / (var + eps).sqrt()
-    else:
-        y = (x - running_mean.reshape(bshape)) / (running_var.reshape(bshape) + eps).sqrt()
-    if weight is not None:
-        y = y * weight.reshape(bshape)
-    if bias is not None:
-        y = y + bias.reshape(bshape)
-    return y
 
 
 class BatchNorm1d(_BatchNorm):
