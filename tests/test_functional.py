@@ -796,3 +796,37 @@ def test_sdpa_empty():
     y = F.scaled_dot_product_attention(ad.ones((2, 0, 4)), ad.ones((2, 3, 4)),
                                        ad.ones((2, 3, 5)), is_causal=True)
     assert y.shape == (2, 0, 5)
+
+
+def test_number_and_shape_arguments_raise_ad_errors():
+    x = ad.zeros((2, 3))
+    with pytest.raises(ad.InvalidArgumentError, match="pad: value must be a number.*str"):
+        F.pad(x, (1, 1), value="a")
+    with pytest.raises(ad.InvalidArgumentError, match="dropout: p must be a number"):
+        F.dropout(x, p="0.5")
+    with pytest.raises(ad.InvalidArgumentError, match="batch_norm: eps must be a number"):
+        F.batch_norm(x, None, None, training=True, eps=None)
+    with pytest.raises(ad.InvalidArgumentError, match="batch_norm: momentum .* too large"):
+        F.batch_norm(x, None, None, training=True, momentum=10 ** 400)
+    with pytest.raises(ad.InvalidArgumentError, match="smooth_l1_loss: beta must be a number"):
+        F.smooth_l1_loss(x, x, beta=[1.0])
+    with pytest.raises(ad.InvalidArgumentError, match="scaled_dot_product_attention: scale"):
+        F.scaled_dot_product_attention(x, x, x, scale="1")
+    with pytest.raises(ad.InvalidArgumentError, match="layer_norm: normalized_shape must be an "
+                                                      "int"):
+        F.layer_norm(x, 3.5)
+    with pytest.raises(ad.InvalidArgumentError, match="layer_norm: normalized_shape .*64 bits"):
+        F.layer_norm(x, (2 ** 64,))
+    with pytest.raises(ad.ShapeError, match=r"layer_norm: weight float32 \(4,\) .*\(3,\)"):
+        F.layer_norm(x, 3, weight=ad.ones(4))
+    with pytest.raises(ad.ShapeError, match=r"layer_norm: normalized_shape \(2,\) .*\(2, 3\)"):
+        F.layer_norm(x, 2)
+    with pytest.raises(ad.ShapeError, match=r"linear: input float32 \(2, 3\) .*weight float32 "
+                                            r"\(4, 5\)"):
+        F.linear(x, ad.zeros((4, 5)))
+    with pytest.raises(ad.ShapeError, match=r"linear: bias float32 \(3,\) must have shape "
+                                            r"\(4,\)"):
+        F.linear(x, ad.zeros((4, 3)), ad.zeros(3))
+    a, w, b = rand(2, 3), rand(4, 3), rand(4)
+    np.testing.assert_allclose(np.asarray(F.linear(t64(a), t64(w), t64(b))), a @ w.T + b,
+                               rtol=1e-12)

@@ -81,6 +81,17 @@ def _int(v, fn, name):
     return i
 
 
+def _float(v, fn, name):
+    """A real-number argument as a Python float (a string, None or a tensor of
+    several elements raises InvalidArgumentError naming fn and name)."""
+    if isinstance(v, (numbers.Real, np.floating, np.integer)) and not isinstance(v, str):
+        try:
+            return float(v)
+        except OverflowError:  # an int beyond the float range
+            raise InvalidArgumentError(f"{fn}: {name} {v} is too large") from None
+    raise InvalidArgumentError(f"{fn}: {name} must be a number, got {type(v).__name__} {v!r}")
+
+
 def _ntuple(v, n, fn, name):
     """An int or a sequence of exactly n ints, as a tuple of n ints (PyTorch
     raises rather than dropping the rest of a longer tuple, and so do we)."""
@@ -95,10 +106,6 @@ def _ntuple(v, n, fn, name):
         raise InvalidArgumentError(f"{fn}: {name} must be an int or a tuple of {n} ints, got "
                                    f"{v!r}")
     return tuple(_int(x, fn, name) for x in items)
-
-
-def _pair(v, name, fn="nn"):
-    return _ntuple(v, 2, fn, name)
 
 
 def _at_least(vals, lo, fn, name):
@@ -261,7 +268,8 @@ def pad(input, pad, mode="constant", value=None):
     if len(pads) % 2:
         raise InvalidArgumentError(f"{fn}: pad must have an even length, got {pads}")
     if mode == "constant":
-        return _call(lib.AD_OP_PAD, (x,), pads, (0.0 if value is None else float(value),))
+        fill = 0.0 if value is None else _float(value, fn, "value")
+        return _call(lib.AD_OP_PAD, (x,), pads, (fill,))
     if mode not in _PAD_MODES:
         raise InvalidArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, got {mode!r}")
     if value is not None and value != 0:
@@ -345,7 +353,7 @@ def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smooth
             pass
     x = _need_float(input, fn)
     ignore_index = _int(ignore_index, fn, "ignore_index")
-    eps = float(label_smoothing)
+    eps = _float(label_smoothing, fn, "label_smoothing")
     if not 0.0 <= eps <= 1.0:
         raise InvalidArgumentError(f"{fn}: label_smoothing must be in [0, 1], got {eps}")
     if x.ndim == 0:
@@ -499,7 +507,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     if t.shape != x.shape:
         raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
     _same_dtype(x, t, fn, "target")
-    beta = float(beta)
+    beta = _float(beta, fn, "beta")
     if not beta >= 0.0:
         raise InvalidArgumentError(f"{fn}: beta must be >= 0, got {beta}")
     d = x - t
@@ -515,20 +523,32 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalizes over the trailing dims `normalized_shape` (biased variance),
     then scales by weight and shifts by bias when given."""
-    from ..tensor import _shape_arg, ones
+    from ..tensor import ones
 
-    ns = _shape_arg(normalized_shape, "normalized_shape")
-    if not ns or input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
-        raise ShapeError(f"layer_norm: normalized_shape {ns} does not match the trailing dims "
-                         f"of input shape {input.shape}")
-    ins = [input]
+    fn = "layer_norm"
+    x = _need_float(input, fn)
+    if isinstance(normalized_shape, (numbers.Integral, np.integer)):
+        normalized_shape = (normalized_shape,)
+    try:
+        ns = tuple(_int(n, fn, "normalized_shape") for n in normalized_shape)
+    except TypeError:
+        raise InvalidArgumentError(f"{fn}: normalized_shape must be an int or a sequence of "
+                                   f"ints, got {normalized_shape!r}") from None
+    if not ns or len(ns) > x.ndim or x.shape[x.ndim - len(ns):] != ns:
+        raise ShapeError(f"{fn}: normalized_shape {ns} does not match the trailing dims of "
+                         f"input {_desc(x)}")
+    eps = _float(eps, fn, "eps")
+    ins = [x]
     if weight is None and bias is not None:
-        weight = ones(ns, dtype=input.dtype)
-    if weight is not None:
-        ins.append(_tensor(weight, input))
-    if bias is not None:
-        ins.append(_tensor(bias, input))
-    return _call(lib.AD_OP_LAYER_NORM, ins, (len(ns),), (float(eps),))
+        weight = ones(ns, dtype=x.dtype)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            t = _tensor(t, x)
+            if t.shape != ns:
+                raise ShapeError(f"{fn}: {name} {_desc(t)} must have the normalized shape {ns}")
+            _same_dtype(x, t, fn, name)
+            ins.append(t)
+    return _call(lib.AD_OP_LAYER_NORM, ins, (len(ns),), (eps,))
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -553,7 +573,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     rv = _channel_vec(running_var, c, x, fn, "running_var")
     w = _channel_vec(weight, c, x, fn, "weight")
     b = _channel_vec(bias, c, x, fn, "bias")
-    eps = float(eps)
+    eps = _float(eps, fn, "eps")
     cshape = (1, c) + (1,) * (x.ndim - 2)
     if not training:
         if rm is None or rv is None:
@@ -572,7 +592,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             raise InvalidArgumentError(
                 f"{fn}: training=True updates {name} in place, so it must be a Var (a module "
                 f"buffer); got a plain Tensor, which is immutable (pass None to skip the update)")
-    momentum = float(momentum)
+    momentum = _float(momentum, fn, "momentum")
     per_channel = x.numel() // c if c else 0
     if per_channel <= 1:
         raise InvalidArgumentError(f"{fn}: training needs more than 1 value per channel, got "
@@ -614,7 +634,7 @@ def dropout(input, p=0.5, training=True, inplace=False, *, seed=None):
     if not isinstance(inplace, (bool, np.bool_)):
         raise InvalidArgumentError(f"dropout: inplace must be a bool, got {inplace!r} (pass "
                                    f"the seed as seed=)")
-    p = float(p)
+    p = _float(p, "dropout", "p")
     if not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
@@ -662,8 +682,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         rep = np.arange(hq, dtype=np.int64) // (hq // hk)
         k, v = index_select(k, k.ndim - 3, rep), index_select(v, v.ndim - 3, rep)
     L, E, S = q.shape[-2], q.shape[-1], k.shape[-2]
-    sc = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    dropout_p = float(dropout_p)
+    sc = 1.0 / math.sqrt(E) if scale is None else _float(scale, fn, "scale")
+    dropout_p = _float(dropout_p, fn, "dropout_p")
     if not 0.0 <= dropout_p <= 1.0:
         raise InvalidArgumentError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
     scores = (q * sc) @ k.transpose(-2, -1)
@@ -759,10 +779,11 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                                   f"weight {_desc(weight)}")
         w = np.array(weight.numpy())
         rows = np.unique(fi % num)
-        norms = np.linalg.norm(w[rows], ord=float(norm_type), axis=1)
-        big = norms > float(max_norm)
+        mn = _float(max_norm, fn, "max_norm")
+        norms = np.linalg.norm(w[rows], ord=_float(norm_type, fn, "norm_type"), axis=1)
+        big = norms > mn
         if big.any():  # PyTorch's rule, including its 1e-7
-            w[rows[big]] *= (float(max_norm) / (norms[big] + 1e-7))[:, None].astype(w.dtype)
+            w[rows[big]] *= (mn / (norms[big] + 1e-7))[:, None].astype(w.dtype)
             with no_grad():
                 weight.set(w)
     out = index_select(weight, 0, flat)
@@ -776,9 +797,20 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
 
 def linear(input, weight, bias=None):
-    """input @ weight.T + bias (weight (out, in))."""
-    y = input @ weight.t()
-    return y if bias is None else y + bias
+    """input @ weight.T + bias (weight (out, in), input (..., in))."""
+    fn = "linear"
+    x = _need_tensor(input, fn)
+    _need_tensor(weight, fn, "weight")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"{fn}: input {_desc(x)} (..., in_features) does not match weight "
+                         f"{_desc(weight)} (out_features, in_features)")
+    y = x @ weight.t()
+    if bias is None:
+        return y
+    b = _tensor(bias, x)
+    if b.shape not in ((weight.shape[0],), ()):
+        raise ShapeError(f"{fn}: bias {_desc(b)} must have shape ({weight.shape[0]},)")
+    return y + b
 
 
 # ---- convolution -------------------------------------------------------------------------
