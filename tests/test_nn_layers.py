@@ -226,3 +226,33 @@ def test_sequential_model_gradcheck():
     m = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                       nn.Linear(8, 3), nn.LogSoftmax(1))
     module_gradcheck(m, [r(2, 1, 4, 4)], n_elems=8)
+
+
+LAYOUT_CASES = [
+    ("Linear", lambda: nn.Linear(4, 3), (2, 4)),
+    ("Conv2d", lambda: nn.Conv2d(2, 3, 2, padding=1), (1, 2, 3, 4)),
+    ("LayerNorm", lambda: nn.LayerNorm(4), (3, 4)),
+    ("BatchNorm1d", lambda: nn.BatchNorm1d(3), (4, 3)),
+    ("MaxPool2d", lambda: nn.MaxPool2d(2), (1, 2, 4, 4)),
+    ("AdaptiveAvgPool2d", lambda: nn.AdaptiveAvgPool2d((2, 3)), (1, 2, 3, 4)),
+    ("GELU", lambda: nn.GELU(), (3, 4)),
+    ("Softmax", lambda: nn.Softmax(-1), (3, 4)),
+    ("LSTM", lambda: nn.LSTM(4, 2), (3, 2, 4)),
+    ("MultiheadAttention", lambda: nn.MultiheadAttention(4, 2, batch_first=True), (2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", LAYOUT_CASES, ids=[c[0] for c in LAYOUT_CASES])
+def test_input_layouts(name, make, shape):
+    """The input gradient is right whether the input is contiguous, a
+    transposed, sliced or broadcast view."""
+    from gradcheck import check_grad, layouts
+
+    m = make().to_dtype(ad.float64)
+
+    def f(x):
+        out = m(x, x, x) if name == "MultiheadAttention" else m(x)
+        return out[0] if isinstance(out, tuple) else out
+
+    for lname, base, view in layouts(shape):
+        check_grad(f, [base], make=lambda i, t, view=view: view(t), atol=1e-6, rtol=1e-5)

@@ -196,6 +196,10 @@ def test_to_dtype_apply_and_call():
     assert all(p.dtype is ad.float32 for p in net.parameters())
     with pytest.raises(ad.DTypeError):
         net.to_dtype(ad.int32)
+    assert net.to("cpu", ad.float64) is net and net.head.weight.dtype is ad.float64
+    assert net.to(dtype="float32").head.weight.dtype is ad.float32
+    with pytest.raises(ad.InvalidArgumentError, match="cpu"):
+        net.to("cuda")
     seen = []
     assert net.apply(lambda m: seen.append(type(m).__name__)) is net
     assert seen[-1] == "Net" and seen[0] == "Linear"

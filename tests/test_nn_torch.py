@@ -369,3 +369,18 @@ def test_default_init_distributions():
                                        err_msg=f"{name}.{k} max")
             np.testing.assert_allclose(a.std(), b.std(), rtol=0.05, err_msg=f"{name}.{k} std")
             assert abs(a.mean()) < 4 * b.std() / np.sqrt(a.size) + 1e-12, (name, k)
+
+
+def test_load_torch_state_dict_directly():
+    """torch tensors (CPU, detached, as state_dict() gives them) load without
+    an explicit numpy conversion; a float64 torch checkpoint into a float32
+    model is refused with both dtypes named."""
+    torch.manual_seed(4)
+    t = tnn.Sequential(tnn.Linear(3, 4), tnn.LayerNorm(4), tnn.Linear(4, 2))
+    a = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    a.load_state_dict(t.state_dict())
+    x = r(5, 3).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(a(ad.tensor(x))), t(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(ad.DTypeError, match="0.weight: checkpoint float64"):
+        a.load_state_dict(t.double().state_dict())

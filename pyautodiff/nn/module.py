@@ -321,6 +321,30 @@ class Module:
                         store[k] = nv
         return self
 
+    def to(self, *args, **kwargs):
+        """PyTorch's module.to for this CPU-only library: a dtype (positional or
+        dtype=) converts as to_dtype; a device must be 'cpu'."""
+        from .. import dtypes as _dt
+
+        dtype = kwargs.pop("dtype", None)
+        device = kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.to: unexpected arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, str) and a.split(":")[0] == "cpu":
+                device = a
+                continue
+            try:
+                dtype = _dt.as_dtype(a)
+            except (DTypeError, TypeError):
+                raise InvalidArgumentError(f"{type(self).__name__}.to: {a!r} is neither a dtype "
+                                           f"nor the 'cpu' device") from None
+        if device is not None and str(device).split(":")[0] != "cpu":
+            raise InvalidArgumentError(f"{type(self).__name__}.to: only the 'cpu' device "
+                                       f"exists, got {device!r}")
+        return self if dtype is None else self.to_dtype(dtype)
+
     def float(self):
         from .. import dtypes as _dt
 

@@ -36,7 +36,6 @@ class LSTM(Module):
         hs = self.hidden_size
         out = self.proj_size or hs
         d = 2 if self.bidirectional else 1
-        self._flat_names = []
         for layer in range(self.num_layers):
             for direction in range(d):
                 sfx = f"_l{layer}" + ("_reverse" if direction else "")
@@ -49,7 +48,6 @@ class LSTM(Module):
                     shapes.append(("weight_hr" + sfx, (self.proj_size, hs)))
                 for n, s in shapes:
                     setattr(self, n, Var.zeros(s, dtype=dt))
-                    self._flat_names.append(n)
         self.reset_parameters()
 
     def reset_parameters(self):
