@@ -384,3 +384,19 @@ def test_load_torch_state_dict_directly():
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(ad.DTypeError, match="0.weight: checkpoint float64"):
         a.load_state_dict(t.double().state_dict())
+
+
+def test_multihead_attention_fully_masked_rows():
+    """A query every key is masked for: NaN with need_weights=True and zero
+    attention with need_weights=False, as torch's two paths give."""
+    t, a = _mha_pair(batch_first=True)
+    kpm = np.array([[True] * 3, [False, True, False]])
+    check(t, a, [r(2, 3, 8)], fwd=lambda m, x: m(x, x, x, need_weights=False, key_padding_mask=(
+        torch.tensor(kpm) if isinstance(m, tnn.Module) else ad.tensor(kpm))))
+    with torch.no_grad():
+        tx = torch.tensor(r(2, 3, 8))
+        o, w = t.double()(tx, tx, tx, key_padding_mask=torch.tensor(kpm))
+    a.to_dtype(ad.float64)
+    ao, aw = a(*(ad.tensor(tx.numpy(), dtype=ad.float64),) * 3, key_padding_mask=ad.tensor(kpm))
+    assert np.isnan(o.numpy()[0]).all() and np.isnan(np.asarray(ao)[0]).all()
+    np.testing.assert_allclose(np.asarray(ao)[1], o.numpy()[1], rtol=1e-9, atol=1e-12)

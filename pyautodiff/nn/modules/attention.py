@@ -3,6 +3,8 @@ out_proj.weight, out_proj.bias; q/k/v_proj_weight when kdim/vdim differ;
 bias_k/bias_v), masks and returned attention weights."""
 import math
 
+import numpy as np
+
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from .. import functional as F
 from .. import init
@@ -114,7 +116,7 @@ class MultiheadAttention(Module):
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
         from ...indexing import cat
-        from ...tensor import zeros
+        from ...tensor import from_numpy, where, zeros
 
         tag = self._tag
         dt = self.out_proj.weight.dtype
@@ -191,14 +193,26 @@ class MultiheadAttention(Module):
                 key_padding_mask = cat([key_padding_mask, zeros((bsz, 1), dtype=dt)], 1)
         s = k.shape[2]
         scores = (q * (1.0 / math.sqrt(hd))) @ k.transpose(-2, -1)
+        bias = None  # the masks as one additive tensor broadcasting to (N, H, L, S)
         if attn_mask is not None:
-            m = attn_mask
-            if m.shape[0] != 1:
-                m = m.reshape(bsz, h, tgt, s)
-            scores = scores + m
+            bias = attn_mask.reshape(bsz, h, tgt, s) if attn_mask.shape[0] != 1 else \
+                attn_mask.reshape(1, 1, tgt, s)
         if key_padding_mask is not None:
-            scores = scores + key_padding_mask.reshape(bsz, 1, 1, s)
+            kp = key_padding_mask.reshape(bsz, 1, 1, s)
+            bias = kp if bias is None else bias + kp
+        keep = None
+        if bias is not None:
+            if not need_weights:
+                # PyTorch's fast path (the one need_weights=False takes) gives a query
+                # that every key is masked for zero attention instead of NaN
+                dead = np.isneginf(np.asarray(bias.detach())).all(-1, keepdims=True)
+                if dead.any():
+                    bias = where(from_numpy(dead), 0.0, bias)
+                    keep = from_numpy((~dead).astype(dt.numpy))
+            scores = scores + bias
         weights = _softmax_last(scores)
+        if keep is not None:
+            weights = weights * keep
         if self.dropout > 0.0 and self.training:
             weights = F.dropout(weights, self.dropout, True)
         out = (weights @ v).permute(2, 0, 1, 3).reshape(tgt, bsz, e)
