@@ -428,6 +428,21 @@ def test_clip_grad_norm_errors():
         nn.utils.clip_grad_norm_(g, 1.0, error_if_nonfinite=True, parameters=[v])
 
 
+def test_clip_grad_norm_mixed_dtypes():
+    a, b = nn.Linear(2, 2), nn.Linear(2, 1).double()
+    x = ad.randn((3, 2), seed=5)
+    grads = (a(x).sum() + b(x.to_dtype(ad.float64)).sum().to_dtype(ad.float32)).backward()
+    flat = np.concatenate([np.asarray(grads[p], dtype=np.float64).ravel()
+                           for p in list(a.parameters()) + list(b.parameters())])
+    total = nn.utils.clip_grad_norm_(grads, 0.1)
+    assert total.dtype is ad.float64
+    np.testing.assert_allclose(float(total), np.linalg.norm(flat), rtol=1e-6)
+    assert grads[b.weight].dtype is ad.float64 and grads[a.weight].dtype is ad.float32
+    after = np.concatenate([np.asarray(grads[p], dtype=np.float64).ravel()
+                            for p in list(a.parameters()) + list(b.parameters())])
+    np.testing.assert_allclose(np.linalg.norm(after), 0.1, rtol=1e-5)
+
+
 def test_clip_grad_value():
     m, grads = _grads()
     before = {n: np.asarray(grads[p]) for n, p in m.named_parameters()}

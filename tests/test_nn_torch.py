@@ -365,8 +365,9 @@ def test_default_init_distributions():
             if a.size < 2000:  # a small sample: only the bound of the uniform draw
                 assert np.abs(a).max() <= np.abs(b).max() * 1.3, (name, k)
                 continue
-            np.testing.assert_allclose(np.abs(a).max(), np.abs(b).max(), rtol=0.15,
-                                       err_msg=f"{name}.{k} max")
+            if name != "Embedding":  # uniform draws: the largest value is near the bound
+                np.testing.assert_allclose(np.abs(a).max(), np.abs(b).max(), rtol=0.05,
+                                           err_msg=f"{name}.{k} max")
             np.testing.assert_allclose(a.std(), b.std(), rtol=0.05, err_msg=f"{name}.{k} std")
             assert abs(a.mean()) < 4 * b.std() / np.sqrt(a.size) + 1e-12, (name, k)
 
