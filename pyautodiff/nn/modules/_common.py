@@ -4,6 +4,7 @@ import numbers
 import operator
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import Tensor
 
 
 def desc(x):
@@ -60,32 +61,35 @@ def factory(layer, device, dtype):
     return dt
 
 
-def tensor_arg(layer, x, name="input"):
-    from ...tensor import Tensor
+def _label(layer):
+    """The layer's name for a message: a str, or a module's _tag (built only
+    when an error is raised, to keep the forward path cheap)."""
+    return layer if isinstance(layer, str) else layer._tag
 
+
+def tensor_arg(layer, x, name="input"):
     if not isinstance(x, Tensor):
-        raise DTypeError(f"{layer}: {name} must be an ad.Tensor, got {type(x).__name__}")
+        raise DTypeError(f"{_label(layer)}: {name} must be an ad.Tensor, got "
+                         f"{type(x).__name__}")
     return x
 
 
 def float_input(layer, x, dtype, ndims, name="input", what=None):
-    """x must be a Tensor of `dtype` (the layer's parameters') with a rank in ndims."""
-    tensor_arg(layer, x, name)
+    """x must be a Tensor of `dtype` (the layer's parameters'; None: any
+    float dtype) with a rank in ndims."""
+    if isinstance(x, Tensor):
+        dt = x.dtype
+        if x.ndim in ndims and (dt is dtype or (dtype is None and dt.is_floating_point)):
+            return x
+    tag = _label(layer)
+    tensor_arg(tag, x, name)
     if x.ndim not in ndims:
-        want = " or ".join(f"{n}-d" for n in ndims)
-        raise ShapeError(f"{layer}: {name} {desc(x)} must be {want}"
+        want = (f"at least {ndims[0]}-d" if len(ndims) > 3 else
+                " or ".join(f"{n}-d" for n in ndims))
+        raise ShapeError(f"{tag}: {name} {desc(x)} must be {want}"
                          + (f" ({what})" if what else ""))
     if not x.dtype.is_floating_point:
-        raise DTypeError(f"{layer}: {name} {desc(x)} must be a floating-point tensor")
-    if dtype is not None and x.dtype is not dtype:
-        raise DTypeError(f"{layer}: {name} {desc(x)} does not match the layer's {dtype.name} "
-                         f"parameters (convert the input with .to_dtype(ad.{dtype.name}) or the "
-                         f"model with .to_dtype(ad.{x.dtype.name}))")
-    return x
-
-
-def param_dtype(module):
-    for p in module._parameters.values():
-        if p is not None:
-            return p.dtype
-    return None
+        raise DTypeError(f"{tag}: {name} {desc(x)} must be a floating-point tensor")
+    raise DTypeError(f"{tag}: {name} {desc(x)} does not match the layer's {dtype.name} "
+                     f"parameters (convert the input with .to_dtype(ad.{dtype.name}) or the "
+                     f"model with .to_dtype(ad.{x.dtype.name}))")

@@ -10,6 +10,9 @@ from .. import init
 from ..module import Module
 from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
 
+_ANY_RANK = range(1, 65)
+_ANY_RANK_0 = range(0, 65)
+
 
 class Identity(Module):
     """Returns its input (any arguments are accepted and ignored, as PyTorch)."""
@@ -51,11 +54,13 @@ class Linear(Module):
         return f"Linear(in_features={self.in_features})"
 
     def forward(self, input):
-        x = float_input(self._tag, input, self.weight.dtype, range(1, 64))
+        params = self._parameters
+        w, b = params["weight"], params["bias"]
+        x = float_input(self, input, w.dtype, _ANY_RANK)
         if x.shape[-1] != self.in_features:
             raise ShapeError(f"{self._tag}: input {desc(x)} has {x.shape[-1]} features")
-        y = x @ self.weight.t()
-        return y if self.bias is None else y + self.bias
+        y = x @ w.t()
+        return y if b is None else y + b
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -149,7 +154,7 @@ class Embedding(Module):
     def forward(self, input):
         from ...tensor import Tensor, where
 
-        tensor_arg(self._tag, input)
+        tensor_arg(self, input)
         if input.dtype.is_floating_point or input.dtype.name == "bool":
             raise DTypeError(f"{self._tag}: input {desc(input)} must hold integer indices")
         idx = np.asarray(input)
@@ -189,11 +194,12 @@ class Dropout(Module):
         self.p = float_arg("Dropout", "p", p, 0.0, 1.0)
         self.inplace = bool(inplace)
 
+    @property
+    def _tag(self):
+        return f"Dropout(p={self.p})"
+
     def forward(self, input):
-        tensor_arg(f"Dropout(p={self.p})", input)
-        if not input.dtype.is_floating_point:
-            raise DTypeError(f"Dropout(p={self.p}): input {desc(input)} must be a "
-                             f"floating-point tensor")
+        float_input(self, input, None, _ANY_RANK_0)
         return F.dropout(input, self.p, self.training)
 
     def extra_repr(self):
@@ -224,12 +230,12 @@ class Flatten(Module):
 
 
 class _Activation(Module):
+    @property
+    def _tag(self):
+        return repr(self)
+
     def _check(self, input):
-        tag = repr(self)
-        tensor_arg(tag, input)
-        if not input.dtype.is_floating_point:
-            raise DTypeError(f"{tag}: input {desc(input)} must be a floating-point tensor")
-        return input
+        return float_input(self, input, None, _ANY_RANK_0)
 
 
 class ReLU(_Activation):

@@ -107,19 +107,21 @@ class _ConvNd(Module):
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, kernel_size={k})"
 
     def _check(self, input):
+        """(input, its shape) after the rank, dtype and channel checks."""
         nd = self._nd
-        x = float_input(self._tag, input, self.weight.dtype, (nd + 1, nd + 2),
-                        what=f"(C, {'L' if nd == 1 else 'H, W'}) or batched")
-        c = x.shape[-nd - 1]
+        x = float_input(self, input, self._parameters["weight"].dtype, (nd + 1, nd + 2),
+                        what="(C, L) or (N, C, L)" if nd == 1 else "(C, H, W) or (N, C, H, W)")
+        shape = x.shape
+        c = shape[-nd - 1]
         if c != self.in_channels:
             raise ShapeError(f"{self._tag}: input {desc(x)} has {c} channels, expected "
                              f"{self.in_channels}")
-        return x
+        return x, shape
 
-    def _check_size(self, x):
+    def _check_size(self, x, shape):
         pads = self._pads
         for j in range(self._nd):
-            n = x.shape[x.ndim - 1 - j] + pads[2 * j] + pads[2 * j + 1]
+            n = shape[-1 - j] + pads[2 * j] + pads[2 * j + 1]
             k = self.kernel_size[-1 - j]
             d = self.dilation[-1 - j]
             if n < d * (k - 1) + 1:
@@ -145,8 +147,8 @@ class _ConvNd(Module):
             "output_padding", "groups", "padding_mode")})
 
     def _conv_forward(self, input, fn):
-        x = self._check(input)
-        self._check_size(x)
+        x, shape = self._check(input)
+        self._check_size(x, shape)
         if self.padding_mode != "zeros":
             x = _mode_pad(x, self._pads, self.padding_mode, self._tag)
             pad = 0
@@ -220,7 +222,7 @@ class ConvTranspose2d(_ConvNd):
         return tuple(out)
 
     def forward(self, input, output_size=None):
-        x = self._check(input)
+        x, _ = self._check(input)
         op = self._output_padding(x, output_size)
         for j in range(self._nd):
             n = x.shape[x.ndim - self._nd + j]
@@ -235,20 +237,19 @@ class ConvTranspose2d(_ConvNd):
 
 # ---- pooling ---------------------------------------------------------------------------------
 class _Pool2d(Module):
-    def _check(self, input):
-        from ...tensor import Tensor
+    @property
+    def _tag(self):
+        return f"{type(self).__name__}(kernel_size={self.kernel_size})"
 
-        tag = f"{type(self).__name__}(kernel_size={self.kernel_size})"
-        x = float_input(tag, input, input.dtype if isinstance(input, Tensor) else None, (3, 4),
-                        what="(C, H, W) or (N, C, H, W)")
-        k, s = self._k, self._s
-        p = tuple_arg(tag, "padding", self.padding, 2, minimum=0)
-        d = tuple_arg(tag, "dilation", getattr(self, "dilation", 1), 2)
+    def _check(self, input):
+        x = float_input(self, input, None, (3, 4), what="(C, H, W) or (N, C, H, W)")
+        k, p, d = self._k, self._p, self._d
+        shape = x.shape
         for j in range(2):
-            n = x.shape[x.ndim - 2 + j] + 2 * p[j]
+            n = shape[-2 + j] + 2 * p[j]
             if n < d[j] * (k[j] - 1) + 1:
-                raise ShapeError(f"{tag}: input {desc(x)} (padded size {n}) is smaller than the "
-                                 f"kernel {k}")
+                raise ShapeError(f"{self._tag}: input {desc(x)} (padded size {n}) is smaller "
+                                 f"than the kernel {k}")
         return x
 
     def _init(self, name, kernel_size, stride, padding, ceil_mode, dilation=1):
@@ -259,8 +260,8 @@ class _Pool2d(Module):
         tag = f"{name}(kernel_size={kernel_size})"
         self._k = tuple_arg(tag, "kernel_size", kernel_size, 2)
         self._s = tuple_arg(tag, "stride", self.stride, 2)
-        p = tuple_arg(tag, "padding", padding, 2, minimum=0)
-        d = tuple_arg(tag, "dilation", dilation, 2)
+        p = self._p = tuple_arg(tag, "padding", padding, 2, minimum=0)
+        d = self._d = tuple_arg(tag, "dilation", dilation, 2)
         if any(pi * 2 > (di * (ki - 1) + 1) for pi, ki, di in zip(p, self._k, d)):
             raise InvalidArgumentError(f"{tag}: padding {padding} should be at most half of the "
                                        f"effective kernel size")
@@ -334,12 +335,15 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
         self._sizes = sizes
 
-    def forward(self, input):
-        from ...tensor import Tensor, from_numpy
+    @property
+    def _tag(self):
+        return f"AdaptiveAvgPool2d(output_size={self.output_size})"
 
-        tag = f"AdaptiveAvgPool2d(output_size={self.output_size})"
-        x = float_input(tag, input, input.dtype if isinstance(input, Tensor) else None, (3, 4),
-                        what="(C, H, W) or (N, C, H, W)")
+    def forward(self, input):
+        from ...tensor import from_numpy
+
+        tag = self._tag
+        x = float_input(self, input, None, (3, 4), what="(C, H, W) or (N, C, H, W)")
         h, w = x.shape[-2:]
         oh = h if self._sizes[0] is None else self._sizes[0]
         ow = w if self._sizes[1] is None else self._sizes[1]

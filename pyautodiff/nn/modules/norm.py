@@ -47,7 +47,7 @@ class LayerNorm(Module):
 
     def forward(self, input):
         dt = self.weight.dtype if self.weight is not None else None
-        x = float_input(self._tag, input, dt, range(len(self.normalized_shape), 64))
+        x = float_input(self, input, dt, range(len(self.normalized_shape), 65))
         ns = self.normalized_shape
         if x.shape[x.ndim - len(ns):] != ns:
             raise ShapeError(f"{self._tag}: input {desc(x)} does not end with the normalized "
@@ -114,7 +114,7 @@ class _BatchNorm(Module):
         # PyTorch's rules: batch statistics in training mode or without running
         # statistics; running statistics updated (in place) only in training mode
         ref = self.weight if self.weight is not None else self.running_mean
-        x = float_input(self._tag, input, None if ref is None else ref.dtype, self._ndims,
+        x = float_input(self, input, None if ref is None else ref.dtype, self._ndims,
                         what=self._layout)
         if x.shape[1] != self.num_features:
             raise ShapeError(f"{self._tag}: input {desc(x)} has {x.shape[1]} channels (dim 1), "
