@@ -830,3 +830,28 @@ def test_number_and_shape_arguments_raise_ad_errors():
     a, w, b = rand(2, 3), rand(4, 3), rand(4)
     np.testing.assert_allclose(np.asarray(F.linear(t64(a), t64(w), t64(b))), a @ w.T + b,
                                rtol=1e-12)
+
+
+def test_pool_edges():
+    # ceil_mode lets a window overhang a too-small input (PyTorch's rule)
+    x = rand(1, 2, 2)
+    y = F.avg_pool1d(t64(x), 3, 3, ceil_mode=True)
+    np.testing.assert_allclose(np.asarray(y), x.mean(-1, keepdims=True), rtol=1e-12)
+    y = F.max_pool1d(t64(x), 3, 3, ceil_mode=True)
+    np.testing.assert_array_equal(np.asarray(y), x.max(-1, keepdims=True))
+    check_grad(lambda a: F.avg_pool1d(a, 3, 3, ceil_mode=True), [x])
+    with pytest.raises(ad.ShapeError, match="avg_pool1d: kernel size 3"):
+        F.avg_pool1d(t64(x), 3, 3)
+    # a max window that sees only padding gives -inf and passes no gradient
+    v = ad.Var(distinct(1, 1, 1, 4))
+    y = F.max_pool2d(v, (2, 3), (1, 3), (1, 1), dilation=(2, 2))
+    assert np.isneginf(np.asarray(y)).all()
+    g = y.backward(grad=ad.ones_like(y)).get(v)
+    assert g is None or not np.asarray(g).any()
+    # only the batch may be empty
+    assert F.max_pool2d(ad.zeros((0, 2, 4, 4)), 2).shape == (0, 2, 2, 2)
+    assert F.avg_pool1d(ad.zeros((0, 2, 4)), 2, ceil_mode=True).shape == (0, 2, 2)
+    for f, shape in ((F.max_pool2d, (2, 0, 4, 4)), (F.avg_pool2d, (2, 2, 0, 4)),
+                     (F.max_pool1d, (2, 0)), (F.avg_pool1d, (2, 2, 0))):
+        with pytest.raises(ad.ShapeError, match=f.__name__ + r": input float32 .* empty"):
+            f(ad.zeros(shape), 2)

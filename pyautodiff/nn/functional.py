@@ -984,20 +984,21 @@ def _pool_geometry(fn, x, k, s, p, d, ceil_mode):
     if any(2 * pi > ki for pi, ki in zip(p, k)):
         raise InvalidArgumentError(f"{fn}: padding {p} must be at most half the kernel size {k}")
     nd = len(k)
+    if 0 in x.shape[1:]:
+        raise ShapeError(f"{fn}: input {_desc(x)} has an empty channel or spatial dim (only the "
+                         f"batch may be empty)")
     outs, extra = [], []
     for i in range(nd):
         size = x.shape[x.ndim - nd + i]
         span = d[i] * (k[i] - 1) + 1
         room = size + 2 * p[i] - span
-        if room < 0:
+        # PyTorch's formula (floor division rounds toward -inf, as its div_rtn)
+        o = (room + (s[i] - 1 if ceil_mode else 0)) // s[i] + 1
+        if ceil_mode and (o - 1) * s[i] >= size + p[i]:
+            o -= 1
+        if o < 1:
             raise ShapeError(f"{fn}: kernel size {k[i]} with dilation {d[i]} spans {span}, more "
                              f"than the padded input ({size} + 2*{p[i]}) of input {_desc(x)}")
-        if ceil_mode:
-            o = -(-room // s[i]) + 1
-            if (o - 1) * s[i] >= size + p[i]:
-                o -= 1
-        else:
-            o = room // s[i] + 1
         outs.append(o)
         extra.append(max(0, (o - 1) * s[i] + span - (size + 2 * p[i])))
     return outs, extra
@@ -1081,15 +1082,15 @@ def _avg_pool(fn, x4, k, s, p, ceil_mode, count_include_pad, divisor_override):
             if not count_include_pad:
                 start, end = np.maximum(start, 0), np.minimum(end, n)
             sizes.append(end - start)
-        if all(len(z) == 0 or (z == z[0]).all() for z in sizes) and all(len(z) for z in sizes):
+        if all((z == z[0]).all() for z in sizes):
             uniform = float(sizes[0][0] * sizes[1][0])
         else:
             uniform = 1.0
             div = np.outer(sizes[0], sizes[1]).astype(np.float64)
     x4 = _extra_pad(x4, extra, 0.0)
-    c = x4.shape[1]
-    w = full((c, 1) + k if c else (0, 0) + k, 1.0 / uniform, dtype=x4.dtype)
-    y = _call(lib.AD_OP_CONV2D, (x4, w), s + p + (1, 1, max(c, 1)))
+    c = x4.shape[1]  # > 0: _pool_geometry refuses empty channels
+    w = full((c, 1) + k, 1.0 / uniform, dtype=x4.dtype)
+    y = _call(lib.AD_OP_CONV2D, (x4, w), s + p + (1, 1, c))
     if div is not None:
         y = y / tensor(div, dtype=x4.dtype)
     return y
