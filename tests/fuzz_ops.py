@@ -678,6 +678,10 @@ NN_ARGS = {
     "conv_transpose1d": lambda s, r, t: _conv(s, r, False, True),
     "max_pool2d": lambda s, r, t: _pool(s, r, True),
     "avg_pool2d": lambda s, r, t: _pool(s, r, True),
+    # classes near 2**31 (num_classes, or the largest value with -1) would be a real
+    # 16 GB allocation: small indices, and HUGE num_classes, which fail at once
+    "one_hot": lambda s, r, t: ((index_tensor(s, r, t, 0, r.choice((0, 1, 2))),
+                                 r.choice((-1, -1, 0, 1, 3, 7, -2) + HUGE)), {}),
     "max_pool1d": lambda s, r, t: _pool(s, r, False),
     "avg_pool1d": lambda s, r, t: _pool(s, r, False),
 }
