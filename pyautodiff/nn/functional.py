@@ -25,6 +25,7 @@ from .._lib import lib
 from ..errors import (DTypeError, Error, InvalidArgumentError, OutOfMemoryError, OutOfRangeError,
                       ShapeError)
 from ..indexing import _as_index, index_select
+from ..tensor import Tensor as _Tensor
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 _I64 = 1 << 63
@@ -46,9 +47,7 @@ def _desc(t):
 
 # ---- argument checking ------------------------------------------------------------------
 def _need_tensor(x, fn, name="input"):
-    from ..tensor import Tensor
-
-    if not isinstance(x, Tensor):
+    if not isinstance(x, _Tensor):
         raise InvalidArgumentError(f"{fn}: {name} must be a Tensor, got {type(x).__name__}")
     return x
 
@@ -95,6 +94,8 @@ def _float(v, fn, name):
 def _ntuple(v, n, fn, name):
     """An int or a sequence of exactly n ints, as a tuple of n ints (PyTorch
     raises rather than dropping the rest of a longer tuple, and so do we)."""
+    if type(v) is int and -_I64 <= v < _I64:  # the common call, kept short
+        return (v,) * n
     if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_)):
         return (_int(v, fn, name),) * n
     try:
@@ -108,11 +109,15 @@ def _ntuple(v, n, fn, name):
     return tuple(_int(x, fn, name) for x in items)
 
 
-def _at_least(vals, lo, fn, name):
-    if min(vals) < lo:
-        shown = vals if len(vals) > 1 else vals[0]
-        raise InvalidArgumentError(f"{fn}: {name} must be {'positive' if lo == 1 else '>= 0'}, "
-                                   f"got {shown}")
+def _in_range(vals, lo, fn, name):
+    """Every value in [lo, 2**31 - 1] (the native kernels' limit)."""
+    for v in vals:
+        if not lo <= v <= _INT32_MAX:
+            shown = vals if len(vals) > 1 else vals[0]
+            if v < lo:
+                raise InvalidArgumentError(f"{fn}: {name} must be "
+                                           f"{'positive' if lo == 1 else '>= 0'}, got {shown}")
+            raise InvalidArgumentError(f"{fn}: {name} {shown} is too large (at most 2**31 - 1)")
 
 
 def _reduction(r, op):
@@ -141,10 +146,10 @@ def _reduce(loss, r):
 
 
 def _tensor(x, like=None):
-    from ..tensor import Tensor, tensor
-
-    if isinstance(x, Tensor):
+    if isinstance(x, _Tensor):
         return x
+    from ..tensor import tensor
+
     return tensor(x, dtype=like.dtype if like is not None else None)
 
 
@@ -799,18 +804,25 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 def linear(input, weight, bias=None):
     """input @ weight.T + bias (weight (out, in), input (..., in))."""
     fn = "linear"
-    x = _need_tensor(input, fn)
-    _need_tensor(weight, fn, "weight")
-    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ShapeError(f"{fn}: input {_desc(x)} (..., in_features) does not match weight "
-                         f"{_desc(weight)} (out_features, in_features)")
-    y = x @ weight.t()
-    if bias is None:
-        return y
-    b = _tensor(bias, x)
-    if b.shape not in ((weight.shape[0],), ()):
-        raise ShapeError(f"{fn}: bias {_desc(b)} must have shape ({weight.shape[0]},)")
-    return y + b
+    if not isinstance(input, _Tensor) or not isinstance(weight, _Tensor):
+        _need_tensor(input, fn)
+        _need_tensor(weight, fn, "weight")
+    if weight.ndim != 2:  # a batched weight would broadcast silently in the matmul
+        raise ShapeError(f"{fn}: weight {_desc(weight)} must be 2-d (out_features, "
+                         f"in_features)")
+    b = None if bias is None else _tensor(bias, input)
+    try:  # the checks only run on failure, so that the common call stays one matmul
+        y = input @ weight.t()
+        return y if b is None else y + b
+    except (ShapeError, DTypeError) as e:
+        if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+            raise ShapeError(f"{fn}: input {_desc(input)} (..., in_features) does not match "
+                             f"weight {_desc(weight)} (out_features, in_features)") from None
+        if b is not None and b.shape not in ((weight.shape[0],), ()):
+            raise ShapeError(f"{fn}: bias {_desc(b)} must have shape ({weight.shape[0]},)") \
+                from None
+        raise type(e)(f"{fn}: input {_desc(input)}, weight {_desc(weight)}"
+                      f"{'' if b is None else ', bias ' + _desc(b)}: {e}") from None
 
 
 # ---- convolution -------------------------------------------------------------------------
@@ -828,16 +840,17 @@ def _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, transposed=
     """Checked (stride, padding, dilation, groups) for a conv over nd spatial
     dims; padding may come back as the string 'same'."""
     _need_tensor(weight, fn, "weight")
-    if weight.ndim != nd + 2:
+    ws, xs = weight.shape, x.shape
+    if len(ws) != nd + 2:
         kind = "(in_channels, out_channels/groups, *kernel)" if transposed else \
             "(out_channels, in_channels/groups, *kernel)"
         raise ShapeError(f"{fn}: weight must be {nd + 2}-d {kind}, got {_desc(weight)}")
     s = _ntuple(stride, nd, fn, "stride")
     d = _ntuple(dilation, nd, fn, "dilation")
-    g = _int(groups, fn, "groups")
-    _at_least(s, 1, fn, "stride")
-    _at_least(d, 1, fn, "dilation")
-    _at_least((g,), 1, fn, "groups")
+    g = groups if type(groups) is int else _int(groups, fn, "groups")
+    _in_range(s, 1, fn, "stride")
+    _in_range(d, 1, fn, "dilation")
+    _in_range((g,), 1, fn, "groups")
     if isinstance(padding, str):
         if transposed or padding not in ("valid", "same"):
             raise InvalidArgumentError(f"{fn}: padding must be an int, a tuple of {nd} ints"
@@ -848,31 +861,23 @@ def _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, transposed=
         p = (0,) * nd if padding == "valid" else "same"
     else:
         p = _ntuple(padding, nd, fn, "padding")
-        _at_least(p, 0, fn, "padding")
-    for name, vals in (("stride", s), ("dilation", d), ("groups", (g,)),
-                       ("padding", () if p == "same" else p)):
-        if vals and max(vals) > _INT32_MAX:  # the native kernels' limit
-            raise InvalidArgumentError(f"{fn}: {name} {vals if len(vals) > 1 else vals[0]} is "
-                                       f"too large (at most 2**31 - 1)")
-    c = x.shape[1]
+        _in_range(p, 0, fn, "padding")
+    c = xs[1]
     if not transposed:
-        if c != weight.shape[1] * g or weight.shape[0] % g:
+        if c != ws[1] * g or ws[0] % g:
             raise ShapeError(f"{fn}: input {_desc(x)} has {c} channels; weight {_desc(weight)} "
-                             f"with groups={g} takes {weight.shape[1] * g} channels and needs "
+                             f"with groups={g} takes {ws[1] * g} channels and needs "
                              f"out_channels divisible by groups")
-    elif c != weight.shape[0] or c % g:
+    elif c != ws[0] or c % g:
         raise ShapeError(f"{fn}: input {_desc(x)} has {c} channels; weight {_desc(weight)} "
-                         f"(in_channels first) with groups={g} takes {weight.shape[0]}, "
+                         f"(in_channels first) with groups={g} takes {ws[0]}, "
                          f"divisible by groups")
-    _same_dtype(x, weight, fn, "weight")
     for i in range(nd):
-        k, size = weight.shape[2 + i], x.shape[2 + i]
+        k, size = ws[2 + i], xs[2 + i]
         span = d[i] * (k - 1) + 1
         if span > _SIZE_LIMIT:
             raise InvalidArgumentError(f"{fn}: dilation {d[i]} makes the kernel span {span}, "
                                        f"too large")
-        if p != "same" and 2 * p[i] > _SIZE_LIMIT:
-            raise InvalidArgumentError(f"{fn}: padding {p[i]} is too large")
         if transposed:
             if (size - 1) * s[i] > _SIZE_LIMIT:
                 raise InvalidArgumentError(f"{fn}: stride {s[i]} makes the output of input "
@@ -883,14 +888,31 @@ def _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, transposed=
     return s, p, d, g
 
 
+def _native_conv(fn, op, x, w, iargs):
+    """The native conv call; its errors name the 2-d op, so a 1-d function's
+    message is prefixed with its own name."""
+    try:
+        return _call(op, (x, w), iargs)
+    except OutOfMemoryError:
+        raise
+    except Error as e:
+        if fn.endswith("2d"):
+            raise
+        raise type(e)(f"{fn}: {e}") from None
+
+
 def _bias(y, bias, fn, nd):
     if bias is None:
         return y
     b = _tensor(bias, y)
-    if b.shape != (y.shape[1],):
-        raise ShapeError(f"{fn}: bias must have shape ({y.shape[1]},), got {_desc(b)}")
-    _same_dtype(y, b, fn, "bias")
-    return y + b.reshape((1, -1) + (1,) * nd)
+    out = y.shape[1]
+    if b.shape != (out,):
+        raise ShapeError(f"{fn}: bias must have shape ({out},), got {_desc(b)}")
+    try:
+        return y + b.reshape((1, -1) + (1,) * nd)
+    except DTypeError:
+        _same_dtype(y, b, fn, "bias")
+        raise
 
 
 def _same_pads(weight, d):
@@ -911,7 +933,7 @@ def _conv(fn, input, weight, bias, stride, padding, dilation, groups, nd):
     w = weight
     if nd == 1:  # conv2d over a height of 1
         x, w, s, p, d = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (0,) + p, (1,) + d
-    y = _call(lib.AD_OP_CONV2D, (x, w), s + p + d + (g,))
+    y = _native_conv(fn, lib.AD_OP_CONV2D, x, w, s + p + d + (g,))
     if nd == 1:
         y = y.squeeze(2)
     y = _bias(y, bias, fn, nd)
@@ -936,7 +958,7 @@ def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, gr
     x, added = _batched(input, nd, fn)
     s, p, d, g = _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, True)
     op = _ntuple(output_padding, nd, fn, "output_padding")
-    _at_least(op, 0, fn, "output_padding")
+    _in_range(op, 0, fn, "output_padding")
     for i in range(nd):
         if op[i] >= s[i] and op[i] >= d[i]:
             raise InvalidArgumentError(f"{fn}: output padding {op[i]} must be smaller than the "
@@ -945,7 +967,7 @@ def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, gr
     if nd == 1:
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op
-    y = _call(lib.AD_OP_CONV_TRANSPOSE2D, (x, w), s + p + d + (g,) + op)
+    y = _native_conv(fn, lib.AD_OP_CONV_TRANSPOSE2D, x, w, s + p + d + (g,) + op)
     if nd == 1:
         y = y.squeeze(2)
     y = _bias(y, bias, fn, nd)
@@ -974,22 +996,22 @@ def _pool_geometry(fn, x, k, s, p, d, ceil_mode):
     sizes and the extra right padding ceil_mode needs.  PyTorch's rule: with
     ceil_mode the output rounds up, but the last window must start inside
     the input or its left padding."""
-    _at_least(k, 1, fn, "kernel_size")
-    _at_least(s, 1, fn, "stride")
-    _at_least(d, 1, fn, "dilation")
-    _at_least(p, 0, fn, "padding")
-    for name, vals in (("kernel_size", k), ("stride", s), ("dilation", d)):
-        if max(vals) > _INT32_MAX:
-            raise InvalidArgumentError(f"{fn}: {name} {vals} is too large")
-    if any(2 * pi > ki for pi, ki in zip(p, k)):
-        raise InvalidArgumentError(f"{fn}: padding {p} must be at most half the kernel size {k}")
+    _in_range(k, 1, fn, "kernel_size")
+    _in_range(s, 1, fn, "stride")
+    _in_range(d, 1, fn, "dilation")
+    _in_range(p, 0, fn, "padding")
     nd = len(k)
-    if 0 in x.shape[1:]:
+    for i in range(nd):
+        if 2 * p[i] > k[i]:
+            raise InvalidArgumentError(f"{fn}: padding {p} must be at most half the kernel "
+                                       f"size {k}")
+    xs = x.shape
+    if 0 in xs[1:]:
         raise ShapeError(f"{fn}: input {_desc(x)} has an empty channel or spatial dim (only the "
                          f"batch may be empty)")
     outs, extra = [], []
     for i in range(nd):
-        size = x.shape[x.ndim - nd + i]
+        size = xs[len(xs) - nd + i]
         span = d[i] * (k[i] - 1) + 1
         room = size + 2 * p[i] - span
         # PyTorch's formula (floor division rounds toward -inf, as its div_rtn)
@@ -1014,12 +1036,13 @@ def _extra_pad(x, extra, value):
     return pad(x, pads, value=value)
 
 
-def _max_pool(fn, x4, k, s, p, d, ceil_mode):
-    _, extra = _pool_geometry(fn, x4, k, s, p, d, ceil_mode)
-    if not x4.dtype.is_floating_point:
-        raise DTypeError(f"{fn}: input must be float32 or float64, got {_desc(x4)}")
+def _max_pool(fn, x4, k, s, p, d, extra):
     x4 = _extra_pad(x4, extra, -math.inf)  # as the native padding: never the max
-    return _call(lib.AD_OP_MAX_POOL2D, (x4,), k + s + p + d)
+    try:
+        return _call(lib.AD_OP_MAX_POOL2D, (x4,), k + s + p + d)
+    except DTypeError:
+        _need_float(x4, fn)
+        raise
 
 
 def _pool_stride(stride, k, n, fn):
@@ -1037,8 +1060,10 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     x, added = _batched(input, 2, fn)
     k = _ntuple(kernel_size, 2, fn, "kernel_size")
     s = _pool_stride(stride, k, 2, fn)
-    y = _max_pool(fn, x, k, s, _ntuple(padding, 2, fn, "padding"),
-                  _ntuple(dilation, 2, fn, "dilation"), bool(ceil_mode))
+    p = _ntuple(padding, 2, fn, "padding")
+    d = _ntuple(dilation, 2, fn, "dilation")
+    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    y = _max_pool(fn, x, k, s, p, d, extra)
     return y.squeeze(0) if added else y
 
 
@@ -1051,32 +1076,33 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     s = _pool_stride(stride, k, 1, fn)
     p = _ntuple(padding, 1, fn, "padding")
     d = _ntuple(dilation, 1, fn, "dilation")
-    _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))  # messages in 1-d terms
+    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
     y = _max_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, (1,) + d,
-                  bool(ceil_mode)).squeeze(2)
+                  [0] + extra).squeeze(2)
     return y.squeeze(0) if added else y
 
 
-def _avg_pool(fn, x4, k, s, p, ceil_mode, count_include_pad, divisor_override):
+def _avg_pool(fn, x4, k, s, p, outs, extra, count_include_pad, divisor_override):
     """Mean over windows of x4 (N, C, H, W): a depthwise conv2d with a constant
     kernel (its gradient is conv2d's), divided as PyTorch divides: by
     divisor_override; else by the window clipped to the padded input
     (count_include_pad) or to the input itself."""
     from ..tensor import full, tensor
 
-    outs, extra = _pool_geometry(fn, x4, k, s, p, (1, 1), ceil_mode)
-    if not x4.dtype.is_floating_point:
-        raise DTypeError(f"{fn}: input must be float32 or float64, got {_desc(x4)}")
+    _need_float(x4, fn)
     div = None
     if divisor_override is not None:
         dv = _int(divisor_override, fn, "divisor_override")
         if dv == 0:
             raise InvalidArgumentError(f"{fn}: divisor_override must not be zero")
         uniform = float(dv)
+    elif not any(extra) and (count_include_pad or not any(p)):
+        uniform = float(k[0] * k[1])  # every window is whole
     else:
+        xs = x4.shape
         sizes = []
         for i in range(2):
-            n = x4.shape[2 + i]
+            n = xs[2 + i]
             start = np.arange(outs[i], dtype=np.int64) * s[i] - p[i]
             end = np.minimum(start + k[i], n + p[i])
             if not count_include_pad:
@@ -1106,8 +1132,9 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     x, added = _batched(input, 2, fn)
     k = _ntuple(kernel_size, 2, fn, "kernel_size")
     s = _pool_stride(stride, k, 2, fn)
-    y = _avg_pool(fn, x, k, s, _ntuple(padding, 2, fn, "padding"), bool(ceil_mode),
-                  bool(count_include_pad), divisor_override)
+    p = _ntuple(padding, 2, fn, "padding")
+    outs, extra = _pool_geometry(fn, x, k, s, p, (1, 1), bool(ceil_mode))
+    y = _avg_pool(fn, x, k, s, p, outs, extra, bool(count_include_pad), divisor_override)
     return y.squeeze(0) if added else y
 
 
@@ -1120,7 +1147,7 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     k = _ntuple(kernel_size, 1, fn, "kernel_size")
     s = _pool_stride(stride, k, 1, fn)
     p = _ntuple(padding, 1, fn, "padding")
-    _pool_geometry(fn, x, k, s, p, (1,), bool(ceil_mode))  # messages in 1-d terms
-    y = _avg_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, bool(ceil_mode),
+    outs, extra = _pool_geometry(fn, x, k, s, p, (1,), bool(ceil_mode))
+    y = _avg_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, [1] + outs, [0] + extra,
                   bool(count_include_pad), None).squeeze(2)
     return y.squeeze(0) if added else y
