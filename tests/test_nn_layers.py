@@ -69,7 +69,12 @@ def test_embedding():
     norms = np.linalg.norm(np.asarray(m.weight), axis=1)
     assert np.all(norms[[0, 1, 3, 9]] <= 0.5 + 1e-6)
     e = nn.Embedding.from_pretrained(ad.tensor(r(4, 2)))
-    assert list(e.parameters()) == [] and e(ad.tensor([1, 2])).shape == (2, 2)
+    assert list(e.parameters()) == [] and list(e.state_dict()) == ["weight"]
+    v = ad.Var.ones(2, dtype=ad.float64)
+    grads = (e(ad.tensor([1, 2])) * v).sum().backward()
+    assert len(grads) == 1 and v in grads  # the frozen table gets no gradient
+    e = nn.Embedding.from_pretrained(ad.tensor(r(4, 2)), freeze=False)
+    assert [n for n, _ in e.named_parameters()] == ["weight"]
 
 
 def test_layer_norm():

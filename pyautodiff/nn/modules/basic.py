@@ -152,7 +152,7 @@ class Embedding(Module):
                 self.weight.set(w)
 
     def forward(self, input):
-        from ...tensor import Tensor, where
+        from ...tensor import where
 
         tensor_arg(self, input)
         if input.dtype.is_floating_point or input.dtype.name == "bool":
@@ -166,9 +166,11 @@ class Embedding(Module):
                                       f"out of range for {self.num_embeddings} embeddings")
         if self.max_norm is not None and idx.size:
             self._renorm(idx)
-        out = F.embedding(input, self.weight)
-        if self.padding_idx is not None and isinstance(self.weight, Tensor) and \
-                (idx == self.padding_idx).any():
+        w = self._parameters.get("weight")
+        if w is None:  # frozen (from_pretrained): a buffer, which gets no gradient
+            return F.embedding(input, self.weight.detach())
+        out = F.embedding(input, w)
+        if self.padding_idx is not None and (idx == self.padding_idx).any():
             # the padding row's value, but selected away from the gradient
             mask = (input == self.padding_idx).unsqueeze(-1)
             out = where(mask, F.embedding(input, self.weight.detach()), out)
