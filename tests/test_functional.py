@@ -857,3 +857,11 @@ def test_pool_edges():
                      (F.max_pool1d, (2, 0)), (F.avg_pool1d, (2, 2, 0))):
         with pytest.raises(ad.ShapeError, match=f.__name__ + r": input float32 .* empty"):
             f(ad.zeros(shape), 2)
+
+
+def test_pad_constant_cannot_crop_past_the_input():
+    with pytest.raises(ad.ShapeError, match=r"pad: padding \(-2, 2\) crops more than "
+                                                      r"dim 0 of input float32 \(1,\)"):
+        F.pad(ad.tensor([5.0]), (-2, 2))
+    assert F.pad(ad.tensor([5.0, 6.0, 7.0]), (-2, 2)).tolist() == [7.0, 0.0, 0.0]
+    assert F.pad(ad.tensor([5.0]), (-1, 2), value=1.0).tolist() == [1.0, 1.0]

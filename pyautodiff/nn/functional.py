@@ -273,6 +273,13 @@ def pad(input, pad, mode="constant", value=None):
     if len(pads) % 2:
         raise InvalidArgumentError(f"{fn}: pad must have an even length, got {pads}")
     if mode == "constant":
+        xs = x.shape
+        for i in range(min(len(pads) // 2, len(xs))):
+            lo, hi = pads[2 * i], pads[2 * i + 1]
+            if xs[-1 - i] + min(lo, 0) + min(hi, 0) < 0:  # PyTorch crops first
+                raise ShapeError(
+                    f"{fn}: padding ({lo}, {hi}) crops more than dim {len(xs) - 1 - i} of "
+                    f"input {_desc(x)} holds")
         fill = 0.0 if value is None else _float(value, fn, "value")
         return _call(lib.AD_OP_PAD, (x,), pads, (fill,))
     if mode not in _PAD_MODES:
