@@ -678,9 +678,16 @@ NN_ARGS = {
     "conv_transpose1d": lambda s, r, t: _conv(s, r, False, True),
     "max_pool2d": lambda s, r, t: _pool(s, r, True),
     "avg_pool2d": lambda s, r, t: _pool(s, r, True),
+    # classes near 2**31 (num_classes, or the largest value with -1) would be a real
+    # 16 GB allocation: small indices, and HUGE num_classes, which fail at once
+    "one_hot": lambda s, r, t: ((index_tensor(s, r, t, 0, r.choice((0, 1, 2))),
+                                 r.choice((-1, -1, 0, 1, 3, 7, -2) + HUGE)), {}),
     "max_pool1d": lambda s, r, t: _pool(s, r, False),
     "avg_pool1d": lambda s, r, t: _pool(s, r, False),
 }
+
+
+NN = ad.nn.functional  # the home of every nn function (ad.nn.* are aliases)
 
 
 def discover():
@@ -693,9 +700,9 @@ def discover():
             or n in ("Tensor", "Var", "GradStore", "no_grad", "enable_grad", "detect_anomaly")]
     mods = [n for n in mods if not isinstance(getattr(ad, n), ad.DType)
             and n not in ("DType",) and not n.endswith("Error")]
-    nnf = [n for n in dir(ad.nn) if not n.startswith("_") and n not in SKIP
-           and callable(getattr(ad.nn, n)) and not isinstance(getattr(ad.nn, n), type)
-           and getattr(getattr(ad.nn, n), "__module__", "") == ad.nn.__name__]
+    nnf = [n for n in dir(NN) if not n.startswith("_") and n not in SKIP
+           and callable(getattr(NN, n)) and not isinstance(getattr(NN, n), type)
+           and getattr(getattr(NN, n), "__module__", "") == NN.__name__]
     return tmeth, vmeth, mods, nnf
 
 
@@ -743,7 +750,7 @@ def act_module(state, r):
 
 def act_nn(state, r):
     name = r.choice(NNF)
-    fn = getattr(ad.nn, name)
+    fn = getattr(NN, name)
     t = pick(state, r)
     gen = NN_ARGS.get(name)
     args, kw = gen(state, r, t) if gen else generic_args(state, r, fn, t)
