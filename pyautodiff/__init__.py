@@ -19,6 +19,8 @@ from . import nn
 from .grad import GradStore, enable_grad, grad, is_grad_enabled, no_grad
 from .anomaly import detect_anomaly, is_anomaly_enabled
 from . import optim
+from .interop import from_dlpack
+from .io import load, save
 from ._lib import lib as _lib
 
 bool = bool_  # noqa: A001 - ad.bool is the dtype, as in DESIGN.md
