@@ -74,7 +74,7 @@ def to_dlpack(t, stream=None, max_version=None, dl_device=None, copy=None):
         from .tensor import _call
         t = _call(lib.AD_OP_COPY, (t.detach(),))
     out = ffi.new("void **")
-    st = lib.ad_tensor_to_dlpack(t._h, versioned, out)
+    st = lib.ad_tensor_to_dlpack(t._h, versioned, 1 if copy else 0, out)
     if st:
         raise_status(st)
     managed = _addr(out[0])

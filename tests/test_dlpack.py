@@ -105,6 +105,10 @@ def test_capsule_kinds_and_arguments():
     b = np.from_dlpack(_Capsule(c))
     np.testing.assert_array_equal(b, t.numpy())
     assert b.__array_interface__["data"][0] != addr(t)
+    b = np.from_dlpack(t, copy=True)  # a copy is the consumer's own: writable
+    assert b.flags.writeable and b.__array_interface__["data"][0] != addr(t)
+    b[0, 0] = 7.0
+    assert t.numpy()[0, 0] == 0.0
     with pytest.raises(ad.InvalidArgumentError, match="max_version"):
         t.__dlpack__(max_version=3)
 
@@ -341,7 +345,7 @@ def test_from_external_validates_its_arguments():
     assert lib.ad_tensor_from_external(low, 1, shape, neg, 2, 1, ffi.NULL, ffi.NULL,
                                        out) == lib.AD_ERR_VALUE
     assert lib.ad_tensor_from_dlpack(ffi.NULL, 1, out) == lib.AD_ERR_VALUE
-    assert lib.ad_tensor_to_dlpack(ffi.NULL, 1, ffi.new("void **")) == lib.AD_ERR_VALUE
+    assert lib.ad_tensor_to_dlpack(ffi.NULL, 1, 0, ffi.new("void **")) == lib.AD_ERR_VALUE
     lib.ad_dlpack_delete(ffi.NULL, 0)
 
 

@@ -313,8 +313,10 @@ AD_API int ad_tensor_is_external(const ad_tensor *t);
 /* DLPack export: *out receives a new DLManagedTensorVersioned (versioned 1,
    DLPack 1.0 layout, READ_ONLY flag set: tensors are immutable) or a legacy
    DLManagedTensor (versioned 0).  It holds a native reference to t's storage
-   (through an untracked view) until its deleter runs. */
-AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, void **out);
+   (through an untracked view) until its deleter runs.  copied 1 says t is a
+   copy made for the consumer: flagged IS_COPIED and writable instead. */
+AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, int copied,
+                                     void **out);
 /* Calls managed->deleter(managed) (a capsule destructor's job); NULL is fine. */
 AD_API void ad_dlpack_delete(void *managed, int versioned);
 /* DLPack import: a tensor viewing the producer's CPU memory.  On success the

@@ -17,6 +17,7 @@ typedef struct {
 enum { kDLCPU = 1 };
 enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 };
 #define DLPACK_FLAG_BITMASK_READ_ONLY (1ULL << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1ULL << 1)
 
 typedef struct {
     int32_t device_type; /* a C enum: int-sized */
@@ -81,7 +82,8 @@ static void export_free(dl_export *x) {
 static void legacy_deleter(DLManagedTensor *m) { export_free(m->manager_ctx); }
 static void versioned_deleter(DLManagedTensorVersioned *m) { export_free(m->manager_ctx); }
 
-AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, void **out) {
+AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, int copied,
+                                     void **out) {
     if (!t || !out) return ad_fail(AD_ERR_VALUE, "__dlpack__: NULL argument");
     dl_export *x = ad_calloc(sizeof *x);
     if (!x) return ad_fail_nomem("__dlpack__");
@@ -103,7 +105,9 @@ AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, void **o
         x->m.versioned.version = (DLPackVersion){1, 0};
         x->m.versioned.manager_ctx = x;
         x->m.versioned.deleter = versioned_deleter;
-        x->m.versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY; /* tensors are immutable */
+        /* tensors are immutable; a copy made for the consumer is its own */
+        x->m.versioned.flags =
+            copied ? DLPACK_FLAG_BITMASK_IS_COPIED : DLPACK_FLAG_BITMASK_READ_ONLY;
         x->m.versioned.dl_tensor = dl;
         *out = &x->m.versioned;
     } else {
