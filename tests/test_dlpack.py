@@ -486,3 +486,43 @@ def test_release_from_a_thread_without_the_gil():
         assert sys.getrefcount(a) == r0
         print("ok")
     """)
+
+
+def test_release_callback_runs_exactly_once_after_the_last_reference():
+    calls = []
+
+    @ffi.callback("void(void *)")
+    def release(ctx):
+        calls.append(int(ffi.cast("intptr_t", ctx)))
+
+    buf = ffi.new("float[]", list(range(12)))
+    shape = ffi.new("int64_t[]", [3, 4])
+    strides = ffi.new("int64_t[]", [1, 3])  # column-major
+    out = ffi.new("ad_tensor **")
+    assert lib.ad_tensor_from_external(buf, lib.AD_FLOAT32, shape, strides, 2, 1, release,
+                                       ffi.cast("void *", 42), out) == lib.AD_OK
+    from pyautodiff.tensor import _wrap
+    t = _wrap(out[0])
+    np.testing.assert_array_equal(t.numpy(), np.arange(12, dtype=np.float32).reshape(4, 3).T)
+    views = [t.t(), t[1:], t.contiguous()]
+    caps = [t.__dlpack__(max_version=(1, 0))]
+    exported = np.from_dlpack(t)
+    del t
+    assert calls == []
+    del views, caps
+    assert calls == []
+    del exported
+    import gc
+    gc.collect()
+    assert calls == [42]
+    # on failure the callback is not called: the caller keeps ownership
+    bad = ffi.new("int64_t[]", [-1, 4])
+    assert lib.ad_tensor_from_external(buf, lib.AD_FLOAT32, bad, ffi.NULL, 2, 1, release,
+                                       ffi.cast("void *", 43), out) == lib.AD_ERR_SHAPE
+    lib.ad_testing_fail_alloc_after(1)
+    try:
+        assert lib.ad_tensor_from_external(buf, lib.AD_FLOAT32, shape, ffi.NULL, 2, 1, release,
+                                           ffi.cast("void *", 44), out) == lib.AD_ERR_NOMEM
+    finally:
+        lib.ad_testing_fail_alloc_after(0)
+    assert calls == [42]
