@@ -1,18 +1,19 @@
 """pyautodiff: reverse-mode automatic differentiation with a native C engine.
 
     import pyautodiff as ad
-    w = ad.Var.randn((3, 2), seed=0)
+    w = ad.Var.randn(3, 2, seed=0)
     x = ad.tensor([[1.0, 2.0, 3.0]])
     loss = (x @ w).relu().sum()
     grads = loss.backward()
     grads[w]
 """
-from .errors import (DTypeError, Error, GraphError, InternalError, InvalidArgumentError,
-                     OutOfMemoryError, OutOfRangeError, ShapeError)
+from .errors import (ArgumentTypeError, DTypeError, Error, GraphError, InternalError,
+                     InvalidArgumentError, OutOfBoundsError, OutOfMemoryError, OutOfRangeError,
+                     ShapeError)
 from .dtypes import DType, bool_, float32, float64, int32, int64, uint8
 from .tensor import (Tensor, Var, arange, eye, from_numpy, full, full_like, matmul, ones,
                      ones_like, rand, randn, tensor, zeros, zeros_like)
-from .tensor import maximum, minimum, where
+from .tensor import manual_seed, maximum, minimum, where
 from .indexing import (cat, chunk, flip, gather, index_add, index_select, scatter_add,
                        split, stack)
 from . import nn

@@ -32,3 +32,17 @@ class OutOfMemoryError(Error, MemoryError):
 
 class InternalError(Error, RuntimeError):
     """A bug in pyautodiff: please report it."""
+
+
+class OutOfBoundsError(InvalidArgumentError, OverflowError):
+    """A Python number out of the range of the dtype or of the native integer
+    argument it must become (numpy 2 raises OverflowError in the same places:
+    `uint8 tensor + 300`, `tensor([2**63])`, a shape entry >= 2**63).  It is
+    an OverflowError, so code written for numpy's behaviour catches it, and an
+    InvalidArgumentError (a bad argument value) like the native library's own
+    range errors."""
+
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of the wrong Python type (a float where an int is needed, a
+    list where a tensor is needed)."""

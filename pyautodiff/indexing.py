@@ -72,6 +72,24 @@ def getitem(t, key):
     return out
 
 
+def numpy_key(key):
+    """An index for numpy: tensors inside it become numpy arrays (Var.__setitem__
+    applies the index with numpy's own rules)."""
+    from .tensor import Tensor
+
+    if isinstance(key, tuple):
+        return tuple(numpy_key(k) for k in key)
+    if isinstance(key, Tensor):
+        a = key.numpy()
+        if a.dtype.kind not in "iub":
+            raise IndexError(f"index: tensors used as indices must be integer or bool, got "
+                             f"{a.dtype}")
+        return a if a.ndim else a.item()
+    if isinstance(key, list):
+        return np.asarray([k.numpy() if isinstance(k, Tensor) else k for k in key])
+    return key
+
+
 # ---- advanced indexing -------------------------------------------------------------
 def _is_advanced(k):
     from .tensor import Tensor

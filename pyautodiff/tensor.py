@@ -15,7 +15,8 @@ import numpy as np
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from . import indexing as _ix
-from .errors import DTypeError, GraphError, InvalidArgumentError, ShapeError
+from .errors import (ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError,
+                     OutOfBoundsError, OutOfMemoryError, ShapeError)
 
 _new = object.__new__
 _release = lib.ad_tensor_release
@@ -29,6 +30,11 @@ def _wrap(h, cls=None):
 
 
 _tls = threading.local()
+
+
+class _ReleasedError(GraphError, AttributeError):
+    """Use of a tensor after an explicit __del__() (an AttributeError too, so
+    getattr(t, "_h", None) and hasattr still work)."""
 
 
 def _out():
@@ -48,14 +54,36 @@ def _tls_one():
     return p
 
 
-def _shape_arg(shape, name="shape"):
-    """A shape given as a tuple/list of ints or as one int (PyTorch's convention)."""
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _shape_arg(shape, name="shape", fn=None):
+    """A shape given as a tuple/list of ints or as one int (PyTorch's convention).
+    Each entry must fit the native int64 (checked here: cffi would raise a bare
+    OverflowError)."""
+    where = f"{fn}: " if fn else ""
     if isinstance(shape, numbers.Integral):
-        return (operator.index(shape),)
+        shape = (shape,)
     try:
-        return tuple(operator.index(s) for s in shape)
+        out = tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise TypeError(f"{name} must be an int or a sequence of ints, got {shape!r}") from None
+        raise ArgumentTypeError(f"{where}{name} must be an int or a sequence of ints, "
+                                f"got {shape!r}") from None
+    for s in out:
+        if not _I64_MIN <= s <= _I64_MAX:
+            raise OutOfBoundsError(f"{where}{name} entry {_short(s)} is out of the int64 range")
+    return out
+
+
+def _shape_varargs(shape, fn):
+    """The shape of zeros(2, 3) / zeros((2, 3)) / zeros([2, 3]) / zeros()."""
+    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        shape = shape[0]
+    elif not all(isinstance(s, numbers.Integral) for s in shape):
+        raise ArgumentTypeError(f"{fn}: the shape is given as ints or as one tuple, and seed, "
+                                f"dtype and std are keyword-only; got positional arguments "
+                                f"{shape!r}")
+    return _shape_arg(shape, "shape", fn)
 
 
 def _dims_arg(dim):
@@ -68,18 +96,53 @@ def _dims_arg(dim):
 
 def _call(op, inputs, iargs=(), fargs=()):
     """The generic native entry: one op over tensors with int/float arguments
-    (cffi passes a tuple or list as a temporary C array)."""
+    (cffi passes a tuple or list as a temporary C array).  `inputs` is a tuple
+    or a list, held by this frame until the call returns: the handles taken
+    from it are borrowed, so the tensors must outlive the native call."""
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    st = _ad_op_call(op, [t._h for t in inputs], len(inputs), iargs or _NULL, len(iargs),
-                     fargs or _NULL, len(fargs), out)
+    try:
+        st = _ad_op_call(op, [t._h for t in inputs], len(inputs), iargs or _NULL, len(iargs),
+                         fargs or _NULL, len(fargs), out)
+    except (OverflowError, TypeError) as e:  # cffi could not convert an argument
+        raise _arg_error(op, inputs, iargs, fargs, e) from None
     if st:
         raise_status(st)
     t = _new(Tensor)
     t._h = out[0]
     return t
+
+
+def _op_name(op):
+    return ffi.string(lib.ad_op_name(op)).decode()
+
+
+def _arg_error(op, inputs, iargs, fargs, e):
+    """The ad.Error for an argument cffi refused, naming the op and the argument."""
+    name = _op_name(op)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            return ArgumentTypeError(f"{name}: input {i} is a {type(t).__name__}, not a Tensor")
+    for i, v in enumerate(iargs):
+        if not isinstance(v, numbers.Integral):
+            return ArgumentTypeError(f"{name}: integer argument {i} is {v!r} "
+                                     f"({type(v).__name__}), not an int (int arguments "
+                                     f"{tuple(iargs)})")
+        if not _I64_MIN <= v <= _I64_MAX:
+            return OutOfBoundsError(f"{name}: integer argument {i} = {_short(v)} is out of the "
+                                    f"int64 range")
+    for i, v in enumerate(fargs):
+        if not isinstance(v, numbers.Real):
+            return ArgumentTypeError(f"{name}: float argument {i} is {v!r} "
+                                     f"({type(v).__name__}), not a real number")
+        try:
+            float(v)
+        except OverflowError:
+            return OutOfBoundsError(f"{name}: float argument {i} = {v} is out of the float64 "
+                                    f"range")
+    return ArgumentTypeError(f"{name}: bad argument ({e})")
 
 
 _ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
@@ -118,9 +181,51 @@ def _scalar(op, x, s):
     return t
 
 
+_INT_RANGE = {d.code: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max))
+              for d in (_dt.int64, _dt.int32, _dt.uint8)}
+_CMP_RANGE = dict(_INT_RANGE)
+_CMP_RANGE[_dt.bool_.code] = (0, 1)
+_CODE_I64 = _dt.int64.code
+_EXACT = 1 << 53  # every int up to this magnitude is a double
+
+
+def _short(v):
+    """A number for a message (a 300-digit int would drown it)."""
+    r = repr(v)
+    return r if len(r) <= 24 else f"{r[:10]}...({len(r)} digits)"
+
+
+def _check_scalar(o, code, fn, ranges=_INT_RANGE):
+    """A scalar operand against the integer dtype `code` (numpy 2's rule: a
+    Python number out of the dtype's range raises).  Returns the value to
+    pass: the scalar itself, or an exact 0-d int64 tensor when the double the
+    scalar ops take cannot carry it."""
+    r = ranges.get(code)
+    if r is None:  # a float dtype: the double is what the op computes in
+        return o
+    return _check_int_scalar(o, r, code, fn)
+
+
+def _check_int_scalar(o, r, code, fn):
+    if o != o:  # NaN: the op's own dtype check names it
+        return o
+    if not r[0] <= o <= r[1]:
+        raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of bounds for "
+                               f"{_dt.BY_CODE[code].name} (range {r[0]}..{r[1]})")
+    if code == _CODE_I64 and not -_EXACT <= o <= _EXACT and isinstance(o, numbers.Integral):
+        return from_numpy(np.array(int(o), dtype=np.int64))
+    return o
+
+
+_ad_dtype = lib.ad_tensor_dtype
+
+
 def _operator(op, scalar_op, reflected=False, negate_scalar=False):
     """An arithmetic operator method: tensor operands go to the binary op,
-    Python scalars to the tensor-scalar op (which never changes the dtype)."""
+    Python scalars to the tensor-scalar op (which never changes the dtype),
+    except an int beyond 2**53 with an int64 tensor, which goes exactly as a
+    0-d int64 tensor to the binary op."""
+    fn = _op_name(scalar_op)
 
     def method(self, o):
         try:
@@ -128,16 +233,26 @@ def _operator(op, scalar_op, reflected=False, negate_scalar=False):
         except AttributeError:
             out = _out()
         if not isinstance(o, Tensor):
-            if _is_scalar(o):
-                if negate_scalar:  # negate as a Python number: -np.uint8(3) wraps
-                    o = -(o.item() if isinstance(o, np.generic) else o)
-                st = _ad_scalar(scalar_op, self._h, o, out)
-                if st:
-                    raise_status(st)
-                t = _new(Tensor)
-                t._h = out[0]
-                return t
-            o = _as_tensor_like(o, self)
+            if not _is_scalar(o):
+                o = _as_tensor_like(o, self)
+            else:
+                code = _ad_dtype(self._h)
+                r = _INT_RANGE.get(code)
+                if r is not None:  # an integer tensor: the scalar must fit its dtype
+                    o = _check_int_scalar(o, r, code, fn)
+                if not isinstance(o, Tensor):
+                    if negate_scalar:  # negate as a Python number: -np.uint8(3) wraps
+                        o = -(o.item() if isinstance(o, np.generic) else o)
+                    try:
+                        st = _ad_scalar(scalar_op, self._h, o, out)
+                    except OverflowError:  # an int beyond the double range
+                        raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of the "
+                                               f"float64 range") from None
+                    if st:
+                        raise_status(st)
+                    t = _new(Tensor)
+                    t._h = out[0]
+                    return t
         st = _ad_binary(op, o._h, self._h, out) if reflected else _ad_binary(op, self._h, o._h,
                                                                              out)
         if st:
@@ -170,10 +285,19 @@ def _as_tensor_like(x, like):
     raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
 
 
-def _full_like_scalar(s, like):
-    """A 0-d tensor of like's dtype holding s (comparisons with a scalar)."""
+def _full_like_scalar(s, like, fn="compare"):
+    """A 0-d tensor of like's dtype holding s exactly (comparisons, maximum,
+    where with a scalar); s out of the dtype's range raises."""
+    s = _check_scalar(s, like._dtype_code(), fn, _CMP_RANGE)
+    if isinstance(s, Tensor):
+        return s
+    try:
+        v = float(s)
+    except OverflowError:
+        raise OutOfBoundsError(f"{fn}: Python scalar {_short(s)} is out of the float64 "
+                               f"range") from None
     out = ffi.new("ad_tensor **")
-    st = lib.ad_tensor_full(float(s), like._dtype_code(), _NULL, 0, out)
+    st = lib.ad_tensor_full(v, like._dtype_code(), _NULL, 0, out)
     if st:
         raise_status(st)
     return _wrap(out[0])
@@ -189,15 +313,40 @@ class Tensor:
 
     def __init__(self, data, dtype=None):
         src = tensor(data, dtype)
-        self._h = src._h
-        src._h = _NULL
+        h = src._h
+        del src._h  # the handle moves: src's __del__ must not release it
+        self._take(h)
+
+    def _take(self, h):
+        """Holds h, releasing a handle held before (__init__ called twice)."""
+        try:
+            old = self._h
+        except AttributeError:
+            old = None
+        self._h = h
+        if old is not None:
+            _release(old)
 
     def __del__(self, _release=_release):
+        # idempotent: an explicit t.__del__() leaves no handle behind, so the
+        # garbage collector's own call (or any later use) cannot reach a
+        # released tensor
         try:
             h = self._h
-        except AttributeError:  # __init__ failed before taking a handle
+            del self._h
+        except AttributeError:  # released already, or __init__ failed before taking one
             return
-        _release(h)  # NULL is fine
+        _release(h)
+
+    def __getattr__(self, name):
+        # reached only when normal lookup fails, also when a property raised
+        # AttributeError: without a handle the tensor was released
+        try:
+            object.__getattribute__(self, "_h")
+        except AttributeError:
+            raise _ReleasedError(f"this tensor was released (its __del__ was called): "
+                                 f"{name} cannot be used any more") from None
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---- properties -----------------------------------------------------------
     @property
@@ -225,7 +374,9 @@ class Tensor:
     def ndim(self):
         return lib.ad_tensor_ndim(self._h)
 
-    dim = ndim
+    def dim(self):
+        """The number of dims (PyTorch's method; `ndim` is the property)."""
+        return lib.ad_tensor_ndim(self._h)
 
     def numel(self):
         return lib.ad_tensor_numel(self._h)
@@ -270,8 +421,15 @@ class Tensor:
         return np.asarray(_ArrayView(self))
 
     def __array__(self, dtype=None, copy=None):
+        """numpy 2's protocol: copy=True always copies, copy=False never does
+        (ValueError when a dtype change needs one), None copies only when needed.
+        Without a copy the array is the read-only zero-copy view of numpy()."""
         a = self.numpy()
         if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise InvalidArgumentError(
+                    f"__array__: a {self.dtype.name} tensor cannot become a {np.dtype(dtype)} "
+                    f"array without a copy (copy=False was asked)")
             return a.astype(dtype)
         return a.copy() if copy else a
 
@@ -298,18 +456,23 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def item(self):
+    def item(self, _fn="item"):
         if self.numel() != 1:
             raise InvalidArgumentError(
-                f"item: only a tensor with one element converts to a Python scalar, "
+                f"{_fn}: only a tensor with one element converts to a Python scalar, "
                 f"got shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def __float__(self):
-        return float(self.item())
+        return float(self.item("float()"))
 
     def __int__(self):
-        return int(self.item())
+        return int(self.item("int()"))
+
+    def __format__(self, spec):
+        if not spec:
+            return str(self)
+        return format(self.item(f"format(tensor, {spec!r})"), spec)
 
     def __index__(self):
         if self.dtype.is_floating_point or self.dtype is _dt.bool_:
@@ -385,10 +548,18 @@ class Tensor:
 
         if grad is not None and not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=self.dtype)
+        # the tensors themselves are held (not only their handles) until the
+        # native call returns: retain may be a generator of temporaries
+        retain = tuple(retain)
+        for i, t in enumerate(retain):
+            if not isinstance(t, Tensor):
+                raise ArgumentTypeError(f"backward: retain[{i}] is a {type(t).__name__}, "
+                                        f"not a Tensor")
         keep = [t._h for t in retain]
         out = ffi.new("ad_gradstore **")
         st = lib.ad_backward(self._h, grad._h if grad is not None else _NULL, keep or _NULL,
                              len(keep), out)
+        del retain
         if st:
             raise_status(st)
         return GradStore._from_handle(out[0])
@@ -441,6 +612,9 @@ class Tensor:
         return self.abs()
 
     def _cmp(self, o, op):
+        # a scalar beyond an integer tensor's range raises, as in arithmetic
+        # (numpy 2 would answer False/True; PyTorch raises, and one rule for
+        # every scalar operand is easier to remember)
         return _binary(op, *_pair(self, o))
 
     def __eq__(self, o):
@@ -663,14 +837,14 @@ class Tensor:
     def reshape(self, *shape):
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
-        return _call(lib.AD_OP_RESHAPE, (self,), _shape_arg(shape))
+        return _call(lib.AD_OP_RESHAPE, (self,), _shape_arg(shape, "shape", "reshape"))
 
     view = reshape
 
     def permute(self, *dims):
         if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
             dims = dims[0]
-        return _call(lib.AD_OP_PERMUTE, (self,), _shape_arg(dims, "dims"))
+        return _call(lib.AD_OP_PERMUTE, (self,), _shape_arg(dims, "dims", "permute"))
 
     def transpose(self, dim0, dim1):
         n = self.ndim
@@ -700,7 +874,7 @@ class Tensor:
     def broadcast_to(self, *shape):
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
-        return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape))
+        return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape, "shape", "broadcast_to"))
 
     def expand(self, *sizes):
         return _ix.expand(self, *sizes)
@@ -780,6 +954,11 @@ class Tensor:
 
         return getitem(self, key)
 
+    def __setitem__(self, key, value):
+        raise TypeError("tensors are immutable: t[idx] = value is not allowed on a Tensor; "
+                        "build a new tensor (ad.where, index_add, cat), or hold the value in "
+                        "an ad.Var and write it with var[idx] = value or Var.set")
+
 
 def _norm_dim(d, n, op):
     d = operator.index(d)
@@ -828,9 +1007,7 @@ class Var(Tensor):
         st = lib.ad_var_from_tensor(src._h, out)
         if st:
             raise_status(st)
-        if out[0] == src._h:  # data was already a Var: share it
-            pass
-        self._h = out[0]
+        self._take(out[0])  # (the same native Var when data was one: shared, as from_tensor)
 
     @classmethod
     def from_tensor(cls, t):
@@ -846,17 +1023,21 @@ class Var(Tensor):
         return _wrap(out[0], Var)
 
     @classmethod
-    def zeros(cls, shape, dtype=None):
-        return cls.from_tensor(zeros(shape, dtype))
+    def zeros(cls, *shape, dtype=None):
+        return cls.from_tensor(zeros(_shape_varargs(shape, "Var.zeros"), dtype=dtype))
 
     @classmethod
-    def ones(cls, shape, dtype=None):
-        return cls.from_tensor(ones(shape, dtype))
+    def ones(cls, *shape, dtype=None):
+        return cls.from_tensor(ones(_shape_varargs(shape, "Var.ones"), dtype=dtype))
 
     @classmethod
-    def randn(cls, shape, seed=None, dtype=None, std=1.0):
-        t = randn(shape, seed=seed, dtype=dtype)
+    def randn(cls, *shape, seed=None, dtype=None, std=1.0):
+        t = randn(_shape_varargs(shape, "Var.randn"), seed=seed, dtype=dtype)
         return cls.from_tensor(t * std if std != 1.0 else t)
+
+    @classmethod
+    def rand(cls, *shape, seed=None, dtype=None):
+        return cls.from_tensor(rand(_shape_varargs(shape, "Var.rand"), seed=seed, dtype=dtype))
 
     def set(self, src):
         """Writes src into this Var in place (bumps its version).  src must have
@@ -866,6 +1047,51 @@ class Var(Tensor):
         st = lib.ad_var_set(self._h, src._h)
         if st:
             raise_status(st)
+
+    # ---- in place, as Var.set (PyTorch's `with no_grad(): w -= lr * g`) ---------------
+    def _inplace(self, o, fn, name):
+        """self = fn(self, o) written into this Var: same id, version bumped,
+        nothing recorded.  The operands follow the operator's own rules (mixed
+        float widths are a DTypeError, as out of place)."""
+        from .grad import no_grad
+
+        with no_grad():
+            new = fn(self, o)
+            if new.shape != self.shape:
+                raise ShapeError(f"Var {name}=: the result has shape {new.shape}, the Var "
+                                 f"{self.shape} (an in-place update cannot change the shape)")
+            if new.id == self.id or lib.ad_tensor_data(new._h) == lib.ad_tensor_data(self._h):
+                new = _call(lib.AD_OP_COPY, (new.detach(),))  # set refuses shared storage
+            self.set(new)
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace(o, operator.add, "+")
+
+    def __isub__(self, o):
+        return self._inplace(o, operator.sub, "-")
+
+    def __imul__(self, o):
+        return self._inplace(o, operator.mul, "*")
+
+    def __itruediv__(self, o):
+        return self._inplace(o, operator.truediv, "/")
+
+    def __setitem__(self, key, value):
+        """var[key] = value writes in place, as Var.set (version bumped): any
+        numpy index, value broadcast as numpy does."""
+        from .errors import OutOfRangeError
+
+        key = _ix.numpy_key(key)
+        a = np.array(self.numpy())  # a writable copy; set() writes it back in one step
+        try:
+            a[key] = np.asarray(value)
+        except IndexError as e:
+            raise OutOfRangeError(f"Var[...] = value: {e} (shape {self.shape})") from None
+        except ValueError as e:
+            raise ShapeError(f"Var[...] = value: {e} (Var shape {self.shape}, value shape "
+                             f"{np.shape(value)})") from None
+        self.set(from_numpy(a))
 
     def as_tensor(self):
         """The Var seen as a Tensor (same id, still tracked)."""
@@ -898,10 +1124,10 @@ def tensor(data, dtype=None):
         return _from_numpy_copy(data, dtype)
     try:
         arr = np.asarray(data)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError) as e:
         raise InvalidArgumentError(f"tensor: cannot convert {type(data).__name__}: {e}") from None
     if arr.dtype == object:
-        raise InvalidArgumentError(f"tensor: cannot convert ragged or non-numeric data")
+        arr = _object_array(arr, dtype)
     if dtype is None:
         if arr.dtype.kind == "f":
             dtype = _dt.float32
@@ -922,6 +1148,48 @@ def from_numpy(a, dtype=None, *, copy=None):
     return _from_numpy(a, dtype, copy)
 
 
+def _object_array(arr, dtype):
+    """numpy gives an object array for ints beyond int64/uint64 (2**64, or 2**63
+    mixed with negatives): such an int is out of bounds for every integer dtype;
+    for a float dtype the values are converted as Python floats."""
+    flat = arr.ravel()
+    if not flat.size or not all(isinstance(v, numbers.Real) for v in flat):
+        raise InvalidArgumentError("tensor: cannot convert ragged or non-numeric data")
+    floats = any(not isinstance(v, numbers.Integral) for v in flat)
+    dt = _dt.as_dtype(dtype) if dtype is not None else _dt.float32 if floats else _dt.int64
+    if dt.is_floating_point or dt is _dt.bool_:
+        try:
+            return np.array([float(v) for v in flat], dtype=np.float64).reshape(arr.shape)
+        except OverflowError:
+            big = next(v for v in flat if isinstance(v, numbers.Integral) and abs(v) > 2 ** 1023)
+            raise OutOfBoundsError(f"tensor: Python integer {_short(big)} is out of the float64 "
+                                   f"range") from None
+    lo, hi = _INT_RANGE[dt.code]
+    big = next((v for v in flat if not lo <= v <= hi), None)
+    if big is not None:
+        raise OutOfBoundsError(f"tensor: Python integer {_short(big)} is out of bounds for "
+                               f"{dt.name} (range {lo}..{hi})")
+    return np.array([int(v) for v in flat], dtype=dt.numpy).reshape(arr.shape)
+
+
+def _check_int_range(a, dt, fn):
+    """Values of a that the cast to the integer dtype dt would wrap raise (numpy
+    2 raises for out-of-bounds Python ints; an explicit numpy cast would wrap)."""
+    lo, hi = _INT_RANGE[dt.code]
+    if a.dtype.kind in "iu":
+        info = np.iinfo(a.dtype)
+        if lo <= info.min and info.max <= hi:
+            return
+        mn, mx = int(a.min()), int(a.max())
+        bad = mn if mn < lo else mx if mx > hi else None
+    else:  # float: the cast truncates toward zero
+        mn, mx = float(a.min()), float(a.max())
+        bad = mn if mn <= lo - 1 else mx if mx >= hi + 1 else None
+    if bad is not None:
+        raise OutOfBoundsError(f"{fn}: value {bad} is out of bounds for {dt.name} "
+                               f"(range {lo}..{hi})")
+
+
 def _from_numpy_copy(a, dtype=None):
     """A new tensor holding a copy of the numpy array a (its dtype kept)."""
     a = np.asarray(a)
@@ -930,6 +1198,8 @@ def _from_numpy_copy(a, dtype=None):
         if a.dtype.kind == "f" and not dt.is_floating_point and dt is not _dt.bool_:
             if not np.all(np.isfinite(a)):
                 raise InvalidArgumentError(f"tensor: non-finite values cannot become {dt.name}")
+        if dt.code in _INT_RANGE and a.size and a.dtype.kind in "iuf":
+            _check_int_range(a, dt, "tensor")
         a = a.astype(dt.numpy)
     shape = a.shape
     a = np.ascontiguousarray(a).reshape(shape)  # ascontiguousarray turns 0-d into 1-d
@@ -946,56 +1216,101 @@ def _default_dtype(dtype):
 
 
 def full(shape, value, dtype=None):
-    shape = _shape_arg(shape)
+    shape = _shape_arg(shape, "shape", "full")
     if dtype is None:
         dtype = (_dt.bool_ if isinstance(value, (bool, np.bool_)) else
                  _dt.int64 if isinstance(value, numbers.Integral) else _dt.float32)
     dt = _dt.as_dtype(dtype)
-    if isinstance(value, numbers.Integral) and abs(int(value)) > 2 ** 53 and dt is _dt.int64:
+    r = _INT_RANGE.get(dt.code)
+    if r is not None and isinstance(value, numbers.Real) and value == value and not (
+            r[0] <= value <= r[1] if isinstance(value, numbers.Integral)
+            else r[0] - 1 < value < r[1] + 1):  # a float is truncated toward zero
+        raise OutOfBoundsError(f"full: value {value!r} cannot be represented in {dt.name} "
+                               f"(range {r[0]}..{r[1]})")
+    if isinstance(value, numbers.Integral) and abs(int(value)) > _EXACT and dt is _dt.int64:
         # beyond 2**53 a double cannot carry the value to C exactly
         return from_numpy(np.full(shape, int(value), dtype=np.int64))
+    try:
+        v = float(value)
+    except OverflowError:
+        raise OutOfBoundsError(f"full: value {_short(value)} is out of the float64 "
+                               f"range") from None
+    except TypeError:
+        raise ArgumentTypeError(f"full: value must be a real number, got "
+                                f"{type(value).__name__}") from None
     out = _out()
-    st = lib.ad_tensor_full(float(value), dt.code, list(shape) or _NULL, len(shape), out)
+    st = lib.ad_tensor_full(v, dt.code, list(shape) or _NULL, len(shape), out)
     if st:
         raise_status(st)
     return _wrap(out[0])
 
 
-def zeros(shape, dtype=None):
-    return full(shape, 0.0, _default_dtype(dtype))
+def zeros(*shape, dtype=None):
+    """Zeros of the shape given as ints or as one tuple: zeros(2, 3) or zeros((2, 3))."""
+    return full(_shape_varargs(shape, "zeros"), 0.0, _default_dtype(dtype))
 
 
-def ones(shape, dtype=None):
-    return full(shape, 1.0, _default_dtype(dtype))
+def ones(*shape, dtype=None):
+    """Ones of the shape given as ints or as one tuple: ones(2, 3) or ones((2, 3))."""
+    return full(_shape_varargs(shape, "ones"), 1.0, _default_dtype(dtype))
 
 
 def zeros_like(t, dtype=None):
-    return zeros(t.shape, dtype or t.dtype)
+    return zeros(t.shape, dtype=dtype or t.dtype)
 
 
 def ones_like(t, dtype=None):
-    return ones(t.shape, dtype or t.dtype)
+    return ones(t.shape, dtype=dtype or t.dtype)
 
 
 def full_like(t, value, dtype=None):
     return full(t.shape, value, dtype or t.dtype)
 
 
+def _int_arg(v, fn, name):
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ArgumentTypeError(f"{fn}: {name} must be an int, got {v!r} "
+                                f"({type(v).__name__})") from None
+
+
 def arange(start, stop=None, step=1, dtype=None):
     if stop is None:
         start, stop = 0, start
+    for name, v in (("start", start), ("end", stop), ("step", step)):
+        if not isinstance(v, numbers.Real):
+            raise ArgumentTypeError(f"arange: {name} must be a real number, got "
+                                    f"{type(v).__name__}")
     if step == 0:
         raise InvalidArgumentError("arange: step must not be zero")
-    n = max(0, -(-(stop - start) // step)) if all(
-        isinstance(v, numbers.Integral) for v in (start, stop, step)) else max(
-        0, int(np.ceil((stop - start) / step)))
+    ints = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+    try:
+        n = max(0, -(-(stop - start) // step)) if ints else max(
+            0, int(np.ceil((stop - start) / step)))
+    except (OverflowError, ValueError):  # inf or nan bounds
+        raise InvalidArgumentError(f"arange: cannot count the values from {start} to {stop} "
+                                   f"by {step}") from None
     if dtype is None:
-        dtype = (_dt.int64 if all(isinstance(v, numbers.Integral) for v in (start, stop, step))
-                 else _dt.float32)
+        dtype = _dt.int64 if ints else _dt.float32
     dt = _dt.as_dtype(dtype)
-    if dt is _dt.int64 and any(isinstance(v, numbers.Integral) and abs(int(v)) > 2 ** 53
+    r = _INT_RANGE.get(dt.code)
+    if r is not None and n > 0:
+        for name, v in (("start", start), ("last value", start + (n - 1) * step)):
+            if not r[0] <= v <= r[1]:
+                raise OutOfBoundsError(f"arange: {name} {v} is out of bounds for {dt.name} "
+                                       f"(start={start}, end={stop}, step={step})")
+    if n > _I64_MAX // 8:
+        raise OutOfMemoryError(f"arange: {n} values of {dt.name} cannot be allocated "
+                               f"(start={start}, end={stop}, step={step})")
+    if dt is _dt.int64 and any(isinstance(v, numbers.Integral) and abs(int(v)) > _EXACT
                                for v in (start, stop, step)):
-        return from_numpy(np.arange(int(start), int(stop), int(step), dtype=np.int64))
+        # beyond 2**53 a double cannot carry the values to C exactly
+        try:
+            return from_numpy(np.arange(int(start), int(stop), int(step), dtype=np.int64))
+        except (MemoryError, ValueError) as e:
+            raise OutOfMemoryError(f"arange: {n} values of int64 cannot be allocated ({e})") \
+                from None
     out = _out()
     st = lib.ad_tensor_arange(float(start), float(step), n, dt.code, out)
     if st:
@@ -1004,20 +1319,64 @@ def arange(start, stop=None, step=1, dtype=None):
 
 
 def eye(n, m=None, dtype=None):
-    m = n if m is None else m
-    return from_numpy(np.eye(n, m), _default_dtype(dtype))
+    """The n x m identity (m defaults to n)."""
+    n = _int_arg(n, "eye", "n")
+    m = n if m is None else _int_arg(m, "eye", "m")
+    for name, v in (("n", n), ("m", m)):
+        if v < 0:
+            raise InvalidArgumentError(f"eye: {name} must be >= 0, got {v}")
+    dt = _default_dtype(dtype)
+    if n * m * dt.itemsize > _I64_MAX:
+        raise OutOfMemoryError(f"eye: n={n}, m={m}: {n * m} elements of {dt.name} cannot be "
+                               f"allocated")
+    try:
+        a = np.eye(n, m, dtype=dt.numpy)
+    except (MemoryError, ValueError) as e:
+        raise OutOfMemoryError(f"eye: n={n}, m={m}: {n * m} elements of {dt.name} cannot be "
+                               f"allocated ({e})") from None
+    return from_numpy(a)
+
+
+# ---- the default generator (ad.manual_seed) ------------------------------------------------
+_MASK64 = (1 << 64) - 1
+_gen_lock = threading.Lock()
+_gen_state = None  # None until manual_seed: seeds are drawn from os.urandom
+
+
+def manual_seed(seed):
+    """Seeds the default generator that rand, randn, dropout and nn.init use
+    when no seed= is given: after manual_seed(n) the same calls give the same
+    numbers."""
+    global _gen_state
+    seed = _int_arg(seed, "manual_seed", "seed")
+    with _gen_lock:
+        _gen_state = seed & _MASK64
+
+
+def _next_seed():
+    """The next seed of the default generator (a splitmix64 stream, so
+    consecutive calls get decorrelated native seeds)."""
+    global _gen_state
+    with _gen_lock:
+        if _gen_state is None:
+            import os
+
+            return int.from_bytes(os.urandom(8), "little")
+        _gen_state = (_gen_state + 0x9E3779B97F4A7C15) & _MASK64
+        z = _gen_state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 def _seed(seed):
     if seed is None:
-        import os
-
-        return int.from_bytes(os.urandom(8), "little")
-    return operator.index(seed) & 0xFFFFFFFFFFFFFFFF
+        return _next_seed()
+    return _int_arg(seed, "random", "seed") & _MASK64
 
 
-def _random(kind, shape, seed, dtype):
-    shape = _shape_arg(shape)
+def _random(kind, shape, seed, dtype, fn):
+    shape = _shape_varargs(shape, fn)
     dt = _default_dtype(dtype)
     out = _out()
     st = lib.ad_tensor_random(kind, _seed(seed), dt.code, list(shape) or _NULL, len(shape), out)
@@ -1026,14 +1385,17 @@ def _random(kind, shape, seed, dtype):
     return _wrap(out[0])
 
 
-def randn(shape, seed=None, dtype=None):
-    """Standard normal values; the same seed gives the same values."""
-    return _random(0, shape, seed, dtype)
+def randn(*shape, seed=None, dtype=None):
+    """Standard normal values of the shape given as ints or as one tuple; the
+    same seed gives the same values (no seed: the default generator, see
+    manual_seed)."""
+    return _random(0, shape, seed, dtype, "randn")
 
 
-def rand(shape, seed=None, dtype=None):
-    """Uniform values in [0, 1); the same seed gives the same values."""
-    return _random(1, shape, seed, dtype)
+def rand(*shape, seed=None, dtype=None):
+    """Uniform values in [0, 1) of the shape given as ints or as one tuple; the
+    same seed gives the same values (no seed: the default generator)."""
+    return _random(1, shape, seed, dtype, "rand")
 
 
 def _pair(a, b):
@@ -1045,7 +1407,8 @@ def _pair(a, b):
     def conv(s, like):
         if not _is_scalar(s):
             return _as_tensor_like(s, like)
-        if not like.dtype.is_floating_point and not float(s).is_integer():
+        if not like.dtype.is_floating_point and not isinstance(s, numbers.Integral) \
+                and not float(s).is_integer():
             raise DTypeError(f"scalar {s} is not an integer and the tensor is {like.dtype.name} "
                              f"(a scalar never changes a tensor's dtype; convert with to_dtype)")
         return _full_like_scalar(s, like)

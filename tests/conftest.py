@@ -13,24 +13,53 @@ import pytest
 import pyautodiff as ad
 
 
+_garbage_possible = [True]  # at the first test: whatever imports and collection left
+
+
 @pytest.fixture(autouse=True)
 def no_native_leaks(request):
     """Every test must leave the native live-tensor count and live-byte count
-    where it found them.  gc.collect() runs only when the counts went up (it
-    is slow; reference counting frees everything that is not in a cycle)."""
+    exactly where it found them: more is a leak, less is a double free (or a
+    release of a tensor the test did not own).
+
+    The garbage collector could free tensors of an earlier test during this
+    one and fake a drop, so the baseline is taken after gc.collect() whenever
+    garbage may be pending: at the first test and after a test that did not
+    pass or was skipped while running (its traceback held tensors, and
+    pytest keeps the last failure's in sys.last_traceback).  A passing test leaves none: its own
+    garbage is collected below before the counts are compared.  gc.collect()
+    runs only in those cases and when the counts moved (it is slow; reference
+    counting frees everything that is not in a cycle)."""
+    if _garbage_possible[0]:
+        # pytest keeps the last failure's traceback in sys.last_* and drops it
+        # when the next test's call starts: drop it before the baseline instead
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            sys.__dict__.pop(name, None)
+        gc.collect()
+        _garbage_possible[0] = False
     tensors0, bytes0 = ad.live_tensors(), ad.live_bytes()
     yield
     rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        return  # the failure's traceback keeps tensors alive; don't report twice
+    if rep is None or not rep.passed:
+        # a failure's or a skip's traceback keeps tensors alive: don't report
+        # twice, and collect before the next baseline (a test skipped by a mark
+        # never ran: nothing to collect)
+        setup = getattr(request.node, "rep_setup", None)
+        if rep is not None or setup is None or not setup.skipped:
+            _garbage_possible[0] = True
+        return
     tensors1, bytes1 = ad.live_tensors(), ad.live_bytes()
-    if tensors1 > tensors0 or bytes1 > bytes0:
+    if (tensors1, bytes1) != (tensors0, bytes0):
         gc.collect()
         tensors1, bytes1 = ad.live_tensors(), ad.live_bytes()
-    if tensors1 > tensors0 or bytes1 > bytes0:  # (a drop is an earlier test's garbage)
+    if tensors1 > tensors0 or bytes1 > bytes0:
         pytest.fail(f"native leak in {request.node.nodeid}: live tensors {tensors0} -> "
                     f"{tensors1}, live bytes {bytes0} -> {bytes1} (after gc.collect())",
                     pytrace=False)
+    if tensors1 < tensors0 or bytes1 < bytes0:
+        pytest.fail(f"native live counts dropped in {request.node.nodeid}: live tensors "
+                    f"{tensors0} -> {tensors1}, live bytes {bytes0} -> {bytes1}: a double "
+                    f"free, or a release of a tensor the test did not create", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -545,7 +545,7 @@ def _tensors(state, r, t):
     if c < 0.6:
         return [like(state, r, t) if r.random() < 0.7 else
                 ad.zeros(tuple(s if i else r.randint(0, 3) for i, s in enumerate(base)),
-                         t.dtype) if base else t
+                         dtype=t.dtype) if base else t
                 for _ in range(r.randint(1, 3))] + [t]
     if c < 0.8:
         return [pick(state, r) for _ in range(r.randint(0, 3))]
@@ -578,7 +578,7 @@ def _ln(s, r):
     ns = x.shape[x.ndim - k:] if k <= x.ndim else (2,) + x.shape
     if r.random() < 0.2:
         ns = r.choice((3, (0,), (-1,), ()))
-    w = like(s, r, ad.zeros(ns if isinstance(ns, tuple) else (ns,), x.dtype)) \
+    w = like(s, r, ad.zeros(ns if isinstance(ns, tuple) else (ns,), dtype=x.dtype)) \
         if r.random() < 0.6 and isinstance(ns, tuple) and all(
             isinstance(v, int) and v >= 0 for v in ns) else None
     return (x, ns), {"weight": w, "bias": w if r.random() < 0.5 else None,
@@ -595,7 +595,7 @@ def _conv(s, r, d2, transpose=False):
     b = None
     if r.random() < 0.5:
         o = w.shape[1] * kw["groups"] if transpose and isinstance(kw["groups"], int) else w.shape[0]
-        b = ad.zeros((max(o, 0),), w.dtype) if r.random() < 0.8 else pick(s, r)
+        b = ad.zeros((max(o, 0),), dtype=w.dtype) if r.random() < 0.8 else pick(s, r)
     if not d2 and x.ndim == 4:
         x = x.reshape(x.shape[:3]) if x.shape[3:] == (1,) else x.sum(-1)
     return (x, w, b), kw

@@ -91,11 +91,11 @@ def test_binary(op, dtype, layout):
     f_ad, f_np = BINARY[op]
     for _ in range(3):
         shape = random_shape(rng, int(rng.integers(2, 4)))
-        x, xn = present(rng, shape, dtype, layout)
+        # div: both operands nonzero, so the reversed order is checked as well
+        x, xn = present(rng, shape, dtype, layout, positive=(op == "div"))
         y, yn = present(rng, shape, dtype, "contiguous", positive=(op == "div"))
         close(f_ad(x, y), f_np(xn, yn).astype(dtype))
-        close(f_ad(y, x) if op != "div" else f_ad(x, y), (f_np(yn, xn) if op != "div"
-                                                           else f_np(xn, yn)).astype(dtype))
+        close(f_ad(y, x), f_np(yn, xn).astype(dtype))
 
 
 @pytest.mark.parametrize("dtype", NUMERIC)
@@ -200,7 +200,8 @@ def test_sum(dtype, layout):
             t = x.sum(dim, keepdim=keepdim)
             if dim is None and not keepdim:
                 assert t.shape == ()
-            close(t, e, rtol=1e-5)
+            # float64 at close()'s 1e-12: a sum of <= 24 terms is that exact
+            close(t, e, rtol=1e-5 if dtype == "float32" else None)
     close(x.sum_all(), np.sum(a).astype(dtype if dtype in FLOATS else "int64"))
 
 

@@ -181,10 +181,16 @@ def seed002():
 def test_backward_returns_gradstore():
     # candle: backward() returns a GradStore; PyTorch accumulates into .grad.
     w, k, h, loss = seed002()
+    v0 = w.version
     g = loss.backward()
     assert isinstance(g, ad.GradStore)
     assert vals(g[w]) == [10.0, 20.0]
-    assert not hasattr(w, "grad") or w.grad is None  # nothing hidden mutated
+    # nothing hidden mutated: no .grad appears (Var has __slots__, so none could be
+    # set on the instance; the class has none), the Var's value and version are
+    # unchanged, and a second backward does not accumulate into anything
+    assert "grad" not in dir(w) and not hasattr(type(w), "grad")
+    assert vals(w) == [1.0, 2.0] and w.version == v0
+    assert vals(loss.backward()[w]) == [10.0, 20.0] and vals(g[w]) == [10.0, 20.0]
 
 
 def test_gradstore_access():

@@ -131,8 +131,9 @@ def dropout(input, p=0.5, training=True, seed=None):
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
-    if seed is None:
-        seed = int.from_bytes(os.urandom(8), "little")
+    if seed is None:  # the default generator, which ad.manual_seed seeds
+        from ..tensor import _next_seed
+        seed = _next_seed()
     seed = operator.index(seed) & 0xFFFFFFFFFFFFFFFF
     if seed >= 1 << 63:
         seed -= 1 << 64
