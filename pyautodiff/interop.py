@@ -8,12 +8,16 @@ numpy array) until the last native reference to it dies.  Python only wraps
 the capsule (through ctypes.pythonapi, which keeps the GIL during each call).
 """
 import ctypes
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 __all__ = ["from_dlpack", "from_numpy", "to_dlpack"]
 
@@ -54,7 +58,8 @@ def _version_at_least_1(max_version):
         ) from None
 
 
-def to_dlpack(t, stream=None, max_version=None, dl_device=None, copy=None):
+def to_dlpack(t: "Tensor", stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+              dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
     """The DLPack capsule of tensor t (Tensor.__dlpack__)."""
     if stream is not None:
         raise InvalidArgumentError(f"__dlpack__: stream must be None for CPU tensors, "
@@ -106,7 +111,7 @@ def _consume(capsule):
     return _wrap(out[0])
 
 
-def from_dlpack(x, *, copy=None):
+def from_dlpack(x: Any, *, copy: Optional[bool] = None) -> "Tensor":
     """A tensor sharing the memory of `x`, any DLPack producer on the CPU
     (a numpy array, a torch tensor, a pyautodiff tensor) or a DLPack capsule.
 
@@ -133,7 +138,7 @@ def from_dlpack(x, *, copy=None):
     return _consume(capsule)
 
 
-def from_numpy(a, dtype=None, copy=None):
+def from_numpy(a: Any, dtype: Any = None, copy: Optional[bool] = None) -> "Tensor":
     """A tensor from numpy array `a` (see ad.from_numpy)."""
     from .tensor import _from_numpy_copy, _wrap
 

@@ -13,6 +13,7 @@ until the data is touched.  A truncated or corrupt file raises ad.Error.
 import json
 import os
 import pickle
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -20,7 +21,12 @@ from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import DTypeError, Error, InvalidArgumentError
 
-__all__ = ["load", "load_metadata", "save"]
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["load", "load_metadata", "parse_header", "save"]
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 # The safetensors package refuses headers above this size; so do we.
 MAX_HEADER_SIZE = 100_000_000
@@ -43,7 +49,8 @@ def _itemsize(st):
 
 
 # ---- save -------------------------------------------------------------------------------
-def save(tensors, path, metadata=None):
+def save(tensors: Mapping[str, "Tensor"], path: PathLike,
+         metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes `tensors` (a dict of str -> Tensor) to `path` in the safetensors
     format, with optional `metadata` (a dict of str -> str).
 
@@ -122,7 +129,9 @@ def _is_uint(x):
     return type(x) is int and x >= 0
 
 
-def parse_header(buf, where="load"):
+def parse_header(buf: Any, where: str = "load"
+                 ) -> Tuple[int, List[Tuple[str, str, Tuple[int, ...], int, int]],
+                            Optional[Dict[str, str]]]:
     """Parses and validates the header of safetensors bytes `buf` (anything
     sliceable with a len: bytes, a mapped buffer).  Returns (data_start,
     entries, metadata): entries are (name, dtype name, shape, begin, end) in
@@ -210,7 +219,7 @@ def _half_to_float32(buf, st, start, shape):
     return bits.view(np.float32).reshape(shape)
 
 
-def load(path):
+def load(path: PathLike) -> Dict[str, "Tensor"]:
     """Returns the tensors of the safetensors file `path` as a dict of
     str -> Tensor, in file order.
 
@@ -251,7 +260,7 @@ def load(path):
         lib.ad_mapping_release(m)
 
 
-def load_metadata(path):
+def load_metadata(path: PathLike) -> Optional[Dict[str, str]]:
     """The `__metadata__` dict (str -> str) of a safetensors file, or None."""
     m, buf = _map(path)
     try:
@@ -262,7 +271,7 @@ def load_metadata(path):
 
 
 # ---- pickle ---------------------------------------------------------------------------
-def reduce_tensor(t, protocol):
+def reduce_tensor(t: "Tensor", protocol: int) -> Tuple[Any, Tuple[Any, ...]]:
     """Tensor.__reduce_ex__: (rebuild, (dtype name, shape, data, is_variable)).
     With protocol 5 the data is a PickleBuffer over the tensor's memory (no
     intermediate bytes, out of band with a buffer_callback)."""
