@@ -13,6 +13,7 @@ until the data is touched.  A truncated or corrupt file raises ad.Error.
 import json
 import os
 import pickle
+import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -98,7 +99,7 @@ def save(tensors: Mapping[str, "Tensor"], path: PathLike,
     text += b" " * (-len(text) % 8)
 
     path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"  # unique per writer
     try:
         with open(tmp, "wb") as f:
             f.write(len(text).to_bytes(8, "little"))

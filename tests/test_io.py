@@ -451,3 +451,34 @@ def test_fuzz_arbitrary_json_headers(tmp_path, header, data_len):
     p = tmp_path / "fuzz.safetensors"
     write_raw(p, header, bytes(data_len))
     _load_or_error(p)
+
+
+def test_concurrent_saves_to_one_path_leave_one_whole_file(tmp_path):
+    import threading
+    p = tmp_path / "c.safetensors"
+    vals = [ad.full((1000,), float(i)) for i in range(4)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                ad.save({"x": vals[i]}, p)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    assert not errors
+    x = ad.load(p)["x"].numpy()
+    assert x[0] in (0.0, 1.0, 2.0, 3.0) and (x == x[0]).all()
+    assert os.listdir(tmp_path) == ["c.safetensors"]
+
+
+def test_empty_file_of_tensors(tmp_path):
+    p = tmp_path / "e.safetensors"
+    ad.save({}, p)
+    assert ad.load(p) == {}
+    assert adio.load_metadata(p) is None
