@@ -21,14 +21,55 @@ def cdef_from_header(path=HEADER):
     return re.sub(r"\bAD_API\s+", "", "\n".join(lines))
 
 
+# C helpers that need the Python C API (pyautodiff/interop.py): the DLPack
+# capsule destructor, and the release callback of a tensor sharing a Python
+# object's memory.  They run without Python code, so they are safe in any
+# thread and during interpreter shutdown.
+PY_HELPERS_CDEF = """
+void _ad_capsule_destructor(void *capsule);
+void _ad_pyobject_release(void *obj);
+const char *_ad_capsule_name(int which);
+"""
+PY_HELPERS_SOURCE = r"""
+static const char *const _ad_capsule_names[4] = {
+    "dltensor", "dltensor_versioned", "used_dltensor", "used_dltensor_versioned"};
+
+/* Static names: a capsule keeps a pointer to its name for its whole life. */
+static const char *_ad_capsule_name(int which) {
+    return which >= 0 && which < 4 ? _ad_capsule_names[which] : NULL;
+}
+
+/* Called (with the GIL) when a capsule made by Tensor.__dlpack__ dies.  A
+   consumer that took the tensor renamed it "used_..." and owns it now. */
+static void _ad_capsule_destructor(void *capsule) {
+    PyObject *c = (PyObject *)capsule;
+    if (PyCapsule_IsValid(c, _ad_capsule_names[1]))
+        ad_dlpack_delete(PyCapsule_GetPointer(c, _ad_capsule_names[1]), 1);
+    else if (PyCapsule_IsValid(c, _ad_capsule_names[0]))
+        ad_dlpack_delete(PyCapsule_GetPointer(c, _ad_capsule_names[0]), 0);
+}
+
+/* Drops the reference a shared tensor holds on a Python object.  It may run
+   on any thread, with or without the GIL; after interpreter shutdown the
+   object is left alone (the process is ending). */
+static void _ad_pyobject_release(void *obj) {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DecRef((PyObject *)obj);
+    PyGILState_Release(g);
+}
+"""
+
+
 def make_ffi(extra_compile_args=(), extra_link_args=()):
     ffi = cffi.FFI()
     ffi.cdef(cdef_from_header())
     # Python side of the anomaly-mode site callback (pyautodiff/anomaly.py)
     ffi.cdef('extern "Python" const char *_ad_site_callback(void);')
+    ffi.cdef(PY_HELPERS_CDEF)
     ffi.set_source(
         "pyautodiff._cffi",
-        '#include "pyautodiff.h"',
+        '#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE,
         include_dirs=[os.path.dirname(HEADER)],
         library_dirs=[PKG],
         libraries=["pyautodiff"],

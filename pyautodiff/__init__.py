@@ -21,6 +21,8 @@ from .grad import GradStore, enable_grad, grad, is_grad_enabled, no_grad
 from .anomaly import detect_anomaly, is_anomaly_enabled
 from . import optim
 from . import distributed  # mpi4py is imported only by distributed.init()
+from .interop import from_dlpack
+from .io import load, save
 from ._lib import lib as _lib
 
 bool = bool_  # noqa: A001 - ad.bool is the dtype, as in DESIGN.md

@@ -434,22 +434,24 @@ class Tensor:
         return a.copy() if copy else a
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """DLPack export through numpy (torch.as_tensor / torch.tensor / from_dlpack).
-        A versioned consumer gets the read-only zero-copy view, flagged read-only;
-        an old consumer, which cannot be told the memory is read-only, gets a copy."""
-        a = np.asarray(self)
-        if copy or max_version is None or tuple(max_version) < (1, 0):
-            if copy is False:
-                raise BufferError("__dlpack__: tensors are read-only, which a DLPack consumer "
-                                  "older than 1.0 cannot be told, and copy=False forbids a copy")
-            a = a.copy()
-        kw = {} if max_version is None else {"max_version": max_version}
-        if copy is not None:
-            kw["copy"] = copy
-        return a.__dlpack__(stream=stream, dl_device=dl_device, **kw)
+        """A DLPack capsule sharing this tensor's memory (zero-copy; the
+        capsule keeps the storage alive until its consumer is done).  A
+        versioned capsule, flagged read-only, when max_version >= (1, 0),
+        else a legacy one.  copy=True exports a copy; stream must be None and
+        dl_device None or (1, 0) (CPU)."""
+        from .interop import to_dlpack
+        return to_dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU, device 0
+        """(1, 0): DLPack's CPU device."""
+        return (1, 0)
+
+    def __reduce_ex__(self, protocol):
+        """Pickles dtype, shape and the raw bytes (out of band with protocol 5);
+        a Var unpickles as a new Var (new id), anything else as an untracked
+        tensor with the same value."""
+        from .io import reduce_tensor
+        return reduce_tensor(self, protocol)
 
     def tolist(self):
         return self.numpy().tolist()
@@ -1119,7 +1121,7 @@ def tensor(data, dtype=None):
         t = data.to_dtype(dtype) if dtype is not None else data
         return _call(lib.AD_OP_COPY, (t.detach(),))
     if isinstance(data, np.ndarray):
-        return from_numpy(data, dtype)
+        return _from_numpy_copy(data, dtype)
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError, OverflowError) as e:
@@ -1131,7 +1133,19 @@ def tensor(data, dtype=None):
             dtype = _dt.float32
         elif arr.dtype.kind in "iu":
             dtype = _dt.int64
-    return from_numpy(arr, dtype)
+    return _from_numpy_copy(arr, dtype)
+
+
+def from_numpy(a, dtype=None, *, copy=None):
+    """A tensor from the numpy array `a` (its dtype kept unless `dtype` is given).
+
+    copy=None (default): a read-only array is shared (zero-copy, its strides
+    kept; the tensor keeps the array alive), a writable one is copied.
+    copy=False: shared even when writable (the caller promises not to write
+    it); raises ad.InvalidArgumentError when sharing is impossible (another
+    dtype, misaligned data).  copy=True: always copied."""
+    from .interop import from_numpy as _from_numpy
+    return _from_numpy(a, dtype, copy)
 
 
 def _object_array(arr, dtype):
@@ -1176,7 +1190,7 @@ def _check_int_range(a, dt, fn):
                                f"(range {lo}..{hi})")
 
 
-def from_numpy(a, dtype=None):
+def _from_numpy_copy(a, dtype=None):
     """A new tensor holding a copy of the numpy array a (its dtype kept)."""
     a = np.asarray(a)
     dt = _check_np_dtype(a, dtype)

@@ -600,6 +600,80 @@ def main():
                 rows.append(json.loads(line))
     rows.sort(key=lambda r: (SECTIONS.index(r["section"]), r["threads"]))
     report(rows)
+    if not args.only or "load" in args.only.split(","):
+        load_section(args.quick)
+
+
+# ---------------------------------------------------------------------------- load (issue 13)
+def load_child(path, which):
+    """In a fresh process: RSS growth (MiB) after loading `path`, then after
+    touching every byte of the data."""
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    gc.collect()
+    base = _status_kb("VmRSS")
+    if which == "ad":
+        state = ad.load(path)
+    else:
+        import safetensors.numpy as sn
+
+        state = sn.load_file(path)
+    loaded = _status_kb("VmRSS")
+    total = sum(float(np.asarray(t).sum()) for t in state.values())
+    touched = _status_kb("VmRSS")
+    print(json.dumps({"loaded": (loaded - base) / 2**20, "touched": (touched - base) / 2**20,
+                      "check": total}))
+
+
+def load_section(quick):
+    """ad.load of a 256 MB safetensors file vs safetensors.numpy.load_file:
+    median times (both with the file in the page cache) and resident-memory
+    growth until the data is touched, each measured in a fresh process."""
+    import tempfile
+
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    try:
+        import safetensors.numpy as sn
+    except ImportError:
+        sn = None
+    print("\n[load] 256 MB safetensors file (8 float32 tensors of 32 MB)")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.safetensors")
+        rng = np.random.default_rng(0)
+        ad.save({f"layer{i}.weight": ad.from_numpy(rng.standard_normal((2048, 4096),
+                                                                       dtype=np.float32))
+                 for i in range(8)}, path)
+        fns = [lambda: ad.load(path)] + ([lambda: sn.load_file(path)] if sn else [])
+        ts = timeit(fns, 5 if quick else 11, number=1)
+        line = f"  ad.load {fmt_time(ts[0])}"
+        if sn:
+            line += (f"   safetensors.numpy.load_file {fmt_time(ts[1])}"
+                     f"   ratio {ts[1] / ts[0]:.0f}x (> 1: ad.load faster)")
+        print(line)
+        for which in ["ad"] + (["safetensors"] if sn else []):
+            code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+                    f"import bench; bench.load_child({path!r}, {which!r})")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            if r.returncode:
+                sys.stderr.write(r.stderr)
+                continue
+            m = json.loads(r.stdout.strip().splitlines()[-1])
+            name = "ad.load" if which == "ad" else "safetensors.numpy.load_file"
+            print(f"  RSS growth, {name:<28} after load {m['loaded']:7.1f} MiB, "
+                  f"after touching all data {m['touched']:7.1f} MiB")
+        a = np.ones(4 << 20, np.float32)  # 16 MB
+        a.flags.writeable = False
+        ts = timeit([lambda: ad.from_numpy(a), lambda: ad.from_numpy(a, copy=True)],
+                    5 if quick else 11)
+        print(f"  ad.from_numpy of a read-only 16 MB array: shared {fmt_time(ts[0])}, "
+              f"copy=True {fmt_time(ts[1])}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 1
+#define AD_ABI_MINOR 2
 
 /* cffi:begin */
 
@@ -325,6 +325,56 @@ AD_API void ad_gemm_force_portable(int on);
 /* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
    restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. (ABI 1.1) */
 AD_API ad_status ad_gemm_set_kernel(const char *name);
+
+/* ---- external memory, DLPack, file mappings (ABI 1.2) -------------------- */
+/* A release callback: called exactly once, with its ctx, when the last
+   native reference to a storage over external memory dies (possibly on
+   another thread than the one that created it). */
+typedef void (*ad_release_fn)(void *ctx);
+/* A tensor over memory the library does not own.  data is the address of
+   element 0; strides are in elements (NULL: row-major contiguous) and may be
+   zero or negative; the memory spanned must be aligned to the dtype size.
+   readonly 1 says the memory must never be written: the library never writes
+   any external memory anyway (only Vars are written, and a Var always owns
+   its storage).  On success the storage owns ctx and calls release(ctx) (if
+   release is not NULL) when its last reference dies; on failure release is
+   not called and the caller keeps ownership.  External bytes are not counted
+   by ad_live_bytes (the library did not allocate them); the tensors are
+   counted by ad_live_tensors. */
+AD_API ad_status ad_tensor_from_external(void *data, int dtype, const int64_t *shape,
+                                         const int64_t *strides, int ndim, int readonly,
+                                         ad_release_fn release, void *ctx, ad_tensor **out);
+/* 1 if t views external memory marked read-only. */
+AD_API int ad_tensor_is_readonly(const ad_tensor *t);
+/* 1 if t views memory the library does not own (external or mapped). */
+AD_API int ad_tensor_is_external(const ad_tensor *t);
+/* DLPack export: *out receives a new DLManagedTensorVersioned (versioned 1,
+   DLPack 1.0 layout, READ_ONLY flag set: tensors are immutable) or a legacy
+   DLManagedTensor (versioned 0).  It holds a native reference to t's storage
+   (through an untracked view) until its deleter runs.  copied 1 says t is a
+   copy made for the consumer: flagged IS_COPIED and writable instead. */
+AD_API ad_status ad_tensor_to_dlpack(const ad_tensor *t, int versioned, int copied,
+                                     void **out);
+/* Calls managed->deleter(managed) (a capsule destructor's job); NULL is fine. */
+AD_API void ad_dlpack_delete(void *managed, int versioned);
+/* DLPack import: a tensor viewing the producer's CPU memory.  On success the
+   new storage owns managed and calls its deleter exactly once, when its last
+   reference dies; on failure the caller still owns managed. */
+AD_API ad_status ad_tensor_from_dlpack(void *managed, int versioned, ad_tensor **out);
+
+/* A private, copy-on-write mapping of a whole open file (fd may be closed
+   afterwards).  Refcounted: each tensor made from it holds a reference. */
+typedef struct ad_mapping ad_mapping;
+AD_API ad_status ad_mapping_open(int fd, ad_mapping **out);
+AD_API void ad_mapping_release(ad_mapping *m);
+/* The mapped bytes (NULL for an empty file) and their count. */
+AD_API const void *ad_mapping_data(const ad_mapping *m);
+AD_API int64_t ad_mapping_size(const ad_mapping *m);
+/* A read-only contiguous tensor over bytes [offset, offset + numel * dtype
+   size) of m, keeping m alive.  Bytes not aligned to the dtype size are
+   copied into an owned storage instead. */
+AD_API ad_status ad_tensor_from_mapping(ad_mapping *m, int64_t offset, int dtype,
+                                        const int64_t *shape, int ndim, ad_tensor **out);
 
 /* ---- diagnostics (tests) ---------------------------------------------- */
 /* Live tensor handles and live storage bytes in this process. */

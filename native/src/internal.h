@@ -43,7 +43,17 @@ typedef struct ad_storage {
     size_t nbytes;
     void *data;
     bool inline_data; /* data lives right after this header */
+    bool external;    /* memory not owned: external.c frees it (ad_external_free) */
+    bool readonly;    /* external memory that must never be written */
 } ad_storage;
+
+/* Frees an external storage (its refcount reached zero): calls its release
+   callback once, then frees the header (external.c). */
+void ad_external_free(ad_storage *s);
+/* ad_tensor_from_external with `op` naming the caller in error messages. */
+ad_status ad_external_tensor_(const char *op, void *data, int dtype, const int64_t *shape,
+                              const int64_t *strides, int ndim, int readonly,
+                              ad_release_fn release, void *ctx, ad_tensor **out);
 
 typedef struct ad_node ad_node;
 

@@ -50,11 +50,16 @@ static ad_storage *storage_new(size_t nbytes) {
     atomic_init(&s->refs, 1);
     atomic_init(&s->version, 0);
     s->nbytes = nbytes;
+    s->external = s->readonly = false;
     return s;
 }
 
 static void storage_release(ad_storage *s) {
     if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+    if (s->external) {
+        ad_external_free(s);
+        return;
+    }
     if (s->inline_data)
         atomic_fetch_sub_explicit(&ad_live_byte_count, (long long)s->nbytes, memory_order_relaxed);
     else
@@ -385,6 +390,8 @@ AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src) {
                                      "its value");
     if (!ad_is_contiguous(var))
         return ad_fail(AD_ERR_GRAPH, "cannot set a non-contiguous variable");
+    if (var->storage->readonly) /* never: a Var owns its storage; kept as a guard */
+        return ad_fail(AD_ERR_GRAPH, "set: the variable's memory is read-only");
     if (var->ndim != src->ndim ||
         memcmp(T_SHAPE(var), T_SHAPE(src), var->ndim * sizeof(int64_t)) != 0)
         return ad_fail(AD_ERR_SHAPE, "set: shape mismatch, variable %s, source %s",
