@@ -38,7 +38,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards the sleeps
 static pthread_cond_t g_work_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_done_cv = PTHREAD_COND_INITIALIZER;
 static int g_workers;                        /* created so far; under g_use */
-static int g_start_failed;                   /* under g_use: stop trying until re-configured */
+static atomic_int g_start_failed;            /* stop starting workers until re-configured */
 
 /* The published loop. g_claim packs generation (high 32 bits), chunk count
    (16 bits) and next unclaimed chunk (16 bits) into one word, so a worker
@@ -121,10 +121,7 @@ AD_API ad_status ad_set_num_threads(int n)
     n = n > PAR_MAX_THREADS ? PAR_MAX_THREADS : n;
     warn_oversubscribed("ad_set_num_threads", n);
     atomic_store(&g_num_threads, n);
-    if (pthread_mutex_lock(&g_use) == 0) { /* a new count: starting workers may be retried */
-        g_start_failed = 0;
-        pthread_mutex_unlock(&g_use);
-    }
+    atomic_store(&g_start_failed, 0); /* a new count: starting workers may be retried */
     return AD_OK;
 }
 
@@ -245,7 +242,7 @@ void par_fork_child(void)
     pthread_cond_init(&g_work_cv, NULL);
     pthread_cond_init(&g_done_cv, NULL);
     g_workers = 0;
-    g_start_failed = 0;
+    atomic_store(&g_start_failed, 0);
 }
 
 /* True when the address space has room for one more worker (an RLIMIT_AS
@@ -265,8 +262,8 @@ static int room_for_worker(void)
    fewer threads; starting more is tried again on a later loop. */
 static int ensure_workers(int want)
 {
-    while (g_workers < want && !g_start_failed) {
-        g_start_failed = 1; /* until this worker is up */
+    while (g_workers < want && !atomic_load(&g_start_failed)) {
+        atomic_store(&g_start_failed, 1); /* until this worker is up */
         if (!room_for_worker())
             break;
         pthread_t t;
@@ -285,7 +282,7 @@ static int ensure_workers(int want)
         while (!atomic_load_explicit(&ws.ready, memory_order_acquire))
             sched_yield();
         g_workers++;
-        g_start_failed = 0;
+        atomic_store(&g_start_failed, 0);
     }
     return g_workers;
 }
