@@ -40,7 +40,10 @@
  * with arbitrary op ids, iargs and fargs, ad_unary / ad_binary /
  * ad_scalar_op, views, ad_backward, the GradStore functions, ad_var_set,
  * ad_tensor_detach, ad_sorted_nodes, grad and anomaly mode, allocation
- * failure injection.  Every status is checked: it must be a known code, a
+ * failure injection, and NULL handles, NULL out-pointers and zero lengths at
+ * every entry point that takes a pointer (each must be refused with
+ * AD_ERR_VALUE, or read as the header documents for getters).  Every status
+ * is checked: it must be a known code, a
  * failing call must leave its out-pointer NULL and set a message, a
  * successful one must give a handle, and every element of every tensor
  * returned is read through its shape and strides (so a view that points
