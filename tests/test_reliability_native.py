@@ -49,7 +49,7 @@ def run_threads(targets, timeout=120):
 # ---- 1. a GradStore shared between threads -----------------------------------------
 def test_gradstore_concurrent_inserts_are_all_kept():
     """Two threads insert 20k keys each into one store while a third reads it
-    (len, get, ids, items): the map grows under all of them.  Before the
+    (len, get, ids): the map grows under all of them.  Before the
     store had a lock this was a use-after-free in map.c (ASan) and lost or
     duplicated entries in release builds (len 44,584..46,900 for 40,000)."""
     n = 20000
@@ -235,7 +235,8 @@ def test_many_threads_under_address_space_limit_degrade():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"rc {r.returncode}\n{r.stderr[-3000:]}"
     assert r.stdout.split() == ["256", "ok"], r.stdout
-    assert r.stderr.count("asks for 256 threads") == 1, r.stderr
+    if len(os.sched_getaffinity(0)) < 256:
+        assert r.stderr.count("asks for 256 threads") == 1, r.stderr
 
 
 THREADS_SCRIPT = r"""
@@ -254,6 +255,8 @@ print(ad.get_num_threads())
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity API")
 def test_default_is_affinity_and_oversubscription_warns_once():
     cpus = len(os.sched_getaffinity(0))
+    if cpus + 5 > 256:
+        pytest.skip("the thread count is capped at 256")
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("PYAUTODIFF_NUM_THREADS", None)
     r = subprocess.run([sys.executable, "-c", THREADS_SCRIPT, str(cpus)], env=env,
