@@ -22,9 +22,15 @@
    its only side effect, and without it the loops vectorise (GCC ignores the
    flag in a pragma or attribute). */
 
-/* Every in-place write bumps the version exactly as ad_var_set does, so a
-   graph that saved the old value refuses to use it. */
-static inline void bump_version(ad_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
+/* Every in-place write is bracketed exactly as ad_var_set's is: the seqlock
+   makes a backward running concurrently fail instead of reading a torn value,
+   and the end bumps the version, so a graph that saved the old value refuses
+   to use it. */
+static void begin_writes(ad_tensor *var, ad_tensor *const *bufs, int nbufs) {
+    ad_storage_write_begin(var->storage);
+    for (int i = 0; i < nbufs; i++)
+        if (bufs[i]) ad_storage_write_begin(bufs[i]->storage);
+}
 
 /* A contiguous copy of t (a new reference in *out). */
 static ad_status contiguous_copy(const ad_tensor *t, ad_tensor **out) {
@@ -91,9 +97,10 @@ AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
     nditer_init(&it, 2, var->ndim, T_SHAPE(var), strides, es);
     char *base[2] = {ad_ptr(var), ad_ptr(x)};
     axpy_ctx c = {alpha, var->dtype};
+    begin_writes(var, NULL, 0);
     nditer_run(&it, base, axpy_inner, &c);
+    ad_storage_write_end(var->storage);
     ad_tensor_release(copy);
-    bump_version(var);
     return AD_OK;
 }
 
@@ -151,6 +158,9 @@ static ad_status check_update(const char *op, ad_tensor *var, const ad_tensor *g
         if (b->storage == var->storage)
             return ad_fail(AD_ERR_VALUE, "%s: %s shares its storage with the parameter", op,
                            names[i]);
+        if (b->storage->readonly) /* e.g. a state tensor straight from ad.load's mapping */
+            return ad_fail(AD_ERR_VALUE, "%s: %s %s is read-only memory", op, names[i],
+                           ad_tdesc(b));
         for (int j = 0; j < i; j++)
             if (bufs[j] && bufs[j]->storage == b->storage)
                 return ad_fail(AD_ERR_VALUE, "%s: %s and %s share one storage", op, names[j],
@@ -342,9 +352,9 @@ static void opt_run(const opt_job *j, opt_kernel f32, opt_kernel f64) {
 /* Writes done: the Var and every buffer written get a new version. */
 static void finish(ad_tensor *var, ad_tensor *const *bufs, int nbufs, ad_tensor *copy) {
     ad_tensor_release(copy);
-    bump_version(var);
+    ad_storage_write_end(var->storage);
     for (int i = 0; i < nbufs; i++)
-        if (bufs[i]) bump_version(bufs[i]);
+        if (bufs[i]) ad_storage_write_end(bufs[i]->storage);
 }
 
 static ad_status check_finite(const char *op, const char *name, double v) {
@@ -371,6 +381,7 @@ AD_API ad_status ad_optim_sgd(ad_tensor *var, const ad_tensor *grad, ad_tensor *
     opt_job j = {var->dtype, ad_tensor_numel(var), ad_ptr(var), bufs[0] ? ad_ptr(bufs[0]) : NULL,
                  NULL, NULL, ad_ptr(g), {lr, momentum, 1 - dampening, weight_decay},
                  (nesterov ? SGD_NESTEROV : 0) | (first_step ? SGD_FIRST : 0)};
+    begin_writes(var, bufs, 1);
     opt_run(&j, sgd_f32, sgd_f64);
     finish(var, bufs, 1, copy);
     return AD_OK;
@@ -408,6 +419,7 @@ AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor 
                  {-step_size, 1 - beta1, beta2, 1 - beta2, pow(bc2, 0.5), eps, weight_decay,
                   decoupled ? 1 - lr * weight_decay : 1.0},
                  decoupled ? ADAM_DECOUPLED : 0};
+    begin_writes(var, bufs, 3);
     opt_run(&j, adam_f32, adam_f64);
     finish(var, bufs, 3, copy);
     return AD_OK;
@@ -441,6 +453,7 @@ AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tens
                  ad_ptr(g),
                  {lr, alpha, 1 - alpha, eps, weight_decay, momentum},
                  0};
+    begin_writes(var, bufs, 3);
     opt_run(&j, rmsprop_f32, rmsprop_f64);
     finish(var, bufs, 3, copy);
     return AD_OK;
