@@ -683,6 +683,9 @@ NN_ARGS = {
 }
 
 
+NN = ad.nn.functional  # the home of every nn function (ad.nn.* are aliases)
+
+
 def discover():
     """The fuzzed surface, by introspection."""
     tmeth = [n for n in dir(ad.Tensor) if not n.startswith("_") and n not in SKIP]
@@ -693,9 +696,9 @@ def discover():
             or n in ("Tensor", "Var", "GradStore", "no_grad", "enable_grad", "detect_anomaly")]
     mods = [n for n in mods if not isinstance(getattr(ad, n), ad.DType)
             and n not in ("DType",) and not n.endswith("Error")]
-    nnf = [n for n in dir(ad.nn) if not n.startswith("_") and n not in SKIP
-           and callable(getattr(ad.nn, n)) and not isinstance(getattr(ad.nn, n), type)
-           and getattr(getattr(ad.nn, n), "__module__", "") == ad.nn.__name__]
+    nnf = [n for n in dir(NN) if not n.startswith("_") and n not in SKIP
+           and callable(getattr(NN, n)) and not isinstance(getattr(NN, n), type)
+           and getattr(getattr(NN, n), "__module__", "") == NN.__name__]
     return tmeth, vmeth, mods, nnf
 
 
@@ -743,7 +746,7 @@ def act_module(state, r):
 
 def act_nn(state, r):
     name = r.choice(NNF)
-    fn = getattr(ad.nn, name)
+    fn = getattr(NN, name)
     t = pick(state, r)
     gen = NN_ARGS.get(name)
     args, kw = gen(state, r, t) if gen else generic_args(state, r, fn, t)

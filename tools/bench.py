@@ -25,7 +25,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train")
+SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train", "models")
 
 
 # ---------------------------------------------------------------------------- child side
@@ -232,6 +232,9 @@ def child(args):
             Row(out, "train", "MLP step: peak RSS growth over 10 steps", 1).emit(
                 {k: float(v) for k, v in mem.items()}, {"unit": "bytes"})
 
+    if "models" in only:
+        model_rows(np, ad, torch, run, rep)
+
     if "chain" in only and args.threads == 1:
         n = 200_000 if quick else 1_000_000
         for lib in (["pyautodiff", "torch"] if torch else ["pyautodiff"]):
@@ -294,6 +297,72 @@ def mlp_step_torch(np, ad, torch, rng):
         loss.backward()
         opt.step()
     return step
+
+
+def model_rows(np, ad, torch, run, rep):
+    """Training steps of two ad.nn models against the same torch.nn models
+    (same weights, plain SGD): a small CNN and a one-block transformer."""
+    rng = np.random.default_rng(0)
+
+    def cnn(nn):
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+    def block(nn, vocab=96, d=128, heads=4):
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(vocab, d)
+                self.ln1 = nn.LayerNorm(d)
+                self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+                self.ln2 = nn.LayerNorm(d)
+                self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                self.head = nn.Linear(d, vocab)
+
+            def forward(self, idx, mask):
+                x = self.emb(idx)
+                h = self.ln1(x)
+                x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+                x = x + self.mlp(self.ln2(x))
+                return self.head(x)
+        return Block()
+
+    images = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
+    labels = rng.integers(0, 10, 64)
+    tokens = rng.integers(0, 96, (32, 65))
+    causal = np.triu(np.ones((64, 64), dtype=bool), 1)
+    cases = [("CNN conv-relu-pool x2 + linear, batch 64x1x28x28", cnn,
+              (images,), labels, 10),
+             ("transformer block d=128 4 heads seq 64 batch 32", block,
+              (tokens[:, :-1], causal), tokens[:, 1:].reshape(-1), 96)]
+    for name, make, inputs, target, ncls in cases:
+        am = make(ad.nn)
+        a_in = [ad.from_numpy(x) for x in inputs]
+        a_t = ad.from_numpy(target.astype(np.int64))
+        opt = ad.optim.SGD(list(am.parameters()), lr=0.01)
+
+        def step_ad(am=am, a_in=a_in, a_t=a_t, opt=opt, ncls=ncls):
+            loss = ad.nn.functional.cross_entropy(am(*a_in).reshape(-1, ncls), a_t)
+            opt.step(loss.backward())
+
+        fns = {"pyautodiff": step_ad}
+        if torch:
+            tm = make(torch.nn)
+            tm.load_state_dict({k: torch.from_numpy(np.array(v))
+                                for k, v in am.state_dict().items()})
+            t_in = [torch.from_numpy(x) for x in inputs]
+            t_t = torch.from_numpy(target)
+            topt = torch.optim.SGD(tm.parameters(), lr=0.01)
+
+            def step_t(tm=tm, t_in=t_in, t_t=t_t, topt=topt, ncls=ncls):
+                loss = torch.nn.functional.cross_entropy(tm(*t_in).reshape(-1, ncls), t_t)
+                topt.zero_grad()
+                loss.backward()
+                topt.step()
+
+            fns["torch"] = step_t
+        run("models", name + " SGD step", fns, repeat=rep, number=3)
 
 
 def train_mem_child(lib):

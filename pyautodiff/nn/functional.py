@@ -1,24 +1,37 @@
-"""Neural-network functions (PyTorch's torch.nn.functional names and
-argument orders), each one native op with its own backward, or a reshape of
-one:
+"""Neural-network functions with PyTorch's torch.nn.functional names, argument
+orders, defaults and numerics (import as ``F``):
 
-    ad.nn.conv2d(x, w, b, stride=1, padding=1)
-    ad.nn.cross_entropy(logits, target)
+    import pyautodiff.nn.functional as F
+    F.conv2d(x, w, b, stride=1, padding=1)
+    F.cross_entropy(logits, target, label_smoothing=0.1)
 
-Pooling: max_pool2d is native; avg_pool2d is a depthwise conv2d with a
-constant kernel (so its gradient is conv2d's).  ceil_mode is not supported.
+Each function is one native op with its own backward, or is composed of
+native ops (so every one is differentiable).  Tensors are immutable, so the
+`inplace=` flags PyTorch takes are accepted and the result is always a new
+tensor; the one function that writes in place is `batch_norm`, which updates
+its running statistics (they must be Vars for that).
+
+Bad arguments raise an ad.Error subclass whose message names the function,
+the argument, and the shapes and dtypes involved.
 """
+import math
 import numbers
 import operator
-import os
+import warnings
 
 import numpy as np
 
 from .._lib import lib
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import (DTypeError, Error, InvalidArgumentError, OutOfMemoryError, OutOfRangeError,
+                      ShapeError)
 from ..indexing import _as_index, index_select
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+_I64 = 1 << 63
+# Sizes derived from user arguments (padded lengths, dilated kernels, outputs)
+# must stay far from int64 overflow in the native shape formulas.
+_SIZE_LIMIT = 1 << 62
+_INT32_MAX = (1 << 31) - 1
 
 
 def _call(op, inputs, iargs=(), fargs=()):
@@ -27,14 +40,79 @@ def _call(op, inputs, iargs=(), fargs=()):
     return call(op, inputs, iargs, fargs)
 
 
-def _pair(v, name):
-    if isinstance(v, numbers.Integral):
-        v = operator.index(v)
-        return (v, v)
-    v = tuple(operator.index(x) for x in v)
-    if len(v) != 2:
-        raise InvalidArgumentError(f"{name} must be an int or a pair of ints, got {v}")
-    return v
+def _desc(t):
+    return f"{t.dtype.name} {t.shape}"
+
+
+# ---- argument checking ------------------------------------------------------------------
+def _need_tensor(x, fn, name="input"):
+    from ..tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        raise InvalidArgumentError(f"{fn}: {name} must be a Tensor, got {type(x).__name__}")
+    return x
+
+
+def _need_float(x, fn, name="input"):
+    _need_tensor(x, fn, name)
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"{fn}: {name} must be float32 or float64, got {_desc(x)}")
+    return x
+
+
+def _same_dtype(x, other, fn, name):
+    if other.dtype != x.dtype:
+        raise DTypeError(f"{fn}: {name} {_desc(other)} must have the input's dtype "
+                         f"({_desc(x)})")
+
+
+def _int(v, fn, name):
+    """An int argument as a Python int; anything else (a float, a string, a
+    value beyond 64 bits) raises InvalidArgumentError naming fn and name."""
+    if isinstance(v, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{fn}: {name} must be an int, got {v!r}")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise InvalidArgumentError(f"{fn}: {name} must be an int, got {type(v).__name__} "
+                                   f"{v!r}") from None
+    if not -_I64 <= i < _I64:
+        raise InvalidArgumentError(f"{fn}: {name} {i} does not fit in 64 bits")
+    return i
+
+
+def _float(v, fn, name):
+    """A real-number argument as a Python float (a string, None or a tensor of
+    several elements raises InvalidArgumentError naming fn and name)."""
+    if isinstance(v, (numbers.Real, np.floating, np.integer)) and not isinstance(v, str):
+        try:
+            return float(v)
+        except OverflowError:  # an int beyond the float range
+            raise InvalidArgumentError(f"{fn}: {name} {v} is too large") from None
+    raise InvalidArgumentError(f"{fn}: {name} must be a number, got {type(v).__name__} {v!r}")
+
+
+def _ntuple(v, n, fn, name):
+    """An int or a sequence of exactly n ints, as a tuple of n ints (PyTorch
+    raises rather than dropping the rest of a longer tuple, and so do we)."""
+    if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return (_int(v, fn, name),) * n
+    try:
+        items = tuple(v)
+    except TypeError:
+        raise InvalidArgumentError(f"{fn}: {name} must be an int or a tuple of {n} ints, got "
+                                   f"{type(v).__name__} {v!r}") from None
+    if len(items) != n:
+        raise InvalidArgumentError(f"{fn}: {name} must be an int or a tuple of {n} ints, got "
+                                   f"{v!r}")
+    return tuple(_int(x, fn, name) for x in items)
+
+
+def _at_least(vals, lo, fn, name):
+    if min(vals) < lo:
+        shown = vals if len(vals) > 1 else vals[0]
+        raise InvalidArgumentError(f"{fn}: {name} must be {'positive' if lo == 1 else '>= 0'}, "
+                                   f"got {shown}")
 
 
 def _reduction(r, op):
@@ -45,6 +123,23 @@ def _reduction(r, op):
                                    f"{r!r}") from None
 
 
+def _legacy_reduction(size_average, reduce, reduction, fn):
+    """PyTorch's deprecated size_average/reduce pair, mapped to reduction as
+    PyTorch maps it (with its warning)."""
+    if size_average is None and reduce is None:
+        return reduction
+    sa = True if size_average is None else bool(size_average)
+    rd = True if reduce is None else bool(reduce)
+    r = "none" if not rd else "mean" if sa else "sum"
+    warnings.warn(f"{fn}: size_average and reduce are deprecated, use reduction='{r}'",
+                  UserWarning, stacklevel=3)
+    return r
+
+
+def _reduce(loss, r):
+    return loss if r == 0 else loss.mean() if r == 1 else loss.sum()
+
+
 def _tensor(x, like=None):
     from ..tensor import Tensor, tensor
 
@@ -53,160 +148,807 @@ def _tensor(x, like=None):
     return tensor(x, dtype=like.dtype if like is not None else None)
 
 
+def _channel_vec(v, c, x, fn, name):
+    """An optional per-channel (C,) argument as a tensor of x's dtype."""
+    if v is None:
+        return None
+    v = _tensor(v, x)
+    if v.shape != (c,):
+        raise ShapeError(f"{fn}: {name} must have shape ({c},) for input {_desc(x)}, got "
+                         f"{_desc(v)}")
+    _same_dtype(x, v, fn, name)
+    return v
+
+
+# ---- activations -------------------------------------------------------------------------
+def relu(input, inplace=False):
+    """max(x, 0); its gradient is 0 at 0."""
+    return _need_tensor(input, "relu").relu()
+
+
+def gelu(input, approximate="none"):
+    """x * Phi(x) (approximate='none', through erf) or PyTorch's tanh form
+    (approximate='tanh')."""
+    x = _need_tensor(input, "gelu")
+    if approximate == "none":
+        return x.gelu_erf()
+    if approximate == "tanh":
+        return x.gelu()
+    raise InvalidArgumentError(f"gelu: approximate must be 'none' or 'tanh', got "
+                               f"{approximate!r}")
+
+
+def silu(input, inplace=False):
+    """x * sigmoid(x)."""
+    return _need_tensor(input, "silu").silu()
+
+
+def tanh(input):
+    return _need_tensor(input, "tanh").tanh()
+
+
+def sigmoid(input):
+    return _need_tensor(input, "sigmoid").sigmoid()
+
+
+def _softmax_dim(x, dim, fn):
+    if dim is None:  # PyTorch's deprecated implicit choice
+        warnings.warn(f"{fn}: implicit dimension choice is deprecated, pass dim",
+                      UserWarning, stacklevel=3)
+        return 0 if x.ndim in (0, 1, 3) else 1
+    return _int(dim, fn, "dim")
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """exp(x) / sum(exp(x)) along dim (input cast to dtype first when given)."""
+    x = _need_tensor(input, "softmax")
+    if dtype is not None:
+        x = x.to_dtype(dtype)
+    return x.softmax(_softmax_dim(x, dim, "softmax"))
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """log(softmax(x)) along dim, computed stably."""
+    x = _need_tensor(input, "log_softmax")
+    if dtype is not None:
+        x = x.to_dtype(dtype)
+    return x.log_softmax(_softmax_dim(x, dim, "log_softmax"))
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 tensor of shape tensor.shape + (num_classes,) with a 1 at each
+    class index; num_classes=-1 takes max + 1.  Not differentiable."""
+    from .. import dtypes as _dt
+    from ..tensor import Tensor, arange
+
+    fn = "one_hot"
+    t = tensor if isinstance(tensor, Tensor) else _as_index(tensor, fn)
+    if t.dtype.is_floating_point or t.dtype is _dt.bool_:
+        raise DTypeError(f"{fn}: tensor must hold integer class indices, got {_desc(t)}")
+    num_classes = _int(num_classes, fn, "num_classes")
+    if t.numel() == 0:
+        if num_classes == -1:
+            raise InvalidArgumentError(f"{fn}: cannot infer num_classes from an empty tensor "
+                                       f"{t.shape}")
+        lo = hi = 0
+    else:
+        lo, hi = int(t.min().item()), int(t.max().item())
+    if num_classes == -1:
+        num_classes = hi + 1
+    if num_classes < 0:
+        raise InvalidArgumentError(f"{fn}: num_classes must be -1 or >= 0, got {num_classes}")
+    if t.numel() and lo < 0:
+        raise OutOfRangeError(f"{fn}: class values must be non-negative, got {lo} in "
+                              f"{_desc(t)}")
+    if t.numel() and hi >= num_classes:
+        raise OutOfRangeError(f"{fn}: class value {hi} in {_desc(t)} is not smaller than "
+                              f"num_classes={num_classes}")
+    if t.dtype is not _dt.int64:
+        t = t.to_dtype(_dt.int64)
+    return (t.unsqueeze(-1) == arange(num_classes)).to_dtype(_dt.int64)
+
+
 # ---- shape --------------------------------------------------------------------------
-def pad(input, pad, mode="constant", value=0.0):
-    """Constant padding: pad = (left, right) for the last dim, then (top,
-    bottom) for the one before, ...; negative amounts crop."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad: only mode='constant' is supported, got {mode!r}")
-    pad = tuple(operator.index(p) for p in pad)
-    return _call(lib.AD_OP_PAD, (input,), pad, (float(value),))
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pads the last dims: pad = (left, right) for the last dim, then (top,
+    bottom) for the one before, ...  mode 'constant' fills with value
+    (default 0; negative amounts crop); 'reflect', 'replicate' and 'circular'
+    pad the last 1, 2 or 3 dims of a (batched or unbatched) input, as PyTorch."""
+    fn = "pad"
+    x = _need_tensor(input, fn)
+    try:
+        pads = tuple(pad)
+    except TypeError:
+        raise InvalidArgumentError(f"{fn}: pad must be a sequence of ints, got "
+                                   f"{type(pad).__name__}") from None
+    pads = tuple(_int(p, fn, "pad") for p in pads)
+    if len(pads) % 2:
+        raise InvalidArgumentError(f"{fn}: pad must have an even length, got {pads}")
+    if mode == "constant":
+        fill = 0.0 if value is None else _float(value, fn, "value")
+        return _call(lib.AD_OP_PAD, (x,), pads, (fill,))
+    if mode not in _PAD_MODES:
+        raise InvalidArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, got {mode!r}")
+    if value is not None and value != 0:
+        raise InvalidArgumentError(f"{fn}: mode {mode!r} takes no value, got {value!r}")
+    k = len(pads) // 2
+    if k not in (1, 2, 3) or x.ndim not in (k + 1, k + 2):
+        raise InvalidArgumentError(
+            f"{fn}: mode {mode!r} pads the last 1, 2 or 3 dims of a (k+1)- or (k+2)-d input; "
+            f"got {len(pads)} pad values for input {_desc(x)}")
+    out = x
+    for i in range(k):
+        d = x.ndim - 1 - i
+        lo, hi = pads[2 * i], pads[2 * i + 1]
+        if lo == 0 and hi == 0:
+            continue
+        n = x.shape[d]
+        if mode == "reflect" and not (lo < n and hi < n):
+            raise InvalidArgumentError(
+                f"{fn}: reflect padding ({lo}, {hi}) must be smaller than dim {d} of input "
+                f"{_desc(x)}")
+        if n == 0 or n + lo + hi <= 0:
+            raise InvalidArgumentError(
+                f"{fn}: padding ({lo}, {hi}) of dim {d} of input {_desc(x)} leaves no elements")
+        # one gather of source positions per padded dim: its backward sums the
+        # gradients of every copy into the element it was copied from
+        idx = np.arange(-lo, n + hi, dtype=np.int64)
+        if mode == "reflect":
+            idx = np.abs(idx)
+            idx = np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
+        elif mode == "replicate":
+            idx = np.clip(idx, 0, n - 1)
+        else:  # PyTorch crops by the negative amounts first, then wraps what is left
+            base = np.arange(max(-lo, 0), n - max(-hi, 0), dtype=np.int64)
+            m = len(base)
+            if m <= 0 or max(lo, 0) > m or max(hi, 0) > m:
+                raise InvalidArgumentError(
+                    f"{fn}: circular padding ({lo}, {hi}) must be at most the size of dim {d} "
+                    f"after cropping ({m}) of input {_desc(x)}")
+            idx = base[np.arange(-max(lo, 0), m + max(hi, 0)) % m]
+        out = index_select(out, d, idx)
+    return out
 
 
 # ---- losses ---------------------------------------------------------------------------
-def mse_loss(input, target, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """(input - target)^2, averaged, summed or per element."""
-    return _call(lib.AD_OP_MSE_LOSS, (input, _tensor(target, input)),
+    reduction = _legacy_reduction(size_average, reduce, reduction, "mse_loss")
+    x = _need_tensor(input, "mse_loss")
+    return _call(lib.AD_OP_MSE_LOSS, (x, _tensor(target, x)),
                  (_reduction(reduction, "mse_loss"),))
 
 
-def _class_loss(op, name, input, target, reduction):
-    r = _reduction(reduction, name)
-    target = _as_index(target, name)
-    if input.ndim == 1:
-        if target.ndim != 0:
-            raise ShapeError(f"{name}: input of shape {input.shape} takes a 0-d target, got "
-                             f"{target.shape}")
-        y = _call(op, (input.reshape(1, -1), target.reshape(1)), (r,))
-        return y.reshape(()) if r == 0 else y
-    if input.ndim > 2:  # (N, C, d1, ...): classes last, positions as rows
-        n, c = input.shape[:2]
-        rest = input.shape[2:]
-        if target.shape != (n,) + rest:
-            raise ShapeError(f"{name}: target of shape {target.shape} does not match input "
-                             f"{input.shape}")
-        perm = (0,) + tuple(range(2, input.ndim)) + (1,)
-        y = _call(op, (input.permute(perm).reshape(-1, c), target.reshape(-1)), (r,))
-        return y.reshape((n,) + rest) if r == 0 else y
-    return _call(op, (input, target), (r,))
+def _target_tensor(target, x, fn):
+    """The target as a tensor: float data becomes x's dtype (class
+    probabilities), integer data int64 (class indices)."""
+    from ..tensor import Tensor, tensor
+
+    if isinstance(target, Tensor):
+        return target
+    a = np.asarray(target)
+    if a.dtype.kind == "f":
+        return tensor(a, dtype=x.dtype)
+    return _as_index(a, fn)
 
 
-def cross_entropy(input, target, reduction="mean"):
+def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smoothing, logits):
+    from ..tensor import Tensor
+
+    r = _reduction(reduction, fn)
+    op = lib.AD_OP_CROSS_ENTROPY if logits else lib.AD_OP_NLL_LOSS
+    if (weight is None and not label_smoothing and type(ignore_index) is int and ignore_index < 0
+            and isinstance(input, Tensor) and isinstance(target, Tensor) and input.ndim == 2):
+        # the common call, straight to the fused native loss; it refuses any target
+        # outside [0, C) (so also one equal to ignore_index) and any other misuse, and
+        # then the general path below sorts out what it was
+        try:
+            return _call(op, (input, target), (r,))
+        except OutOfMemoryError:
+            raise
+        except Error:
+            pass
+    x = _need_float(input, fn)
+    ignore_index = _int(ignore_index, fn, "ignore_index")
+    eps = _float(label_smoothing, fn, "label_smoothing")
+    if not 0.0 <= eps <= 1.0:
+        raise InvalidArgumentError(f"{fn}: label_smoothing must be in [0, 1], got {eps}")
+    if x.ndim == 0:
+        raise ShapeError(f"{fn}: input must have a class dim, got {_desc(x)}")
+    cdim = 0 if x.ndim == 1 else 1
+    c = x.shape[cdim]
+    w = _channel_vec(weight, c, x, fn, "weight")
+    t = _target_tensor(target, x, fn)
+    if t.dtype.is_floating_point:
+        if logits and t.shape == x.shape:
+            _same_dtype(x, t, fn, "target")
+            if ignore_index >= 0:
+                raise InvalidArgumentError(f"{fn}: ignore_index={ignore_index} is not supported "
+                                           f"with class-probability targets")
+            return _prob_cross_entropy(x, t, w, r, eps, cdim, c)
+        raise DTypeError(f"{fn}: target {_desc(t)} must hold integer class indices (or, for "
+                         f"cross_entropy, class probabilities of the input's shape {x.shape})")
+    # rows: (M, C) with one class index each
+    if x.ndim == 1:
+        if t.ndim != 0:
+            raise ShapeError(f"{fn}: input {_desc(x)} takes a 0-d target, got {_desc(t)}")
+        rows, tr, out_shape = x.reshape(1, -1), t.reshape(1), ()
+    elif x.ndim == 2:
+        if t.shape != (x.shape[0],):
+            raise ShapeError(f"{fn}: target {_desc(t)} does not match input {_desc(x)} (expected "
+                             f"shape {(x.shape[0],)})")
+        rows, tr, out_shape = x, t, t.shape
+    else:  # (N, C, d1, ...): classes last, positions as rows
+        n, rest = x.shape[0], x.shape[2:]
+        if t.shape != (n,) + rest:
+            raise ShapeError(f"{fn}: target {_desc(t)} does not match input {_desc(x)} (expected "
+                             f"shape {(n,) + rest})")
+        perm = (0,) + tuple(range(2, x.ndim)) + (1,)
+        rows, tr, out_shape = x.permute(perm).reshape(-1, c), t.reshape(-1), t.shape
+    tn = np.asarray(tr)
+    ignored = tn == ignore_index
+    any_ignored = bool(ignored.any())
+    if w is None and eps == 0.0 and not any_ignored:  # the fused native loss
+        y = _call(op, (rows, tr), (r,))
+        return y.reshape(out_shape) if r == 0 else y
+    from ..tensor import tensor
+
+    valid = ~ignored
+    bad = valid & ((tn < 0) | (tn >= c))
+    if bad.any():
+        raise OutOfRangeError(f"{fn}: target {int(tn[bad][0])} is out of range for {c} classes "
+                              f"(input {_desc(x)})")
+    safe = tensor(np.where(valid, tn, 0).astype(np.int64), dtype="int64")
+    per = _call(op, (rows, safe), (0,))  # unweighted per-row loss
+    keep = tensor(valid.astype(x.dtype.numpy), dtype=x.dtype) if any_ignored else None
+    wi = keep
+    if w is not None:
+        wi = index_select(w, 0, safe)
+        if keep is not None:
+            wi = wi * keep
+    nll = per if wi is None else per * wi
+    smooth = None
+    if eps > 0.0:
+        logp = rows.log_softmax(1) if logits else rows
+        smooth = -((logp if w is None else logp * w.reshape(1, c)).sum(1))
+        if keep is not None:
+            smooth = smooth * keep
+    if r == 0:
+        loss = nll if smooth is None else nll * (1.0 - eps) + smooth * (eps / c)
+        return loss.reshape(out_shape)
+    total = nll.sum()
+    if smooth is not None:
+        total = total * (1.0 - eps) + smooth.sum() * (eps / c)
+    if r == 2:
+        return total
+    # PyTorch's weighted mean: divided by the summed weights of the kept targets
+    return total / (wi.sum() if wi is not None else float(tn.size))
+
+
+def _prob_cross_entropy(x, t, w, r, eps, cdim, c):
+    logp = x.log_softmax(cdim)
+    if eps > 0.0:
+        t = t * (1.0 - eps) + eps / c
+    prod = logp * t
+    if w is not None:
+        prod = prod * (w if x.ndim == 1 else w.reshape((1, c) + (1,) * (x.ndim - 2)))
+    if r == 0:
+        return -prod.sum(cdim)
+    total = -prod.sum()
+    if r == 2:
+        return total
+    if x.numel() == 0:
+        return total * float("nan")
+    return total / float(x.numel() // c)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
     """-log softmax(input)[target] from logits (N, C) (or (C,), or (N, C, d...))
-    and integer class targets; fused and numerically stable."""
-    return _class_loss(lib.AD_OP_CROSS_ENTROPY, "cross_entropy", input, target, reduction)
+    with integer class targets, or -sum(target * log softmax(input)) with
+    class-probability targets of the input's shape.  weight rescales each
+    class, targets equal to ignore_index count for nothing, and the mean is
+    PyTorch's weighted mean (divided by the summed weights of the kept
+    targets); label_smoothing mixes in the uniform distribution."""
+    reduction = _legacy_reduction(size_average, reduce, reduction, "cross_entropy")
+    return _class_loss("cross_entropy", input, target, weight, ignore_index, reduction,
+                       label_smoothing, True)
 
 
-def nll_loss(input, target, reduction="mean"):
-    """-input[target] for log-probabilities (N, C) and integer class targets."""
-    return _class_loss(lib.AD_OP_NLL_LOSS, "nll_loss", input, target, reduction)
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    """-weight[target] * input[target] for log-probabilities (N, C) (or (C,), or
+    (N, C, d...)) and integer class targets, with cross_entropy's weight,
+    ignore_index and weighted-mean rules."""
+    reduction = _legacy_reduction(size_average, reduce, reduction, "nll_loss")
+    return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, False)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    """-[pos_weight * t * log sigmoid(x) + (1 - t) * log(1 - sigmoid(x))] from
+    logits, in the stable form (1 - t) * x + (1 + (pos_weight - 1) * t) *
+    softplus(-x); weight rescales each element, pos_weight the positive term
+    (broadcast along the last dim)."""
+    fn = "binary_cross_entropy_with_logits"
+    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
+    x = _need_float(input, fn)
+    t = _tensor(target, x)
+    if t.shape != x.shape:
+        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
+    _same_dtype(x, t, fn, "target")
+    sp = (-x).softplus()  # -log sigmoid(x)
+    if pos_weight is not None:
+        pw = _tensor(pos_weight, x)
+        _same_dtype(x, pw, fn, "pos_weight")
+        loss = (1.0 - t) * x + ((pw - 1.0) * t + 1.0) * sp
+    else:
+        loss = (1.0 - t) * x + sp
+    if weight is not None:
+        wt = _tensor(weight, x)
+        _same_dtype(x, wt, fn, "weight")
+        loss = loss * wt
+    if loss.shape != x.shape:
+        raise ShapeError(f"{fn}: weight/pos_weight must broadcast to the input's shape "
+                         f"{x.shape}, the loss came out {loss.shape}")
+    return _reduce(loss, r)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
+    beta=0 is the L1 loss."""
+    fn = "smooth_l1_loss"
+    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
+    x = _need_float(input, fn)
+    t = _tensor(target, x)
+    if t.shape != x.shape:
+        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
+    _same_dtype(x, t, fn, "target")
+    beta = _float(beta, fn, "beta")
+    if not beta >= 0.0:
+        raise InvalidArgumentError(f"{fn}: beta must be >= 0, got {beta}")
+    d = x - t
+    a = d.abs()
+    if beta == 0.0:
+        return _reduce(a, r)
+    from ..tensor import where
+
+    return _reduce(where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta), r)
 
 
 # ---- normalization and dropout -----------------------------------------------------------
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalizes over the trailing dims `normalized_shape` (biased variance),
     then scales by weight and shifts by bias when given."""
-    from ..tensor import _shape_arg, ones
+    from ..tensor import ones
 
-    ns = _shape_arg(normalized_shape, "normalized_shape")
-    if not ns or input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
-        raise ShapeError(f"layer_norm: normalized_shape {ns} does not match the trailing dims "
-                         f"of input shape {input.shape}")
-    ins = [input]
+    fn = "layer_norm"
+    x = _need_float(input, fn)
+    if isinstance(normalized_shape, (numbers.Integral, np.integer)):
+        normalized_shape = (normalized_shape,)
+    try:
+        ns = tuple(_int(n, fn, "normalized_shape") for n in normalized_shape)
+    except TypeError:
+        raise InvalidArgumentError(f"{fn}: normalized_shape must be an int or a sequence of "
+                                   f"ints, got {normalized_shape!r}") from None
+    if not ns or len(ns) > x.ndim or x.shape[x.ndim - len(ns):] != ns:
+        raise ShapeError(f"{fn}: normalized_shape {ns} does not match the trailing dims of "
+                         f"input {_desc(x)}")
+    eps = _float(eps, fn, "eps")
+    ins = [x]
     if weight is None and bias is not None:
-        weight = ones(ns, dtype=input.dtype)
-    if weight is not None:
-        ins.append(_tensor(weight, input))
-    if bias is not None:
-        ins.append(_tensor(bias, input))
-    return _call(lib.AD_OP_LAYER_NORM, ins, (len(ns),), (float(eps),))
+        weight = ones(ns, dtype=x.dtype)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            t = _tensor(t, x)
+            if t.shape != ns:
+                raise ShapeError(f"{fn}: {name} {_desc(t)} must have the normalized shape {ns}")
+            _same_dtype(x, t, fn, name)
+            ins.append(t)
+    return _call(lib.AD_OP_LAYER_NORM, ins, (len(ns),), (eps,))
 
 
-def dropout(input, p=0.5, training=True, seed=None):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalizes each channel (dim 1) of input (N, C, ...).
+
+    training=True: with the batch's mean and biased variance; running_mean
+    and running_var (when not None) are then updated in place, as PyTorch:
+    r = (1 - momentum) * r + momentum * batch statistic, with the unbiased
+    variance.  In-place means they must be Vars (a module's buffers); a plain
+    Tensor cannot change, so it is refused.  The update records nothing.
+    training=False: with running_mean and running_var (required)."""
+    from ..grad import no_grad
+    from ..tensor import Var
+
+    fn = "batch_norm"
+    x = _need_float(input, fn)
+    if x.ndim < 2:
+        raise ShapeError(f"{fn}: input must be (N, C, ...), got {_desc(x)}")
+    c = x.shape[1]
+    rm = _channel_vec(running_mean, c, x, fn, "running_mean")
+    rv = _channel_vec(running_var, c, x, fn, "running_var")
+    w = _channel_vec(weight, c, x, fn, "weight")
+    b = _channel_vec(bias, c, x, fn, "bias")
+    eps = _float(eps, fn, "eps")
+    cshape = (1, c) + (1,) * (x.ndim - 2)
+    if not training:
+        if rm is None or rv is None:
+            raise InvalidArgumentError(f"{fn}: running_mean and running_var are required when "
+                                       f"training=False")
+        # the statistics are constants here (buffers, never trained)
+        scale = (rv.detach() + eps).sqrt().recip()
+        if w is not None:
+            scale = scale * w
+        shift = -(rm.detach() * scale)
+        if b is not None:
+            shift = shift + b
+        return x * scale.reshape(cshape) + shift.reshape(cshape)
+    for name, s in (("running_mean", running_mean), ("running_var", running_var)):
+        if s is not None and not isinstance(s, Var):
+            raise InvalidArgumentError(
+                f"{fn}: training=True updates {name} in place, so it must be a Var (a module "
+                f"buffer); got a plain Tensor, which is immutable (pass None to skip the update)")
+    momentum = _float(momentum, fn, "momentum")
+    per_channel = x.numel() // c if c else 0
+    if per_channel <= 1:
+        raise InvalidArgumentError(f"{fn}: training needs more than 1 value per channel, got "
+                                   f"input {_desc(x)}")
+    # composed of reductions and broadcast elementwise ops: on a (N, C, H, W) batch
+    # this runs about twice as fast, forward and backward, as the fused layer_norm
+    # over the channels-first permutation (which must copy), and it yields the
+    # batch statistics for the running update
+    dims = (0,) + tuple(range(2, x.ndim))
+    mean = x.mean(dims, keepdim=True)
+    d = x - mean
+    var = d.sqr().mean(dims, keepdim=True)  # biased, for the normalisation
+    scale = (var + eps).sqrt().recip()
+    if w is not None:
+        scale = scale * w.reshape(cshape)
+    y = d * scale
+    if b is not None:
+        y = y + b.reshape(cshape)
+    if rm is not None or rv is not None:
+        with no_grad():  # both new values first, so a failure changes neither
+            new_m = new_v = None
+            if rm is not None:
+                new_m = rm * (1.0 - momentum) + mean.detach().reshape(c) * momentum
+            if rv is not None:  # PyTorch's rule: the unbiased variance
+                unbiased = var.detach().reshape(c) * (per_channel / (per_channel - 1.0))
+                new_v = rv * (1.0 - momentum) + unbiased * momentum
+            if rm is not None:
+                rm.set(new_m)
+            if rv is not None:
+                rv.set(new_v)
+    return y
+
+
+def dropout(input, p=0.5, training=True, inplace=False, *, seed=None):
     """Zeroes each element with probability p and scales the rest by 1/(1-p).
     The mask is a function of the seed and the element's position (row-major),
-    so the same seed drops the same elements; seed None draws one."""
-    p = float(p)
+    so the same seed drops the same elements; seed None draws one.  inplace
+    is accepted for PyTorch's signature; the result is always a new tensor."""
+    if not isinstance(inplace, (bool, np.bool_)):
+        raise InvalidArgumentError(f"dropout: inplace must be a bool, got {inplace!r} (pass "
+                                   f"the seed as seed=)")
+    p = _float(p, "dropout", "p")
     if not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
-    if seed is None:  # the default generator, which ad.manual_seed seeds
-        from ..tensor import _next_seed
-        seed = _next_seed()
-    seed = operator.index(seed) & 0xFFFFFFFFFFFFFFFF
+    from ..tensor import _seed  # the library's seed rule (None: the default generator)
+
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(
+            seed, (numbers.Integral, np.integer))):
+        raise InvalidArgumentError(f"dropout: seed must be an int or None, got {seed!r}")
+    seed = _seed(seed)
     if seed >= 1 << 63:
         seed -= 1 << 64
     return _call(lib.AD_OP_DROPOUT, (input,), (seed,), (p,))
 
 
+# ---- attention ---------------------------------------------------------------------------
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """softmax(query @ key^T * scale + mask) @ value over (..., L, E), (..., S, E),
+    (..., S, Ev), as PyTorch: scale defaults to 1/sqrt(E); a bool attn_mask
+    keeps the positions where it is True, a float one is added; is_causal
+    keeps j <= i (and excludes attn_mask); a query row that every position
+    is masked for gives zeros; enable_gqa repeats the key/value heads (dim -3)
+    to match the query's."""
+    from .. import dtypes as _dt
+    from ..tensor import Tensor, tensor, where
+
+    fn = "scaled_dot_product_attention"
+    q = _need_float(query, fn, "query")
+    k = _need_float(key, fn, "key")
+    v = _need_float(value, fn, "value")
+    for name, t in (("key", k), ("value", v)):
+        _same_dtype(q, t, fn, name)
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise ShapeError(f"{fn}: query, key and value must be at least 2-d, got {_desc(q)}, "
+                         f"{_desc(k)}, {_desc(v)}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"{fn}: query (..., L, E) {q.shape}, key (..., S, E) {k.shape} and "
+                         f"value (..., S, Ev) {v.shape} do not match")
+    if enable_gqa and q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk == 0 or hq % hk or v.ndim < 3 or v.shape[-3] != hk:
+            raise ShapeError(f"{fn}: enable_gqa needs the query heads ({hq}) to be a multiple of "
+                             f"the key/value heads (key {k.shape}, value {v.shape})")
+        rep = np.arange(hq, dtype=np.int64) // (hq // hk)
+        k, v = index_select(k, k.ndim - 3, rep), index_select(v, v.ndim - 3, rep)
+    L, E, S = q.shape[-2], q.shape[-1], k.shape[-2]
+    sc = 1.0 / math.sqrt(E) if scale is None else _float(scale, fn, "scale")
+    dropout_p = _float(dropout_p, fn, "dropout_p")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise InvalidArgumentError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
+    scores = (q * sc) @ k.transpose(-2, -1)
+    bias = None  # additive mask (0 / -inf for the boolean forms)
+    if is_causal:
+        if attn_mask is not None:
+            raise InvalidArgumentError(f"{fn}: pass either attn_mask or is_causal=True, not "
+                                       f"both")
+        bias_np = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf)
+        bias = tensor(bias_np, dtype=q.dtype)
+    elif attn_mask is not None:
+        m = attn_mask if isinstance(attn_mask, Tensor) else tensor(
+            np.asarray(attn_mask), dtype=_dt.bool_ if np.asarray(attn_mask).dtype == bool
+            else q.dtype)
+        if m.dtype is _dt.bool_:
+            bias_np = np.where(np.asarray(m), 0.0, -np.inf)
+            bias = tensor(bias_np, dtype=q.dtype)
+        elif m.dtype.is_floating_point:
+            _same_dtype(q, m, fn, "attn_mask")
+            bias = m
+            bias_np = np.asarray(m.detach())
+        else:
+            raise DTypeError(f"{fn}: attn_mask must be bool or the query's float dtype, got "
+                             f"{_desc(m)}")
+        if m.ndim > scores.ndim or any(
+                a not in (1, b) for a, b in zip(reversed(m.shape), reversed(scores.shape))):
+            raise ShapeError(f"{fn}: attn_mask {_desc(m)} does not broadcast to the attention "
+                             f"scores {scores.shape}")
+    keep_rows = None
+    if bias is not None:
+        dead = np.all(np.isneginf(bias_np), axis=-1, keepdims=True) if S else None
+        if dead is not None and dead.any():
+            # rows masked everywhere: softmax over plain scores (finite), then zeroed,
+            # so neither the output nor the gradient sees a NaN (PyTorch gives zeros)
+            bias = where(tensor(dead), 0.0, bias)
+            keep_rows = tensor((~dead).astype(q.dtype.numpy), dtype=q.dtype)
+        scores = scores + bias
+    if S:
+        # softmax from the vectorised exp map (several times faster, forward and
+        # backward, than the native lane kernel on attention rows); the row max is a
+        # constant shift softmax does not depend on, hence detached.  Every row has a
+        # finite entry: fully masked rows were unmasked above.
+        e = (scores - scores.detach().max(-1, keepdim=True)).exp()
+        attn = e * e.sum(-1, keepdim=True).recip()
+    else:
+        attn = scores.softmax(-1)
+    if keep_rows is not None:
+        attn = attn * keep_rows
+    if dropout_p > 0.0:
+        attn = dropout(attn, dropout_p)
+    return attn @ v
+
+
 # ---- embedding and linear ---------------------------------------------------------------
-def embedding(input, weight):
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
     """Rows of weight (num, dim) picked by the integer tensor input: shape
-    input.shape + (dim,); repeated ids accumulate their gradients."""
-    idx = _as_index(input, "embedding")
+    input.shape + (dim,); repeated ids accumulate their gradients.  Rows
+    picked at padding_idx get no gradient.  max_norm renormalises, in place
+    as PyTorch, each picked row whose norm_type-norm exceeds it (weight must
+    then be a Var).  scale_grad_by_freq and sparse gradients are not
+    supported."""
+    from .. import dtypes as _dt
+    from ..grad import no_grad
+    from ..tensor import Var, where
+
+    fn = "embedding"
+    idx = _as_index(input, fn)
+    _need_tensor(weight, fn, "weight")
+    if idx.dtype.is_floating_point or idx.dtype is _dt.bool_:
+        raise DTypeError(f"{fn}: input must hold integer indices, got {_desc(idx)}")
     if weight.ndim != 2:
-        raise ShapeError(f"embedding: weight must be 2-d, got shape {weight.shape}")
-    rows = index_select(weight, 0, idx.reshape(-1))
-    return rows.reshape(idx.shape + (weight.shape[1],))
+        raise ShapeError(f"{fn}: weight must be 2-d (num_embeddings, embedding_dim), got "
+                         f"{_desc(weight)}")
+    if scale_grad_by_freq or sparse:
+        raise InvalidArgumentError(f"{fn}: scale_grad_by_freq=True and sparse=True are not "
+                                   f"supported")
+    num = weight.shape[0]
+    if padding_idx is not None:
+        padding_idx = _int(padding_idx, fn, "padding_idx")
+        if not -num <= padding_idx < num:
+            raise InvalidArgumentError(f"{fn}: padding_idx {padding_idx} is out of range for "
+                                       f"weight {_desc(weight)}")
+        padding_idx %= num
+    flat = idx.reshape(-1)
+    if max_norm is not None and flat.numel():
+        if not isinstance(weight, Var):
+            raise InvalidArgumentError(f"{fn}: max_norm renormalises rows of weight in place, "
+                                       f"so weight must be a Var, got a plain Tensor")
+        fi = np.asarray(flat)
+        if fi.min() < -num or fi.max() >= num:
+            raise OutOfRangeError(f"{fn}: input {_desc(idx)} holds an index out of range for "
+                                  f"weight {_desc(weight)}")
+        w = np.array(weight.numpy())
+        rows = np.unique(fi % num)
+        mn = _float(max_norm, fn, "max_norm")
+        norms = np.linalg.norm(w[rows], ord=_float(norm_type, fn, "norm_type"), axis=1)
+        big = norms > mn
+        if big.any():  # PyTorch's rule, including its 1e-7
+            w[rows[big]] *= (mn / (norms[big] + 1e-7))[:, None].astype(w.dtype)
+            with no_grad():
+                weight.set(w)
+    out = index_select(weight, 0, flat)
+    if padding_idx is not None:
+        pad_rows = np.asarray(flat) == padding_idx
+        if pad_rows.any():  # the padding row's value, selected away from the gradient
+            from ..tensor import tensor
+
+            out = where(tensor(pad_rows[:, None]), out.detach(), out)
+    return out.reshape(idx.shape + (weight.shape[1],))
 
 
 def linear(input, weight, bias=None):
-    """input @ weight.T + bias (weight (out, in))."""
-    y = input @ weight.t()
-    return y if bias is None else y + bias
+    """input @ weight.T + bias (weight (out, in), input (..., in))."""
+    fn = "linear"
+    x = _need_tensor(input, fn)
+    _need_tensor(weight, fn, "weight")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"{fn}: input {_desc(x)} (..., in_features) does not match weight "
+                         f"{_desc(weight)} (out_features, in_features)")
+    y = x @ weight.t()
+    if bias is None:
+        return y
+    b = _tensor(bias, x)
+    if b.shape not in ((weight.shape[0],), ()):
+        raise ShapeError(f"{fn}: bias {_desc(b)} must have shape ({weight.shape[0]},)")
+    return y + b
 
 
 # ---- convolution -------------------------------------------------------------------------
 def _batched(x, nd, name):
     """(x with a batch dim, whether one was added) for an op on nd spatial dims."""
+    _need_tensor(x, name)
     if x.ndim == nd + 1:
         return x.unsqueeze(0), True
     if x.ndim != nd + 2:
-        raise ShapeError(f"{name}: input must be {nd + 1}-d or {nd + 2}-d, got shape {x.shape}")
+        raise ShapeError(f"{name}: input must be {nd + 1}-d or {nd + 2}-d, got {_desc(x)}")
     return x, False
 
 
-def _same_padding(x, weight, stride, dilation, name):
-    if stride != (1, 1):
-        raise InvalidArgumentError(f"{name}: padding='same' needs stride 1, got {stride}")
+def _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, transposed=False):
+    """Checked (stride, padding, dilation, groups) for a conv over nd spatial
+    dims; padding may come back as the string 'same'."""
+    _need_tensor(weight, fn, "weight")
+    if weight.ndim != nd + 2:
+        kind = "(in_channels, out_channels/groups, *kernel)" if transposed else \
+            "(out_channels, in_channels/groups, *kernel)"
+        raise ShapeError(f"{fn}: weight must be {nd + 2}-d {kind}, got {_desc(weight)}")
+    s = _ntuple(stride, nd, fn, "stride")
+    d = _ntuple(dilation, nd, fn, "dilation")
+    g = _int(groups, fn, "groups")
+    _at_least(s, 1, fn, "stride")
+    _at_least(d, 1, fn, "dilation")
+    _at_least((g,), 1, fn, "groups")
+    if isinstance(padding, str):
+        if transposed or padding not in ("valid", "same"):
+            raise InvalidArgumentError(f"{fn}: padding must be an int, a tuple of {nd} ints"
+                                       f"{'' if transposed else ', valid or same'}, got "
+                                       f"{padding!r}")
+        if padding == "same" and s != (1,) * nd:
+            raise InvalidArgumentError(f"{fn}: padding='same' needs stride 1, got {s}")
+        p = (0,) * nd if padding == "valid" else "same"
+    else:
+        p = _ntuple(padding, nd, fn, "padding")
+        _at_least(p, 0, fn, "padding")
+    for name, vals in (("stride", s), ("dilation", d), ("groups", (g,)),
+                       ("padding", () if p == "same" else p)):
+        if vals and max(vals) > _INT32_MAX:  # the native kernels' limit
+            raise InvalidArgumentError(f"{fn}: {name} {vals if len(vals) > 1 else vals[0]} is "
+                                       f"too large (at most 2**31 - 1)")
+    c = x.shape[1]
+    if not transposed:
+        if c != weight.shape[1] * g or weight.shape[0] % g:
+            raise ShapeError(f"{fn}: input {_desc(x)} has {c} channels; weight {_desc(weight)} "
+                             f"with groups={g} takes {weight.shape[1] * g} channels and needs "
+                             f"out_channels divisible by groups")
+    elif c != weight.shape[0] or c % g:
+        raise ShapeError(f"{fn}: input {_desc(x)} has {c} channels; weight {_desc(weight)} "
+                         f"(in_channels first) with groups={g} takes {weight.shape[0]}, "
+                         f"divisible by groups")
+    _same_dtype(x, weight, fn, "weight")
+    for i in range(nd):
+        k, size = weight.shape[2 + i], x.shape[2 + i]
+        span = d[i] * (k - 1) + 1
+        if span > _SIZE_LIMIT:
+            raise InvalidArgumentError(f"{fn}: dilation {d[i]} makes the kernel span {span}, "
+                                       f"too large")
+        if p != "same" and 2 * p[i] > _SIZE_LIMIT:
+            raise InvalidArgumentError(f"{fn}: padding {p[i]} is too large")
+        if transposed:
+            if (size - 1) * s[i] > _SIZE_LIMIT:
+                raise InvalidArgumentError(f"{fn}: stride {s[i]} makes the output of input "
+                                           f"{_desc(x)} too large")
+        elif p != "same" and span > size + 2 * p[i]:
+            raise ShapeError(f"{fn}: kernel size {k} with dilation {d[i]} spans {span}, more "
+                             f"than the padded input ({size} + 2*{p[i]}) of input {_desc(x)}")
+    return s, p, d, g
+
+
+def _bias(y, bias, fn, nd):
+    if bias is None:
+        return y
+    b = _tensor(bias, y)
+    if b.shape != (y.shape[1],):
+        raise ShapeError(f"{fn}: bias must have shape ({y.shape[1]},), got {_desc(b)}")
+    _same_dtype(y, b, fn, "bias")
+    return y + b.reshape((1, -1) + (1,) * nd)
+
+
+def _same_pads(weight, d):
+    """pad() amounts (last dim first) for padding='same': the extra element
+    of an odd total goes after, as PyTorch."""
     pads = []
-    for k, d in zip(reversed(weight.shape[2:]), reversed(dilation)):
-        total = d * (k - 1)
+    for k, di in zip(reversed(weight.shape[2:]), reversed(d)):
+        total = di * (k - 1)
         pads += [total // 2, total - total // 2]
-    return pad(x, pads), (0, 0)
+    return pads
+
+
+def _conv(fn, input, weight, bias, stride, padding, dilation, groups, nd):
+    x, added = _batched(input, nd, fn)
+    s, p, d, g = _conv_args(fn, x, weight, stride, padding, dilation, groups, nd)
+    if p == "same":
+        x, p = pad(x, _same_pads(weight, d)), (0,) * nd
+    w = weight
+    if nd == 1:  # conv2d over a height of 1
+        x, w, s, p, d = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (0,) + p, (1,) + d
+    y = _call(lib.AD_OP_CONV2D, (x, w), s + p + d + (g,))
+    if nd == 1:
+        y = y.squeeze(2)
+    y = _bias(y, bias, fn, nd)
+    return y.squeeze(0) if added else y
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-d convolution (cross-correlation, as PyTorch) of input (N, C, H, W) or
     (C, H, W) with weight (O, C/groups, kh, kw); padding may be 'valid' or
     'same' (stride 1)."""
-    x, added = _batched(input, 2, "conv2d")
-    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
-    if padding == "valid":
-        padding = 0
-    if padding == "same":
-        x, padding = _same_padding(x, weight, stride, dilation, "conv2d")
-    padding = _pair(padding, "padding")
-    y = _call(lib.AD_OP_CONV2D, (x, weight), stride + padding + dilation + (groups,))
-    if bias is not None:
-        y = y + _tensor(bias, y).reshape(1, -1, 1, 1)
-    return y.squeeze(0) if added else y
+    return _conv("conv2d", input, weight, bias, stride, padding, dilation, groups, 2)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-d convolution of input (N, C, L) or (C, L) with weight (O, C/groups, k),
     as conv2d over a height of 1."""
-    x, added = _batched(input, 1, "conv1d")
-    one = lambda v: (1, v if isinstance(v, numbers.Integral) else tuple(v)[0])  # noqa: E731
-    if padding in ("valid", "same"):
-        pad2 = padding
-    else:
-        pad2 = (0, one(padding)[1])
-    y = conv2d(x.unsqueeze(2), weight.unsqueeze(2), None, one(stride), pad2, one(dilation),
-               groups).squeeze(2)
-    if bias is not None:
-        y = y + _tensor(bias, y).reshape(1, -1, 1)
+    return _conv("conv1d", input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                    nd):
+    x, added = _batched(input, nd, fn)
+    s, p, d, g = _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, True)
+    op = _ntuple(output_padding, nd, fn, "output_padding")
+    _at_least(op, 0, fn, "output_padding")
+    for i in range(nd):
+        if op[i] >= s[i] and op[i] >= d[i]:
+            raise InvalidArgumentError(f"{fn}: output padding {op[i]} must be smaller than the "
+                                       f"stride {s[i]} or the dilation {d[i]}")
+    w = weight
+    if nd == 1:
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op
+    y = _call(lib.AD_OP_CONV_TRANSPOSE2D, (x, w), s + p + d + (g,) + op)
+    if nd == 1:
+        y = y.squeeze(2)
+    y = _bias(y, bias, fn, nd)
     return y.squeeze(0) if added else y
 
 
@@ -214,97 +956,170 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      dilation=1):
     """Transposed 2-d convolution (conv2d's input gradient) of input
     (N, Cin, H, W) with weight (Cin, Cout/groups, kh, kw); output_padding must
-    be smaller than the stride."""
-    x, added = _batched(input, 2, "conv_transpose2d")
-    args = (_pair(stride, "stride") + _pair(padding, "padding") + _pair(dilation, "dilation") +
-            (groups,) + _pair(output_padding, "output_padding"))
-    y = _call(lib.AD_OP_CONV_TRANSPOSE2D, (x, weight), args)
-    if bias is not None:
-        y = y + _tensor(bias, y).reshape(1, -1, 1, 1)
-    return y.squeeze(0) if added else y
+    be smaller than the stride or the dilation."""
+    return _conv_transpose("conv_transpose2d", input, weight, bias, stride, padding,
+                           output_padding, groups, dilation, 2)
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed 1-d convolution, as conv_transpose2d over a height of 1."""
-    x, added = _batched(input, 1, "conv_transpose1d")
-    one = lambda v: (1 if v is not output_padding else 0,  # noqa: E731
-                     v if isinstance(v, numbers.Integral) else tuple(v)[0])
-    y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), None, one(stride),
-                         (0, one(padding)[1]), (0, one(output_padding)[1]), groups,
-                         (1, one(dilation)[1])).squeeze(2)
-    if bias is not None:
-        y = y + _tensor(bias, y).reshape(1, -1, 1)
-    return y.squeeze(0) if added else y
+    return _conv_transpose("conv_transpose1d", input, weight, bias, stride, padding,
+                           output_padding, groups, dilation, 1)
 
 
 # ---- pooling -------------------------------------------------------------------------------
-def _pool_args(kernel_size, stride, padding, dilation, ceil_mode, name):
-    if ceil_mode:
-        raise NotImplementedError(f"{name}: ceil_mode=True is not supported")
-    k = _pair(kernel_size, "kernel_size")
-    s = k if stride is None or stride == () else _pair(stride, "stride")
-    if min(k) < 1 or min(s) < 1:
-        raise InvalidArgumentError(f"{name}: kernel_size {k} and stride {s} must be positive")
-    return k, s, _pair(padding, "padding"), _pair(dilation, "dilation")
+def _pool_geometry(fn, x, k, s, p, d, ceil_mode):
+    """Checked pooling arguments over the last len(k) dims of x: the output
+    sizes and the extra right padding ceil_mode needs.  PyTorch's rule: with
+    ceil_mode the output rounds up, but the last window must start inside
+    the input or its left padding."""
+    _at_least(k, 1, fn, "kernel_size")
+    _at_least(s, 1, fn, "stride")
+    _at_least(d, 1, fn, "dilation")
+    _at_least(p, 0, fn, "padding")
+    for name, vals in (("kernel_size", k), ("stride", s), ("dilation", d)):
+        if max(vals) > _INT32_MAX:
+            raise InvalidArgumentError(f"{fn}: {name} {vals} is too large")
+    if any(2 * pi > ki for pi, ki in zip(p, k)):
+        raise InvalidArgumentError(f"{fn}: padding {p} must be at most half the kernel size {k}")
+    nd = len(k)
+    outs, extra = [], []
+    for i in range(nd):
+        size = x.shape[x.ndim - nd + i]
+        span = d[i] * (k[i] - 1) + 1
+        room = size + 2 * p[i] - span
+        if room < 0:
+            raise ShapeError(f"{fn}: kernel size {k[i]} with dilation {d[i]} spans {span}, more "
+                             f"than the padded input ({size} + 2*{p[i]}) of input {_desc(x)}")
+        if ceil_mode:
+            o = -(-room // s[i]) + 1
+            if (o - 1) * s[i] >= size + p[i]:
+                o -= 1
+        else:
+            o = room // s[i] + 1
+        outs.append(o)
+        extra.append(max(0, (o - 1) * s[i] + span - (size + 2 * p[i])))
+    return outs, extra
+
+
+def _extra_pad(x, extra, value):
+    """Pads the last dims on the right by extra (last dim last in extra)."""
+    if not any(extra):
+        return x
+    pads = []
+    for e in reversed(extra):
+        pads += [0, e]
+    return pad(x, pads, value=value)
+
+
+def _max_pool(fn, x4, k, s, p, d, ceil_mode):
+    _, extra = _pool_geometry(fn, x4, k, s, p, d, ceil_mode)
+    if not x4.dtype.is_floating_point:
+        raise DTypeError(f"{fn}: input must be float32 or float64, got {_desc(x4)}")
+    x4 = _extra_pad(x4, extra, -math.inf)  # as the native padding: never the max
+    return _call(lib.AD_OP_MAX_POOL2D, (x4,), k + s + p + d)
+
+
+def _pool_stride(stride, k, n, fn):
+    if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
+        return k
+    return _ntuple(stride, n, fn, "stride")
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     """Max over windows of input (N, C, H, W) or (C, H, W); padding counts as
-    -inf; any kernel, stride (default: the kernel) and overlap.  The gradient
-    goes to the first maximum of each window."""
-    x, added = _batched(input, 2, "max_pool2d")
-    k, s, p, d = _pool_args(kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
-    y = _call(lib.AD_OP_MAX_POOL2D, (x,), k + s + p + d)
-    return y.squeeze(0) if added else y
-
-
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
-    """Mean over windows of input (N, C, H, W) or (C, H, W): a depthwise conv2d
-    with a constant kernel (padding counts as zeros; count_include_pad=False
-    divides by the number of real elements instead)."""
-    from ..tensor import full, ones
-
-    x, added = _batched(input, 2, "avg_pool2d")
-    k, s, p, _ = _pool_args(kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
-    if p[0] * 2 > k[0] or p[1] * 2 > k[1] or min(p) < 0:
-        raise InvalidArgumentError(f"avg_pool2d: padding {p} must be non-negative and at most "
-                                   f"half the kernel {k}")
-    c = x.shape[1]
-    if divisor_override is not None:
-        if not divisor_override:
-            raise InvalidArgumentError("avg_pool2d: divisor_override must not be zero")
-        scale = 1.0 / float(divisor_override)
-    elif count_include_pad:
-        scale = 1.0 / (k[0] * k[1])
-    else:
-        scale = 1.0
-    w = full((c, 1) + k if c else (0, 0) + k, scale, dtype=x.dtype)
-    y = _call(lib.AD_OP_CONV2D, (x, w), s + p + (1, 1, max(c, 1)))
-    if divisor_override is None and not count_include_pad:
-        ones_in = ones((1, 1) + x.shape[2:], dtype=x.dtype)
-        counts = _call(lib.AD_OP_CONV2D, (ones_in, ones((1, 1) + k, dtype=x.dtype)),
-                       s + p + (1, 1, 1))
-        y = y / counts
+    -inf; any kernel, stride (default: the kernel), dilation and overlap;
+    ceil_mode rounds the output size up (PyTorch's rule).  The gradient goes
+    to the first maximum of each window."""
+    fn = "max_pool2d"
+    x, added = _batched(input, 2, fn)
+    k = _ntuple(kernel_size, 2, fn, "kernel_size")
+    s = _pool_stride(stride, k, 2, fn)
+    y = _max_pool(fn, x, k, s, _ntuple(padding, 2, fn, "padding"),
+                  _ntuple(dilation, 2, fn, "dilation"), bool(ceil_mode))
     return y.squeeze(0) if added else y
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """max_pool2d over a height of 1 for input (N, C, L) or (C, L)."""
-    first = lambda v: v if isinstance(v, numbers.Integral) else tuple(v)[0]  # noqa: E731
-    st = None if stride is None else (1, first(stride))
-    return max_pool2d(input.unsqueeze(-2), (1, first(kernel_size)), st, (0, first(padding)),
-                      (1, first(dilation)), ceil_mode).squeeze(-2)
+    """Max over windows of input (N, C, L) or (C, L), as max_pool2d over a
+    height of 1."""
+    fn = "max_pool1d"
+    x, added = _batched(input, 1, fn)
+    k = _ntuple(kernel_size, 1, fn, "kernel_size")
+    s = _pool_stride(stride, k, 1, fn)
+    p = _ntuple(padding, 1, fn, "padding")
+    d = _ntuple(dilation, 1, fn, "dilation")
+    _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))  # messages in 1-d terms
+    y = _max_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, (1,) + d,
+                  bool(ceil_mode)).squeeze(2)
+    return y.squeeze(0) if added else y
+
+
+def _avg_pool(fn, x4, k, s, p, ceil_mode, count_include_pad, divisor_override):
+    """Mean over windows of x4 (N, C, H, W): a depthwise conv2d with a constant
+    kernel (its gradient is conv2d's), divided as PyTorch divides: by
+    divisor_override; else by the window clipped to the padded input
+    (count_include_pad) or to the input itself."""
+    from ..tensor import full, tensor
+
+    outs, extra = _pool_geometry(fn, x4, k, s, p, (1, 1), ceil_mode)
+    if not x4.dtype.is_floating_point:
+        raise DTypeError(f"{fn}: input must be float32 or float64, got {_desc(x4)}")
+    div = None
+    if divisor_override is not None:
+        dv = _int(divisor_override, fn, "divisor_override")
+        if dv == 0:
+            raise InvalidArgumentError(f"{fn}: divisor_override must not be zero")
+        uniform = float(dv)
+    else:
+        sizes = []
+        for i in range(2):
+            n = x4.shape[2 + i]
+            start = np.arange(outs[i], dtype=np.int64) * s[i] - p[i]
+            end = np.minimum(start + k[i], n + p[i])
+            if not count_include_pad:
+                start, end = np.maximum(start, 0), np.minimum(end, n)
+            sizes.append(end - start)
+        if all(len(z) == 0 or (z == z[0]).all() for z in sizes) and all(len(z) for z in sizes):
+            uniform = float(sizes[0][0] * sizes[1][0])
+        else:
+            uniform = 1.0
+            div = np.outer(sizes[0], sizes[1]).astype(np.float64)
+    x4 = _extra_pad(x4, extra, 0.0)
+    c = x4.shape[1]
+    w = full((c, 1) + k if c else (0, 0) + k, 1.0 / uniform, dtype=x4.dtype)
+    y = _call(lib.AD_OP_CONV2D, (x4, w), s + p + (1, 1, max(c, 1)))
+    if div is not None:
+        y = y / tensor(div, dtype=x4.dtype)
+    return y
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """Mean over windows of input (N, C, H, W) or (C, H, W); padding counts as
+    zeros (count_include_pad=False divides by the number of real elements
+    instead); ceil_mode rounds the output size up; divisor_override replaces
+    the divisor."""
+    fn = "avg_pool2d"
+    x, added = _batched(input, 2, fn)
+    k = _ntuple(kernel_size, 2, fn, "kernel_size")
+    s = _pool_stride(stride, k, 2, fn)
+    y = _avg_pool(fn, x, k, s, _ntuple(padding, 2, fn, "padding"), bool(ceil_mode),
+                  bool(count_include_pad), divisor_override)
+    return y.squeeze(0) if added else y
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True):
-    """avg_pool2d over a height of 1 for input (N, C, L) or (C, L)."""
-    first = lambda v: v if isinstance(v, numbers.Integral) else tuple(v)[0]  # noqa: E731
-    st = None if stride is None else (1, first(stride))
-    return avg_pool2d(input.unsqueeze(-2), (1, first(kernel_size)), st, (0, first(padding)),
-                      ceil_mode, count_include_pad).squeeze(-2)
-
-
-del np
+    """Mean over windows of input (N, C, L) or (C, L), as avg_pool2d over a
+    height of 1."""
+    fn = "avg_pool1d"
+    x, added = _batched(input, 1, fn)
+    k = _ntuple(kernel_size, 1, fn, "kernel_size")
+    s = _pool_stride(stride, k, 1, fn)
+    p = _ntuple(padding, 1, fn, "padding")
+    _pool_geometry(fn, x, k, s, p, (1,), bool(ceil_mode))  # messages in 1-d terms
+    y = _avg_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, bool(ceil_mode),
+                  bool(count_include_pad), None).squeeze(2)
+    return y.squeeze(0) if added else y

@@ -1,0 +1,233 @@
+"""MultiheadAttention with PyTorch's parameters (in_proj_weight, in_proj_bias,
+out_proj.weight, out_proj.bias; q/k/v_proj_weight when kdim/vdim differ;
+bias_k/bias_v), masks and returned attention weights."""
+import math
+
+import numpy as np
+
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from .. import functional as F
+from .. import init
+from ..module import Module
+from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
+from .basic import Linear
+
+
+def _softmax_last(s):
+    """softmax over the last dim from the vectorised exp map: about 4x faster,
+    forward plus backward, than the lane kernel on attention-sized rows.  The
+    max is a constant shift (softmax does not depend on it), hence detached."""
+    e = (s - s.max(-1, keepdim=True).detach()).exp()
+    return e * e.sum(-1, keepdim=True).recip()
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """PyTorch's name for MultiheadAttention.out_proj's class (a Linear)."""
+
+
+class MultiheadAttention(Module):
+    """Attention over num_heads heads of embed_dim / num_heads features.
+
+    forward(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, average_attn_weights=True, is_causal=False) returns
+    (output, weights or None).  Inputs are (L, N, E), or (N, L, E) with
+    batch_first=True, or unbatched (L, E).  Boolean masks are True where
+    attention is not allowed; float masks are added to the scores."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        from ...tensor import Var
+
+        name = "MultiheadAttention"
+        self.embed_dim = int_arg(name, "embed_dim", embed_dim)
+        self.num_heads = int_arg(name, "num_heads", num_heads)
+        self.kdim = self.embed_dim if kdim is None else int_arg(name, "kdim", kdim)
+        self.vdim = self.embed_dim if vdim is None else int_arg(name, "vdim", vdim)
+        self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
+        self.dropout = float_arg(name, "dropout", dropout, 0.0, 1.0)
+        self.batch_first = bool(batch_first)
+        self.head_dim = self.embed_dim // self.num_heads
+        if self.head_dim * self.num_heads != self.embed_dim:
+            raise InvalidArgumentError(f"{name}: embed_dim {self.embed_dim} must be divisible "
+                                       f"by num_heads {self.num_heads}")
+        dt = factory(name, device, dtype)
+        e = self.embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Var.zeros((3 * e, e), dtype=dt)
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = Var.zeros((e, e), dtype=dt)
+            self.k_proj_weight = Var.zeros((e, self.kdim), dtype=dt)
+            self.v_proj_weight = Var.zeros((e, self.vdim), dtype=dt)
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = Var.zeros((3 * e,), dtype=dt)
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias, dtype=dt)
+        if add_bias_kv:
+            self.bias_k = Var.zeros((1, 1, e), dtype=dt)
+            self.bias_v = Var.zeros((1, 1, e), dtype=dt)
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = bool(add_zero_attn)
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
+
+    @property
+    def _tag(self):
+        return f"MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads})"
+
+    def _mask(self, m, name, shapes, dtype):
+        """A boolean or float mask as an additive float mask of dtype."""
+        from ...tensor import full, where
+
+        tensor_arg(self._tag, m, name)
+        if m.shape not in shapes:
+            raise ShapeError(f"{self._tag}: {name} {desc(m)} must have shape "
+                             + " or ".join(str(s) for s in shapes))
+        if m.dtype.name == "bool":
+            neg = full((), float("-inf"), dtype=dtype)
+            return where(m, neg, full((), 0.0, dtype=dtype))
+        if not m.dtype.is_floating_point:
+            raise DTypeError(f"{self._tag}: {name} {desc(m)} must be bool or floating point")
+        if m.dtype is not dtype:
+            raise DTypeError(f"{self._tag}: {name} {desc(m)} does not match the query's "
+                             f"{dtype.name}")
+        return m
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        from ...indexing import cat
+        from ...tensor import from_numpy, where, zeros
+
+        tag = self._tag
+        dt = self.out_proj.weight.dtype
+        q = float_input(tag, query, dt, (2, 3), name="query")
+        k = float_input(tag, key, dt, (2, 3), name="key")
+        v = float_input(tag, value, dt, (2, 3), name="value")
+        if not (q.ndim == k.ndim == v.ndim):
+            raise ShapeError(f"{tag}: query {desc(q)}, key {desc(k)} and value {desc(v)} must "
+                             f"all be batched (3-d) or all unbatched (2-d)")
+        batched = q.ndim == 3
+        if not batched:
+            q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
+        elif self.batch_first:  # to (L, N, E) as PyTorch's reference computation
+            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        tgt, bsz, e = q.shape
+        src = k.shape[0]
+        if e != self.embed_dim:
+            raise ShapeError(f"{tag}: query {desc(query)} has {e} features, expected "
+                             f"{self.embed_dim}")
+        if k.shape[2] != self.kdim or v.shape[2] != self.vdim:
+            raise ShapeError(f"{tag}: key {desc(key)} and value {desc(value)} must have "
+                             f"{self.kdim} and {self.vdim} features")
+        if k.shape[:2] != v.shape[:2] or k.shape[1] != bsz:
+            raise ShapeError(f"{tag}: key {desc(key)} and value {desc(value)} must match in "
+                             f"sequence length and batch with query {desc(query)}")
+        if is_causal and attn_mask is None:
+            raise InvalidArgumentError(f"{tag}: is_causal is a hint that attn_mask is the causal "
+                                       f"mask; attn_mask must be given")
+        h, hd = self.num_heads, self.head_dim
+        if attn_mask is not None:
+            attn_mask = self._mask(attn_mask, "attn_mask", [(tgt, src), (bsz * h, tgt, src)], dt)
+            if attn_mask.ndim == 2:
+                attn_mask = attn_mask.unsqueeze(0)
+        if key_padding_mask is not None:
+            key_padding_mask = self._mask(key_padding_mask, "key_padding_mask",
+                                          [(bsz, src)] if batched else [(src,)], dt)
+            key_padding_mask = key_padding_mask.reshape(bsz, src)
+
+        # projections
+        if self._qkv_same_embed_dim:
+            w, b = self.in_proj_weight, self.in_proj_bias
+            if query is key and key is value:
+                qkv = q @ w.t()
+                if b is not None:
+                    qkv = qkv + b
+                q, k, v = qkv.chunk(3, -1)
+            else:
+                ws = w.chunk(3, 0)
+                bs = b.chunk(3, 0) if b is not None else (None,) * 3
+                q, k, v = (F.linear(t, wi, bi) for t, wi, bi in zip((q, k, v), ws, bs))
+        else:
+            bs = self.in_proj_bias.chunk(3, 0) if self.in_proj_bias is not None else (None,) * 3
+            q = F.linear(q, self.q_proj_weight, bs[0])
+            k = F.linear(k, self.k_proj_weight, bs[1])
+            v = F.linear(v, self.v_proj_weight, bs[2])
+
+        if self.bias_k is not None:
+            k = cat([k, self.bias_k.broadcast_to((1, bsz, e))], 0)
+            v = cat([v, self.bias_v.broadcast_to((1, bsz, e))], 0)
+            if attn_mask is not None:
+                attn_mask = cat([attn_mask, zeros(attn_mask.shape[:2] + (1,), dtype=dt)], 2)
+            if key_padding_mask is not None:
+                key_padding_mask = cat([key_padding_mask, zeros((bsz, 1), dtype=dt)], 1)
+        # (L, N, E) -> (N, H, L, hd)
+        q = q.reshape(tgt, bsz, h, hd).permute(1, 2, 0, 3)
+        k = k.reshape(k.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
+        v = v.reshape(v.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
+        if self.add_zero_attn:
+            k = cat([k, zeros((bsz, h, 1, hd), dtype=dt)], 2)
+            v = cat([v, zeros((bsz, h, 1, hd), dtype=dt)], 2)
+            if attn_mask is not None:
+                attn_mask = cat([attn_mask, zeros(attn_mask.shape[:2] + (1,), dtype=dt)], 2)
+            if key_padding_mask is not None:
+                key_padding_mask = cat([key_padding_mask, zeros((bsz, 1), dtype=dt)], 1)
+        s = k.shape[2]
+        scores = (q * (1.0 / math.sqrt(hd))) @ k.transpose(-2, -1)
+        bias = None  # the masks as one additive tensor broadcasting to (N, H, L, S)
+        if attn_mask is not None:
+            bias = attn_mask.reshape(bsz, h, tgt, s) if attn_mask.shape[0] != 1 else \
+                attn_mask.reshape(1, 1, tgt, s)
+        if key_padding_mask is not None:
+            kp = key_padding_mask.reshape(bsz, 1, 1, s)
+            bias = kp if bias is None else bias + kp
+        keep = None
+        if bias is not None:
+            if not need_weights:
+                # PyTorch's fast path (the one need_weights=False takes) gives a query
+                # that every key is masked for zero attention instead of NaN
+                dead = np.isneginf(np.asarray(bias.detach())).all(-1, keepdims=True)
+                if dead.any():
+                    bias = where(from_numpy(dead), 0.0, bias)
+                    keep = from_numpy((~dead).astype(dt.numpy))
+            scores = scores + bias
+        weights = _softmax_last(scores)
+        if keep is not None:
+            weights = weights * keep
+        if self.dropout > 0.0 and self.training:
+            weights = F.dropout(weights, self.dropout, True)
+        out = (weights @ v).permute(2, 0, 1, 3).reshape(tgt, bsz, e)
+        out = self.out_proj(out)
+        if self.batch_first and batched:
+            out = out.transpose(0, 1)
+        if not batched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = weights.mean(1)
+        if not batched:
+            weights = weights.squeeze(0)
+        return out, weights
+
+    def extra_repr(self):
+        return ""

@@ -1,0 +1,111 @@
+"""Training utilities (PyTorch's torch.nn.utils) working on a GradStore."""
+import math
+
+from ..errors import InvalidArgumentError
+
+
+def _entries(grads, parameters, fn):
+    """(key Var, gradient) for the entries to clip.  The store keys by id
+    only, so the key tensor comes from `parameters` when given, else from the
+    Vars registered in any Module."""
+    from ..grad import GradStore
+    from ..tensor import Tensor
+    from .module import _PARAMS_BY_ID
+
+    if not isinstance(grads, GradStore):
+        raise TypeError(f"{fn}: takes the GradStore returned by backward(), got "
+                        f"{type(grads).__name__}")
+    if parameters is not None:
+        if isinstance(parameters, Tensor):
+            parameters = [parameters]
+        out, seen = [], set()
+        for p in parameters:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{fn}: parameters must be tensors, got {type(p).__name__}")
+            g = grads.get(p)
+            if g is not None and p.id not in seen:
+                seen.add(p.id)
+                out.append((p, g))
+        return out
+    out = []
+    for i in range(len(grads)):
+        tid, g = grads._item(i)
+        key = _PARAMS_BY_ID.get(tid)
+        if key is None:
+            raise InvalidArgumentError(
+                f"{fn}: the store has a gradient (shape {g.shape}) for tensor id {tid}, which "
+                f"is not a parameter of any ad.nn.Module, so its entry cannot be replaced; "
+                f"pass parameters=[...] naming the tensors to clip")
+        out.append((key, g))
+    return out
+
+
+def _total_norm(gs, norm_type, fn):
+    from .. import dtypes as _dt
+    from ..indexing import stack
+    from ..tensor import tensor
+
+    if norm_type == math.inf:
+        norms = [g.abs().max() for g in gs]
+    elif norm_type == 2.0:
+        norms = [g.sqr().sum().sqrt() for g in gs]
+    elif norm_type > 0:
+        norms = [(g.abs() ** norm_type).sum() ** (1.0 / norm_type) for g in gs]
+    else:
+        raise InvalidArgumentError(f"{fn}: norm_type must be positive or inf, got {norm_type}")
+    norms = [n for n, g in zip(norms, gs) if g.numel()] or [tensor(0.0)]
+    dt = norms[0].dtype
+    for n in norms:
+        if n.dtype is _dt.float64:
+            dt = _dt.float64
+    vec = stack([n.to_dtype(dt) for n in norms])
+    if norm_type == math.inf:
+        return vec.max()
+    if norm_type == 2.0:
+        return vec.sqr().sum().sqrt()
+    return (vec ** norm_type).sum() ** (1.0 / norm_type)
+
+
+def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=False, *,
+                    parameters=None):
+    """Scales every gradient in the GradStore in place (entries replaced
+    through insert) so that their joint norm is at most max_norm; returns the
+    norm before clipping as a 0-d tensor.  As PyTorch: the scale is
+    max_norm / (norm + 1e-6), capped at 1; norm_type may be float('inf')."""
+    from ..grad import no_grad
+
+    fn = "clip_grad_norm_"
+    norm_type = float(norm_type)
+    max_norm = float(max_norm)
+    entries = _entries(grads, parameters, fn)
+    with no_grad():
+        if not entries:
+            from ..tensor import tensor
+
+            return tensor(0.0)
+        total = _total_norm([g for _, g in entries], norm_type, fn)
+        t = float(total)
+        if error_if_nonfinite and not math.isfinite(t):
+            raise InvalidArgumentError(f"{fn}: the total norm of order {norm_type} of the "
+                                       f"gradients is non-finite ({t}), so they cannot be "
+                                       f"clipped; pass error_if_nonfinite=False to scale anyway")
+        coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        scaled = [(p, g * coef.to_dtype(g.dtype)) for p, g in entries]
+        for p, g in scaled:
+            grads.insert(p, g)
+    return total
+
+
+def clip_grad_value_(grads, clip_value, *, parameters=None):
+    """Clamps every gradient in the GradStore to [-clip_value, clip_value] in place."""
+    from ..grad import no_grad
+
+    clip_value = float(clip_value)
+    entries = _entries(grads, parameters, "clip_grad_value_")
+    with no_grad():
+        clipped = [(p, g.clamp(-clip_value, clip_value)) for p, g in entries]
+        for p, g in clipped:
+            grads.insert(p, g)
+
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]

@@ -1,0 +1,181 @@
+"""Bad input to every ad.nn layer: constructors and forwards raise an
+ad.Error subclass whose message names the layer, the argument and the
+shapes/dtypes; nothing leaks (the autouse fixture checks)."""
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+
+nn = ad.nn
+
+
+def f32(*shape):
+    return ad.zeros(shape)
+
+
+def f64(*shape):
+    return ad.zeros(shape, dtype=ad.float64)
+
+
+CONSTRUCTORS = [
+    (lambda: nn.Linear(0, 3), "Linear", "in_features"),
+    (lambda: nn.Linear(3, 2.5), "Linear", "out_features"),
+    (lambda: nn.Linear(3, 2, dtype=ad.int64), "Linear", "int64"),
+    (lambda: nn.Linear(3, 2, device="cuda"), "Linear", "device"),
+    (lambda: nn.Conv2d(3, 4, 0), "Conv2d", "kernel_size"),
+    (lambda: nn.Conv2d(3, 4, (3, 3, 3)), "Conv2d", "kernel_size"),
+    (lambda: nn.Conv2d(3, 4, 3, groups=2), "Conv2d", "groups"),
+    (lambda: nn.Conv2d(4, 3, 3, groups=2), "Conv2d", "groups"),
+    (lambda: nn.Conv2d(3, 4, 3, padding=-1), "Conv2d", "padding"),
+    (lambda: nn.Conv2d(3, 4, 3, padding="full"), "Conv2d", "padding"),
+    (lambda: nn.Conv2d(3, 4, 3, stride=2, padding="same"), "Conv2d", "stride"),
+    (lambda: nn.Conv2d(3, 4, 3, padding_mode="mirror"), "Conv2d", "padding_mode"),
+    (lambda: nn.Conv1d(3, 4, 3, stride=0), "Conv1d", "stride"),
+    (lambda: nn.ConvTranspose2d(3, 4, 3, output_padding=1), "ConvTranspose2d",
+     "output_padding"),
+    (lambda: nn.ConvTranspose2d(3, 4, 3, padding_mode="reflect"), "ConvTranspose2d",
+     "padding mode"),
+    (lambda: nn.Embedding(0, 3), "Embedding", "num_embeddings"),
+    (lambda: nn.Embedding(5, 3, padding_idx=5), "Embedding", "padding_idx"),
+    (lambda: nn.Embedding(5, 3, sparse=True), "Embedding", "sparse"),
+    (lambda: nn.LayerNorm(()), "LayerNorm", "normalized_shape"),
+    (lambda: nn.LayerNorm("a"), "LayerNorm", "normalized_shape"),
+    (lambda: nn.BatchNorm1d(0), "BatchNorm1d", "num_features"),
+    (lambda: nn.BatchNorm2d(3, eps=-1), "BatchNorm2d", "eps"),
+    (lambda: nn.Dropout(1.5), "Dropout", "p"),
+    (lambda: nn.GELU("fast"), "GELU", "approximate"),
+    (lambda: nn.MaxPool2d(2, padding=2), "MaxPool2d", "padding"),
+    (lambda: nn.MaxPool2d(0), "MaxPool2d", "kernel_size"),
+    (lambda: nn.MaxPool2d(2, return_indices=True), "MaxPool2d", "return_indices"),
+    (lambda: nn.AvgPool2d(2, stride=0), "AvgPool2d", "stride"),
+    (lambda: nn.AvgPool2d(2, divisor_override=0), "AvgPool2d", "divisor_override"),
+    (lambda: nn.AdaptiveAvgPool2d(0), "AdaptiveAvgPool2d", "output_size"),
+    (lambda: nn.AdaptiveAvgPool2d((1, 2, 3)), "AdaptiveAvgPool2d", "output_size"),
+    (lambda: nn.MultiheadAttention(10, 3), "MultiheadAttention", "num_heads"),
+    (lambda: nn.MultiheadAttention(8, 2, dropout=2.0), "MultiheadAttention", "dropout"),
+    (lambda: nn.LSTM(3, 0), "LSTM", "hidden_size"),
+    (lambda: nn.LSTM(3, 4, num_layers=0), "LSTM", "num_layers"),
+    (lambda: nn.LSTM(3, 4, proj_size=4), "LSTM", "proj_size"),
+    (lambda: nn.LSTM(3, 4, dropout=-0.1), "LSTM", "dropout"),
+]
+
+
+@pytest.mark.parametrize("make,layer,arg", CONSTRUCTORS,
+                         ids=[f"{c[1]}-{c[2]}-{i}" for i, c in enumerate(CONSTRUCTORS)])
+def test_constructor_errors(make, layer, arg):
+    with pytest.raises(ad.Error) as ei:
+        make()
+    msg = str(ei.value)
+    assert layer in msg and arg in msg, msg
+
+
+FORWARDS = [
+    # (layer, input(s), error class, words in the message)
+    (lambda: nn.Linear(64, 3), lambda: f32(5, 32), ad.ShapeError,
+     ["Linear(in_features=64)", "input float32 (5, 32) has 32 features"]),
+    (lambda: nn.Linear(4, 3), lambda: f64(5, 4), ad.DTypeError,
+     ["Linear(in_features=4)", "float64 (5, 4)", "float32 parameters"]),
+    (lambda: nn.Linear(4, 3), lambda: ad.zeros((5, 4), dtype=ad.int64), ad.DTypeError,
+     ["Linear(in_features=4)", "int64 (5, 4)", "floating-point"]),
+    (lambda: nn.Linear(4, 3), lambda: np.zeros((5, 4), np.float32), ad.DTypeError,
+     ["Linear(in_features=4)", "ad.Tensor", "ndarray"]),
+    (lambda: nn.Linear(4, 3), lambda: f32(), ad.ShapeError, ["Linear(in_features=4)", "()"]),
+    (lambda: nn.Conv2d(3, 4, 3), lambda: f32(2, 5, 8, 8), ad.ShapeError,
+     ["Conv2d(3, 4, kernel_size=3)", "(2, 5, 8, 8)", "5 channels", "expected 3"]),
+    (lambda: nn.Conv2d(3, 4, 3), lambda: f32(3, 8), ad.ShapeError,
+     ["Conv2d(3, 4, kernel_size=3)", "(3, 8)", "3-d or 4-d"]),
+    (lambda: nn.Conv2d(3, 4, 5), lambda: f32(2, 3, 3, 8), ad.ShapeError,
+     ["Conv2d(3, 4, kernel_size=5)", "(2, 3, 3, 8)", "smaller than the kernel"]),
+    (lambda: nn.Conv2d(3, 4, 3), lambda: f64(2, 3, 8, 8), ad.DTypeError,
+     ["Conv2d", "float64 (2, 3, 8, 8)"]),
+    (lambda: nn.Conv2d(1, 1, 3, padding=4, padding_mode="reflect"), lambda: f32(1, 1, 4, 4),
+     ad.ShapeError, ["Conv2d", "reflect", "(1, 1, 4, 4)"]),
+    (lambda: nn.Conv1d(3, 4, 3), lambda: f32(2, 4, 8), ad.ShapeError,
+     ["Conv1d(3, 4, kernel_size=3)", "(2, 4, 8)", "4 channels"]),
+    (lambda: nn.ConvTranspose2d(3, 4, 3), lambda: f32(1, 2, 4, 4), ad.ShapeError,
+     ["ConvTranspose2d(3, 4, kernel_size=3)", "(1, 2, 4, 4)"]),
+    (lambda: nn.Embedding(5, 3), lambda: ad.tensor([[1, 5]]), ad.OutOfRangeError,
+     ["Embedding(5, 3)", "int64 (1, 2)", "index 5"]),
+    (lambda: nn.Embedding(5, 3), lambda: ad.tensor([[-1, 2]]), ad.OutOfRangeError,
+     ["Embedding(5, 3)", "index -1"]),
+    (lambda: nn.Embedding(5, 3), lambda: f32(2), ad.DTypeError,
+     ["Embedding(5, 3)", "float32 (2,)", "integer"]),
+    (lambda: nn.LayerNorm(4), lambda: f32(2, 5), ad.ShapeError,
+     ["LayerNorm((4,))", "float32 (2, 5)", "(4,)"]),
+    (lambda: nn.BatchNorm1d(3), lambda: f32(4, 2), ad.ShapeError,
+     ["BatchNorm1d(3)", "(4, 2)", "2 channels"]),
+    (lambda: nn.BatchNorm1d(3), lambda: f32(1, 3), ad.ShapeError,
+     ["BatchNorm1d(3)", "(1, 3)", "more than 1 value"]),
+    (lambda: nn.BatchNorm2d(3), lambda: f32(4, 3, 2), ad.ShapeError,
+     ["BatchNorm2d(3)", "(4, 3, 2)", "4-d"]),
+    (lambda: nn.Dropout(), lambda: ad.zeros(3, dtype=ad.int64), ad.DTypeError,
+     ["Dropout(p=0.5)", "int64 (3,)"]),
+    (lambda: nn.ReLU(), lambda: ad.zeros(3, dtype=ad.int32), ad.DTypeError,
+     ["ReLU()", "int32 (3,)"]),
+    (lambda: nn.Softmax(2), lambda: f32(2, 3), ad.OutOfRangeError,
+     ["Softmax(dim=2)", "(2, 3)"]),
+    (lambda: nn.Flatten(2), lambda: f32(2, 3), ad.ShapeError, ["Flatten", "(2, 3)"]),
+    (lambda: nn.MaxPool2d(3), lambda: f32(1, 2, 2, 5), ad.ShapeError,
+     ["MaxPool2d(kernel_size=3)", "(1, 2, 2, 5)"]),
+    (lambda: nn.AvgPool2d(2), lambda: f32(2, 5), ad.ShapeError,
+     ["AvgPool2d(kernel_size=2)", "(2, 5)", "(N, C, H, W)"]),
+    (lambda: nn.AdaptiveAvgPool2d(2), lambda: f32(5), ad.ShapeError,
+     ["AdaptiveAvgPool2d(output_size=2)", "(5,)"]),
+    (lambda: nn.MultiheadAttention(8, 2), lambda: (f32(4, 2, 6), f32(4, 2, 8), f32(4, 2, 8)),
+     ad.ShapeError, ["MultiheadAttention(embed_dim=8, num_heads=2)", "(4, 2, 6)", "6 features"]),
+    (lambda: nn.MultiheadAttention(8, 2), lambda: (f32(4, 2, 8), f32(5, 3, 8), f32(5, 3, 8)),
+     ad.ShapeError, ["MultiheadAttention", "(5, 3, 8)", "batch"]),
+    (lambda: nn.MultiheadAttention(8, 2), lambda: (f32(4, 2, 8), f32(5, 8), f32(5, 8)),
+     ad.ShapeError, ["MultiheadAttention", "(4, 2, 8)", "(5, 8)"]),
+    (lambda: nn.LSTM(3, 4), lambda: f32(5, 2, 4), ad.ShapeError,
+     ["LSTM(3, 4)", "float32 (5, 2, 4)", "4 features", "input_size 3"]),
+    (lambda: nn.LSTM(3, 4), lambda: f32(5, 2, 3, 1), ad.ShapeError, ["LSTM(3, 4)", "(5, 2, 3, 1)"]),
+]
+
+
+@pytest.mark.parametrize("make,inp,exc,words", FORWARDS,
+                         ids=[f"{i}" for i in range(len(FORWARDS))])
+def test_forward_errors(make, inp, exc, words):
+    m = make()
+    x = inp()
+    args = x if isinstance(x, tuple) else (x,)
+    with pytest.raises(exc) as ei:
+        m(*args)
+    assert isinstance(ei.value, ad.Error)
+    for w in words:
+        assert w in str(ei.value), (w, str(ei.value))
+
+
+def test_attention_mask_errors():
+    m = nn.MultiheadAttention(8, 2)
+    q = f32(4, 2, 8)
+    with pytest.raises(ad.ShapeError, match=r"attn_mask bool \(3, 3\)"):
+        m(q, q, q, attn_mask=ad.zeros((3, 3), dtype=ad.bool))
+    with pytest.raises(ad.ShapeError, match=r"key_padding_mask bool \(4, 2\)"):
+        m(q, q, q, key_padding_mask=ad.zeros((4, 2), dtype=ad.bool))
+    with pytest.raises(ad.DTypeError, match=r"attn_mask int64 \(4, 4\)"):
+        m(q, q, q, attn_mask=ad.zeros((4, 4), dtype=ad.int64))
+    with pytest.raises(ad.DTypeError, match=r"attn_mask float64 \(4, 4\)"):
+        m(q, q, q, attn_mask=f64(4, 4))
+    with pytest.raises(ad.InvalidArgumentError, match="is_causal"):
+        m(q, q, q, is_causal=True)
+
+
+def test_lstm_state_errors():
+    m = nn.LSTM(3, 4, num_layers=2)
+    x = f32(5, 2, 3)
+    with pytest.raises(ad.ShapeError, match=r"h_0 float32 \(1, 2, 4\) must have shape \(2, 2, 4\)"):
+        m(x, (f32(1, 2, 4), f32(2, 2, 4)))
+    with pytest.raises(ad.InvalidArgumentError, match="pair"):
+        m(x, f32(2, 2, 4))
+    with pytest.raises(ad.DTypeError, match="c_0 float64"):
+        m(x, (f32(2, 2, 4), f64(2, 2, 4)))
+
+
+def test_conv_transpose_output_size_errors():
+    m = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)
+    x = f32(1, 2, 4, 5)
+    with pytest.raises(ad.ShapeError, match="output_size"):
+        m(x, output_size=(20, 20))
+    with pytest.raises(ad.ShapeError, match="output_size"):
+        m(x, output_size=(8,))
