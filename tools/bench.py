@@ -231,6 +231,21 @@ def child(args):
                     print(r.stderr, file=sys.stderr)
             Row(out, "train", "MLP step: peak RSS growth over 10 steps", 1).emit(
                 {k: float(v) for k, v in mem.items()}, {"unit": "bytes"})
+        for foreach in (None, True):
+            run("train", "Adam step over the 784-512-512-10 MLP's parameters" +
+                (" (torch foreach=True)" if foreach else ""),
+                adam_step_fns(np, ad, torch, foreach), repeat=rep)
+        if args.threads == 1:
+            mem = {}
+            for lib_ in ["pyautodiff"] + (["torch"] if torch else []):
+                r = subprocess.run([sys.executable, __file__, "--adam-mem-child", lib_],
+                                   capture_output=True, text=True, env=os.environ.copy())
+                if r.returncode == 0:
+                    mem[lib_] = json.loads(r.stdout.strip().splitlines()[-1])["bytes"]
+                else:
+                    print(r.stderr, file=sys.stderr)
+            Row(out, "train", "MLP Adam steps: peak RSS growth, steps 6-105", 1).emit(
+                {k: float(v) for k, v in mem.items()}, {"unit": "bytes"})
 
     if "models" in only:
         model_rows(np, ad, torch, run, rep)
@@ -250,7 +265,7 @@ def child(args):
     return out
 
 
-def mlp_step_ad(np, ad, rng):
+def mlp_step_ad(np, ad, rng, optim="SGD"):
     """One SGD step of the 784-512-512-10 MLP (batch 128, ReLU, softmax
     cross-entropy when ad.nn has it, else MSE)."""
     ws = [ad.Var.randn((784, 512), seed=1, std=0.05), ad.Var.zeros(512),
@@ -262,7 +277,7 @@ def mlp_step_ad(np, ad, rng):
     ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
     tlab = ad.from_numpy(labels.astype(np.int64))
 
-    opt = ad.optim.SGD(ws, lr=0.01)
+    opt = ad.optim.SGD(ws, lr=0.01) if optim == "SGD" else ad.optim.Adam(ws, lr=1e-3)
 
     def step():
         h = (x @ ws[0] + ws[1]).relu()
@@ -273,7 +288,7 @@ def mlp_step_ad(np, ad, rng):
     return step
 
 
-def mlp_step_torch(np, ad, torch, rng):
+def mlp_step_torch(np, ad, torch, rng, optim="SGD"):
     tg = torch.Generator().manual_seed(0)
     ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
           torch.zeros(512, requires_grad=True),
@@ -283,7 +298,7 @@ def mlp_step_torch(np, ad, torch, rng):
           torch.zeros(10, requires_grad=True)]
     x = torch.randn(128, 784, generator=tg)
     labels = torch.from_numpy(rng.integers(0, 10, 128))
-    opt = torch.optim.SGD(ws, lr=0.01)
+    opt = torch.optim.SGD(ws, lr=0.01) if optim == "SGD" else torch.optim.Adam(ws, lr=1e-3)
     target = torch.nn.functional.one_hot(labels, 10).float()
     use_ce = hasattr(getattr(ad, "nn", None), "cross_entropy")
 
@@ -389,6 +404,54 @@ def train_mem_child(lib):
     print(json.dumps({"bytes": vm_hwm() - base}))
 
 
+def adam_step_fns(np, ad, torch, foreach=None):
+    """Adam's update alone over the MLP's parameters (float32), from fixed
+    gradients: ours against torch.optim.Adam (foreach=None is torch's
+    default, which on CPU is the per-tensor loop)."""
+    shapes = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
+    rng = np.random.default_rng(5)
+    ps = [(rng.standard_normal(s) * 0.05).astype(np.float32) for s in shapes]
+    gs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    ws = [ad.Var(p) for p in ps]
+    store = ad.GradStore()
+    for w, g in zip(ws, gs):
+        store.insert(w, ad.from_numpy(g))
+    opt = ad.optim.Adam(ws, lr=1e-3)
+    fns = {"pyautodiff": lambda: opt.step(store)}
+    if torch is not None:
+        tws = [torch.from_numpy(p.copy()).requires_grad_() for p in ps]
+        for t, g in zip(tws, gs):
+            t.grad = torch.from_numpy(g)
+        fns["torch"] = torch.optim.Adam(tws, lr=1e-3, foreach=foreach).step
+    return fns
+
+
+def adam_mem_child(lib):
+    """Peak RSS growth of 100 Adam training steps after 5 warm-up steps (the
+    optimizer state is allocated at the first), in a fresh process."""
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    rng = np.random.default_rng(0)
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        step = mlp_step_torch(np, ad, torch, rng, optim="Adam")
+    else:
+        ad.set_num_threads(1)
+        step = mlp_step_ad(np, ad, rng, optim="Adam")
+    for _ in range(5):
+        step()
+    gc.collect()
+    base = rss_reset_peak()
+    for _ in range(100):
+        step()
+    print(json.dumps({"bytes": vm_hwm() - base}))
+
+
 def _status_kb(field):
     with open("/proc/self/status") as f:
         for line in f:
@@ -486,7 +549,11 @@ def main():
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--chain-child", nargs=2)
     ap.add_argument("--train-mem-child")
+    ap.add_argument("--adam-mem-child")
     args = ap.parse_args()
+    if args.adam_mem_child:
+        adam_mem_child(args.adam_mem_child)
+        return
     if args.train_mem_child:
         train_mem_child(args.train_mem_child)
         return

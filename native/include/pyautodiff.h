@@ -217,8 +217,42 @@ AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out);
 /* Writes src into the Var in place and bumps its storage version. */
 AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src);
 /* var += alpha * x in place (an optimizer step without temporaries); x must
-   have the Var's shape (or broadcast to it) and dtype.  Bumps the version. */
+   have the Var's shape (or broadcast to it) and dtype.  Bumps the version.
+   An x that views the Var's storage is copied before the write. */
 AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x);
+
+/* ---- optimizer updates ---------------------------------------------------
+   One fused in-place step of one parameter, with PyTorch's single-tensor
+   formulas (torch.optim.SGD / Adam / AdamW / RMSprop, maximize=False) in
+   their order of operations.  var: a contiguous float32/float64 Var.  grad:
+   its gradient (same shape and dtype; any layout; if it views the storage of
+   a tensor being written it is copied first).  State buffers: contiguous,
+   non-variable tensors of the Var's shape and dtype, created as zeros by the
+   caller, that only these calls write; each needs its own storage.  NULL for
+   an optional buffer means the option is off.  The caller keeps the step
+   count and validates hyper-parameters (only non-finite ones are refused
+   here, AD_ERR_VALUE).  Bumps the version of the Var and of every buffer
+   written.  Shape/dtype mismatches give AD_ERR_SHAPE/AD_ERR_DTYPE naming the
+   argument. */
+/* SGD.  momentum_buf is required when momentum != 0 (ignored otherwise);
+   first_step != 0 initialises it to the (decayed) gradient, as torch does
+   when the buffer is None. */
+AD_API ad_status ad_optim_sgd(ad_tensor *var, const ad_tensor *grad, ad_tensor *momentum_buf,
+                              double lr, double momentum, double dampening,
+                              double weight_decay, int nesterov, int first_step);
+/* Adam (decoupled == 0) or AdamW (decoupled != 0: the weight is multiplied
+   by 1 - lr * weight_decay).  step: this update's count, from 1.
+   max_exp_avg_sq non-NULL turns amsgrad on. */
+AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor *exp_avg,
+                               ad_tensor *exp_avg_sq, ad_tensor *max_exp_avg_sq, int64_t step,
+                               double lr, double beta1, double beta2, double eps,
+                               double weight_decay, int decoupled);
+/* RMSprop.  momentum_buf is required when momentum > 0 (ignored otherwise);
+   grad_avg non-NULL turns centered on. */
+AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tensor *square_avg,
+                                  ad_tensor *momentum_buf, ad_tensor *grad_avg, double lr,
+                                  double alpha, double eps, double weight_decay,
+                                  double momentum);
 /* A new untracked tensor sharing t's storage (t itself when untracked). */
 AD_API ad_status ad_tensor_detach(const ad_tensor *t, ad_tensor **out);
 /* The tracked nodes reachable from t that reach a variable, root first, each

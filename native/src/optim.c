@@ -1,7 +1,40 @@
-/* optim.c - in-place updates of Vars for optimizers: var += alpha * x, with
- * no temporary the size of the weights (PyTorch's SGD updates in place too). */
+/* optim.c - in-place updates of Vars for optimizers.
+ *
+ * ad_var_axpy (var += alpha * x) and one fused call per optimizer (SGD, Adam /
+ * AdamW, RMSprop) that reads the gradient once and updates the weights and
+ * the state buffers in a single pass, with no temporary the size of the
+ * weights.  The per-element arithmetic transcribes PyTorch's single-tensor
+ * implementation (torch/optim/{sgd,adam,rmsprop}.py) operation by operation,
+ * in the same order, so float64 trajectories match it to the last bits.
+ *
+ * Aliasing: the rule of ad_var_set.  The read-only input (the update or the
+ * gradient) may view the storage of a tensor being written (a detached view
+ * of the Var, say); it is then copied first, so it is never read while being
+ * written.  Written tensors (the Var and the state buffers) must each have
+ * their own storage: two of them sharing one is refused (AD_ERR_VALUE). */
+#include <math.h>
+#include <string.h>
+
+#include "parallel.h"
 #include "strided.h"
 
+/* tools/build.py compiles this file with -fno-math-errno: sqrt's errno is
+   its only side effect, and without it the loops vectorise (GCC ignores the
+   flag in a pragma or attribute). */
+
+/* Every in-place write bumps the version exactly as ad_var_set does, so a
+   graph that saved the old value refuses to use it. */
+static inline void bump_version(ad_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
+
+/* A contiguous copy of t (a new reference in *out). */
+static ad_status contiguous_copy(const ad_tensor *t, ad_tensor **out) {
+    ad_status st = ad_tensor_empty(t->dtype, T_SHAPE(t), t->ndim, out);
+    if (st) return st;
+    ad_copy_strided(t, ad_ptr(*out));
+    return AD_OK;
+}
+
+/* ---- axpy --------------------------------------------------------------------- */
 typedef struct {
     double alpha;
     int dtype;
@@ -28,6 +61,8 @@ static void axpy_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
 }
 
 AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
+    if (!var || !x)
+        return ad_fail(AD_ERR_VALUE, "axpy: %s is NULL", !var ? "var" : "x");
     if (!var->is_variable)
         return ad_fail(AD_ERR_GRAPH, "axpy: the target (id %llu) is not a variable",
                        (unsigned long long)var->id);
@@ -43,6 +78,12 @@ AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
     if (!ok)
         return ad_fail(AD_ERR_SHAPE, "axpy: update %s does not broadcast to variable %s",
                        ad_tdesc(x), ad_tdesc(var));
+    ad_tensor *copy = NULL;
+    if (x->storage == var->storage) {  /* x views the Var: read it before writing */
+        ad_status st = contiguous_copy(x, &copy);
+        if (st) return st;
+        x = copy;
+    }
     broadcast_strides(x, T_SHAPE(var), var->ndim, xs);
     const int64_t *strides[2] = {T_STRIDES(var), xs};
     size_t es[2] = {ad_dtype_size_(var->dtype), ad_dtype_size_(var->dtype)};
@@ -51,6 +92,356 @@ AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
     char *base[2] = {ad_ptr(var), ad_ptr(x)};
     axpy_ctx c = {alpha, var->dtype};
     nditer_run(&it, base, axpy_inner, &c);
-    atomic_fetch_add(&var->storage->version, 1);
+    ad_tensor_release(copy);
+    bump_version(var);
+    return AD_OK;
+}
+
+/* ---- argument checks shared by the optimizers ------------------------------------ */
+static ad_status check_param(const char *op, const ad_tensor *var) {
+    if (!var) return ad_fail(AD_ERR_VALUE, "%s: var is NULL", op);
+    if (!var->is_variable)
+        return ad_fail(AD_ERR_GRAPH, "%s: the parameter (id %llu, %s) is not a variable", op,
+                       (unsigned long long)var->id, ad_tdesc(var));
+    if (!ad_dtype_is_float(var->dtype))
+        return ad_fail(AD_ERR_DTYPE, "%s: parameter %s is not float32 or float64", op,
+                       ad_tdesc(var));
+    if (!ad_is_contiguous(var))
+        return ad_fail(AD_ERR_VALUE, "%s: parameter %s is not contiguous", op, ad_tdesc(var));
+    return AD_OK;
+}
+
+/* grad or a state buffer `name` must have the parameter's shape and dtype. */
+static ad_status check_like(const char *op, const char *name, const ad_tensor *var,
+                            const ad_tensor *t) {
+    if (!t) return ad_fail(AD_ERR_VALUE, "%s: %s is NULL", op, name);
+    if (t->ndim != var->ndim ||
+        memcmp(T_SHAPE(t), T_SHAPE(var), (size_t)var->ndim * sizeof(int64_t)) != 0)
+        return ad_fail(AD_ERR_SHAPE, "%s: %s %s does not have the shape of parameter %s", op,
+                       name, ad_tdesc(t), ad_tdesc(var));
+    if (t->dtype != var->dtype)
+        return ad_fail(AD_ERR_DTYPE, "%s: %s %s does not have the dtype of parameter %s", op,
+                       name, ad_tdesc(t), ad_tdesc(var));
+    return AD_OK;
+}
+
+#define MAX_BUFS 3
+
+/* Checks grad and the written buffers (NULL entries are unused ones), and
+   sets *g to the gradient to read: grad itself, or a contiguous copy (a new
+   reference in *copy) when it is strided or views a written tensor. */
+static ad_status check_update(const char *op, ad_tensor *var, const ad_tensor *grad,
+                              ad_tensor *const *bufs, const char *const *names, int nbufs,
+                              const ad_tensor **g, ad_tensor **copy) {
+    *copy = NULL;
+    ad_status st = check_param(op, var);
+    if (!st) st = check_like(op, "grad", var, grad);
+    if (st) return st;
+    bool alias = grad->storage == var->storage;
+    for (int i = 0; i < nbufs; i++) {
+        const ad_tensor *b = bufs[i];
+        if (!b) continue;
+        if ((st = check_like(op, names[i], var, b))) return st;
+        if (b->is_variable)
+            return ad_fail(AD_ERR_VALUE, "%s: %s (id %llu) is a variable, not a state buffer", op,
+                           names[i], (unsigned long long)b->id);
+        if (!ad_is_contiguous(b))
+            return ad_fail(AD_ERR_VALUE, "%s: %s %s is not contiguous", op, names[i],
+                           ad_tdesc(b));
+        if (b->storage == var->storage)
+            return ad_fail(AD_ERR_VALUE, "%s: %s shares its storage with the parameter", op,
+                           names[i]);
+        for (int j = 0; j < i; j++)
+            if (bufs[j] && bufs[j]->storage == b->storage)
+                return ad_fail(AD_ERR_VALUE, "%s: %s and %s share one storage", op, names[j],
+                               names[i]);
+        alias = alias || grad->storage == b->storage;
+    }
+    *g = grad;
+    if (alias || !ad_is_contiguous(grad)) {
+        if ((st = contiguous_copy(grad, copy))) return st;
+        *g = *copy;
+    }
+    return AD_OK;
+}
+
+/* ---- fused kernels -------------------------------------------------------------- */
+/* One job: contiguous arrays of n elements; state pointers NULL when unused.
+   Every scalar is rounded to the element type once, as PyTorch passes a
+   Python float to a kernel of the tensor's dtype. */
+typedef struct {
+    int dtype;
+    int64_t n;
+    char *p, *b0, *b1, *b2;
+    const char *g;
+    double s[8];
+    int flags;
+} opt_job;
+
+/* Parallel blocks: big enough to amortise a wake-up, small enough to share
+   a busy machine's cores.  The result does not depend on the split. */
+#define OPT_BLOCK ((int64_t)1 << 14)
+#define OPT_PAR_MIN ((int64_t)1 << 16)
+
+/* torch.maximum: NaN if either is NaN. */
+#define MAXNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
+
+/* The kernels are compiled for AVX2 too and picked at load time (as in
+   reduce.c); no FMA is enabled, so every ISA gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OPT_TARGET __attribute__((target_clones("avx2", "default")))
+#else
+#define OPT_TARGET
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+enum { SGD_NESTEROV = 1, SGD_FIRST = 2, ADAM_DECOUPLED = 1 };
+
+/* torch's lerp(s, e, w) = w < 0.5 ? s + w * (e - s) : e - (e - s) * (1 - w),
+   written as base + coeff * (e - s) (coeff = w - 1 in the second form: the
+   same bits, since rounding is symmetric) so that the branch, which depends
+   on w only, leaves the loop. */
+#define LERP(near_s, coeff, s, e) (((near_s) ? (s) : (e)) + (coeff) * ((e) - (s)))
+
+/* s = {lr, momentum, 1 - dampening, weight_decay}; b0 = momentum buffer. */
+#define SGD_KERNEL(T, SUF)                                                                    \
+    OPT_TARGET static void sgd_##SUF(const opt_job *j, int64_t lo, int64_t hi) {              \
+        T *restrict p = (T *)j->p, *restrict buf = (T *)j->b0;                                \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nlr = (T)(-j->s[0]), mom = (T)j->s[1], damp1 = (T)j->s[2], wd = (T)j->s[3];   \
+        const int nesterov = j->flags & SGD_NESTEROV, first = j->flags & SGD_FIRST;           \
+        const int has_wd = j->s[3] != 0;                                                      \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i];                                                                      \
+            if (has_wd) g = g + wd * p[i];                                                    \
+            if (buf) {                                                                        \
+                T b = first ? g : buf[i] * mom + damp1 * g;                                   \
+                buf[i] = b;                                                                   \
+                g = nesterov ? g + mom * b : b;                                               \
+            }                                                                                 \
+            p[i] = p[i] + nlr * g;                                                            \
+        }                                                                                     \
+    }
+
+/* s = {-step_size, 1 - beta1 (the lerp weight), beta2, 1 - beta2,
+        sqrt(bias correction 2), eps, weight_decay, decay}, where decay is
+   1 - lr * weight_decay for AdamW and 1 otherwise (w * 1 is exact);
+   b0 = exp_avg, b1 = exp_avg_sq, b2 = max_exp_avg_sq (amsgrad) or NULL.
+   The flags are constants in each inlined copy, so every loop is branch-free. */
+#define ADAM_KERNEL(T, SUF, SQRT)                                                             \
+    INLINE void adam_loop_##SUF(const opt_job *j, int64_t lo, int64_t hi, const int coupled,  \
+                                const int ams) {                                              \
+        T *restrict p = (T *)j->p, *restrict m = (T *)j->b0, *restrict v = (T *)j->b1;        \
+        T *restrict vmax = (T *)j->b2;                                                        \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nss = (T)j->s[0], w1 = (T)j->s[1], beta2 = (T)j->s[2], w2 = (T)j->s[3];       \
+        const T bc2s = (T)j->s[4], eps = (T)j->s[5], wd = (T)j->s[6], decay = (T)j->s[7];     \
+        const int near_s = fabs((double)w1) < 0.5;                                            \
+        const T coeff = near_s ? w1 : w1 - (T)1;                                              \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i], w = p[i] * decay;                                                    \
+            if (coupled) g = g + wd * w;                                                      \
+            T mi = LERP(near_s, coeff, m[i], g);                                              \
+            T vi = v[i] * beta2 + w2 * g * g;                                                 \
+            m[i] = mi;                                                                        \
+            v[i] = vi;                                                                        \
+            if (ams) {                                                                        \
+                vi = MAXNAN(vmax[i], vi);                                                     \
+                vmax[i] = vi;                                                                 \
+            }                                                                                 \
+            T denom = SQRT(vi) / bc2s + eps;                                                  \
+            p[i] = w + nss * mi / denom;                                                      \
+        }                                                                                     \
+    }                                                                                         \
+    OPT_TARGET static void adam_##SUF(const opt_job *j, int64_t lo, int64_t hi) {             \
+        const int coupled = j->s[6] != 0 && !(j->flags & ADAM_DECOUPLED);                     \
+        if (coupled)                                                                          \
+            j->b2 ? adam_loop_##SUF(j, lo, hi, 1, 1) : adam_loop_##SUF(j, lo, hi, 1, 0);      \
+        else                                                                                  \
+            j->b2 ? adam_loop_##SUF(j, lo, hi, 0, 1) : adam_loop_##SUF(j, lo, hi, 0, 0);      \
+    }
+
+/* s = {lr, alpha, 1 - alpha (the lerp weight), eps, weight_decay, momentum};
+   b0 = square_avg, b1 = momentum buffer or NULL, b2 = grad_avg (centered) or NULL. */
+#define RMSPROP_KERNEL(T, SUF, SQRT)                                                          \
+    INLINE void rmsprop_loop_##SUF(const opt_job *j, int64_t lo, int64_t hi, const int has_wd, \
+                                   const int has_buf, const int centered) {                   \
+        T *restrict p = (T *)j->p, *restrict sq = (T *)j->b0, *restrict buf = (T *)j->b1;     \
+        T *restrict ga = (T *)j->b2;                                                          \
+        const T *restrict gr = (const T *)j->g;                                               \
+        const T nlr = (T)(-j->s[0]), alpha = (T)j->s[1], w = (T)j->s[2], eps = (T)j->s[3];    \
+        const T wd = (T)j->s[4], mom = (T)j->s[5];                                            \
+        const int near_s = fabs((double)w) < 0.5;                                             \
+        const T coeff = near_s ? w : w - (T)1;                                                \
+        for (int64_t i = lo; i < hi; i++) {                                                  \
+            T g = gr[i];                                                                      \
+            if (has_wd) g = g + wd * p[i];                                                    \
+            T s = sq[i] * alpha + w * g * g;                                                  \
+            sq[i] = s;                                                                        \
+            T avg;                                                                            \
+            if (centered) {                                                                   \
+                T a = LERP(near_s, coeff, ga[i], g);                                          \
+                ga[i] = a;                                                                    \
+                avg = SQRT(s + (T)(-1) * a * a);                                              \
+            } else {                                                                          \
+                avg = SQRT(s);                                                                \
+            }                                                                                 \
+            avg = avg + eps;                                                                  \
+            if (has_buf) {                                                                    \
+                T b = buf[i] * mom + g / avg;                                                 \
+                buf[i] = b;                                                                   \
+                p[i] = p[i] + nlr * b;                                                        \
+            } else {                                                                          \
+                p[i] = p[i] + nlr * g / avg;                                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    OPT_TARGET static void rmsprop_##SUF(const opt_job *j, int64_t lo, int64_t hi) {          \
+        switch ((j->s[4] != 0) | (j->b1 != NULL) << 1 | (j->b2 != NULL) << 2) {               \
+        case 0: rmsprop_loop_##SUF(j, lo, hi, 0, 0, 0); break;                                \
+        case 1: rmsprop_loop_##SUF(j, lo, hi, 1, 0, 0); break;                                \
+        case 2: rmsprop_loop_##SUF(j, lo, hi, 0, 1, 0); break;                                \
+        case 3: rmsprop_loop_##SUF(j, lo, hi, 1, 1, 0); break;                                \
+        case 4: rmsprop_loop_##SUF(j, lo, hi, 0, 0, 1); break;                                \
+        case 5: rmsprop_loop_##SUF(j, lo, hi, 1, 0, 1); break;                                \
+        case 6: rmsprop_loop_##SUF(j, lo, hi, 0, 1, 1); break;                                \
+        default: rmsprop_loop_##SUF(j, lo, hi, 1, 1, 1); break;                               \
+        }                                                                                     \
+    }
+
+SGD_KERNEL(float, f32)
+SGD_KERNEL(double, f64)
+ADAM_KERNEL(float, f32, sqrtf)
+ADAM_KERNEL(double, f64, sqrt)
+RMSPROP_KERNEL(float, f32, sqrtf)
+RMSPROP_KERNEL(double, f64, sqrt)
+
+typedef void (*opt_kernel)(const opt_job *j, int64_t lo, int64_t hi);
+
+typedef struct {
+    const opt_job *job;
+    opt_kernel fn;
+} opt_run_ctx;
+
+static void opt_block(void *ctx, int64_t k) {
+    const opt_run_ctx *c = ctx;
+    int64_t lo = k * OPT_BLOCK, hi = lo + OPT_BLOCK;
+    c->fn(c->job, lo, hi < c->job->n ? hi : c->job->n);
+}
+
+static void opt_run(const opt_job *j, opt_kernel f32, opt_kernel f64) {
+    opt_kernel fn = j->dtype == AD_FLOAT32 ? f32 : f64;
+    if (j->n < OPT_PAR_MIN) {
+        fn(j, 0, j->n);
+        return;
+    }
+    opt_run_ctx c = {j, fn};
+    par_blocks((j->n + OPT_BLOCK - 1) / OPT_BLOCK, opt_block, &c);
+}
+
+/* Writes done: the Var and every buffer written get a new version. */
+static void finish(ad_tensor *var, ad_tensor *const *bufs, int nbufs, ad_tensor *copy) {
+    ad_tensor_release(copy);
+    bump_version(var);
+    for (int i = 0; i < nbufs; i++)
+        if (bufs[i]) bump_version(bufs[i]);
+}
+
+static ad_status check_finite(const char *op, const char *name, double v) {
+    if (!isfinite(v)) return ad_fail(AD_ERR_VALUE, "%s: %s is %g (not finite)", op, name, v);
+    return AD_OK;
+}
+
+AD_API ad_status ad_optim_sgd(ad_tensor *var, const ad_tensor *grad, ad_tensor *momentum_buf,
+                              double lr, double momentum, double dampening, double weight_decay,
+                              int nesterov, int first_step) {
+    const char *op = "optim_sgd";
+    ad_status st;
+    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "momentum", momentum)) ||
+        (st = check_finite(op, "dampening", dampening)) ||
+        (st = check_finite(op, "weight_decay", weight_decay)))
+        return st;
+    if (momentum != 0 && !momentum_buf)
+        return ad_fail(AD_ERR_VALUE, "%s: momentum %g needs a momentum_buf", op, momentum);
+    ad_tensor *bufs[1] = {momentum != 0 ? momentum_buf : NULL};
+    static const char *const names[1] = {"momentum_buf"};
+    const ad_tensor *g;
+    ad_tensor *copy;
+    if ((st = check_update(op, var, grad, bufs, names, 1, &g, &copy))) return st;
+    opt_job j = {var->dtype, ad_tensor_numel(var), ad_ptr(var), bufs[0] ? ad_ptr(bufs[0]) : NULL,
+                 NULL, NULL, ad_ptr(g), {lr, momentum, 1 - dampening, weight_decay},
+                 (nesterov ? SGD_NESTEROV : 0) | (first_step ? SGD_FIRST : 0)};
+    opt_run(&j, sgd_f32, sgd_f64);
+    finish(var, bufs, 1, copy);
+    return AD_OK;
+}
+
+AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor *exp_avg,
+                               ad_tensor *exp_avg_sq, ad_tensor *max_exp_avg_sq, int64_t step,
+                               double lr, double beta1, double beta2, double eps,
+                               double weight_decay, int decoupled) {
+    const char *op = decoupled ? "optim_adamw" : "optim_adam";
+    ad_status st;
+    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "beta1", beta1)) ||
+        (st = check_finite(op, "beta2", beta2)) || (st = check_finite(op, "eps", eps)) ||
+        (st = check_finite(op, "weight_decay", weight_decay)))
+        return st;
+    if (step < 1) return ad_fail(AD_ERR_VALUE, "%s: step %lld is not >= 1", op, (long long)step);
+    ad_tensor *bufs[3] = {exp_avg, exp_avg_sq, max_exp_avg_sq};
+    static const char *const names[3] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    if (!exp_avg || !exp_avg_sq)
+        return ad_fail(AD_ERR_VALUE, "%s: %s is NULL", op, !exp_avg ? names[0] : names[1]);
+    const ad_tensor *g;
+    ad_tensor *copy;
+    if ((st = check_update(op, var, grad, bufs, names, 3, &g, &copy))) return st;
+    /* The scalars as torch computes them in Python (float64): step is a
+       float there, and the square root is `** 0.5`. */
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    double step_size = lr / bc1;
+    opt_job j = {var->dtype,
+                 ad_tensor_numel(var),
+                 ad_ptr(var),
+                 ad_ptr(exp_avg),
+                 ad_ptr(exp_avg_sq),
+                 max_exp_avg_sq ? ad_ptr(max_exp_avg_sq) : NULL,
+                 ad_ptr(g),
+                 {-step_size, 1 - beta1, beta2, 1 - beta2, pow(bc2, 0.5), eps, weight_decay,
+                  decoupled ? 1 - lr * weight_decay : 1.0},
+                 decoupled ? ADAM_DECOUPLED : 0};
+    opt_run(&j, adam_f32, adam_f64);
+    finish(var, bufs, 3, copy);
+    return AD_OK;
+}
+
+AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tensor *square_avg,
+                                  ad_tensor *momentum_buf, ad_tensor *grad_avg, double lr,
+                                  double alpha, double eps, double weight_decay,
+                                  double momentum) {
+    const char *op = "optim_rmsprop";
+    ad_status st;
+    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "alpha", alpha)) ||
+        (st = check_finite(op, "eps", eps)) ||
+        (st = check_finite(op, "weight_decay", weight_decay)) ||
+        (st = check_finite(op, "momentum", momentum)))
+        return st;
+    if (!square_avg) return ad_fail(AD_ERR_VALUE, "%s: square_avg is NULL", op);
+    if (momentum > 0 && !momentum_buf)
+        return ad_fail(AD_ERR_VALUE, "%s: momentum %g needs a momentum_buf", op, momentum);
+    ad_tensor *bufs[3] = {square_avg, momentum > 0 ? momentum_buf : NULL, grad_avg};
+    static const char *const names[3] = {"square_avg", "momentum_buf", "grad_avg"};
+    const ad_tensor *g;
+    ad_tensor *copy;
+    if ((st = check_update(op, var, grad, bufs, names, 3, &g, &copy))) return st;
+    opt_job j = {var->dtype,
+                 ad_tensor_numel(var),
+                 ad_ptr(var),
+                 ad_ptr(square_avg),
+                 bufs[1] ? ad_ptr(bufs[1]) : NULL,
+                 grad_avg ? ad_ptr(grad_avg) : NULL,
+                 ad_ptr(g),
+                 {lr, alpha, 1 - alpha, eps, weight_decay, momentum},
+                 0};
+    opt_run(&j, rmsprop_f32, rmsprop_f64);
+    finish(var, bufs, 3, copy);
     return AD_OK;
 }
