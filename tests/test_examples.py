@@ -44,11 +44,21 @@ def assert_png(path):
 
 # -- spirals ---------------------------------------------------------------------------
 
+def have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def test_spirals_learns_and_writes_pngs(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     r = spirals.main(SPIRALS + ["--out", str(tmp_path)])
     assert r["test_accuracy"] > 0.9 and r["train_accuracy"] > 0.9
     assert r["steps"] == 100 and math.isfinite(r["final_loss"])
+    if not have_matplotlib():
+        assert r["files"] == {}
+        return
     assert set(r["files"]) == {"decision boundary", "loss curve"}
     for path in r["files"].values():
         assert os.path.dirname(path) == str(tmp_path)
@@ -88,9 +98,7 @@ def test_spirals_command_line(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "spirals: 30 steps" in p.stdout and "test accuracy" in p.stdout
     assert "30/30" in p.stderr  # the progress bar (tqdm or the fallback line)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if not have_matplotlib():
         return
     assert f"wrote decision boundary: {tmp_path / 'spirals.png'}" in p.stdout
     assert_png(tmp_path / "spirals.png")
@@ -181,6 +189,17 @@ def test_progress_fallback_throttles_redraws(monkeypatch):
             bar.update(1.0)
     # the first update, the last one and close()
     assert buf.getvalue().count("\r") == 3
+
+
+def test_progress_fallback_blanks_a_longer_previous_line(monkeypatch):
+    hide(monkeypatch, "tqdm", "tqdm.auto")
+    buf = io.StringIO()
+    with _progress.Progress(2, "demo", file=buf, min_interval=0.0) as bar:
+        bar.update(12345.0)
+        bar.update(1.0)
+    frames = buf.getvalue().rstrip("\n").split("\r")[1:]
+    assert len(frames[1]) >= len(frames[0])
+    assert frames[1].rstrip().endswith("steps/s")
 
 
 def test_progress_uses_tqdm_when_installed():

@@ -33,6 +33,7 @@ class Progress:
         self._start = time.perf_counter()
         self._last_draw = -math.inf
         self._bar = None
+        self._drawn = 0
         self.backend = "none" if disable else "line"
         if not disable:
             tqdm = _tqdm_class()
@@ -61,10 +62,12 @@ class Progress:
         elapsed = max(now - self._start, 1e-9)
         width = 24
         filled = int(width * self.n / self.total) if self.total else width
-        line = (f"\r{self.desc} [{'#' * filled}{'.' * (width - filled)}] "
+        line = (f"{self.desc} [{'#' * filled}{'.' * (width - filled)}] "
                 f"{self.n}/{self.total} loss {self.last_loss:.4f} "
                 f"{self.n / elapsed:.1f} steps/s")
-        self.file.write(line)
+        # blank out what a longer previous line left behind
+        self.file.write("\r" + line.ljust(self._drawn))
+        self._drawn = len(line)
         self.file.flush()
 
     def close(self):
