@@ -121,6 +121,7 @@ char *ad_anomaly_site(void);
 
 /* ---- ops (ops.c) --------------------------------------------------------- */
 typedef struct op_args {
+    int op; /* the op kind: kernels and messages read it here */
     const ad_tensor *const *in;
     int n_in;
     const int64_t *iargs;
@@ -135,17 +136,25 @@ typedef ad_status (*op_forward_fn)(const op_args *a, ad_tensor **out);
 typedef ad_status (*op_backward_fn)(const ad_node *node, const ad_tensor *out,
                                     const ad_tensor *grad, ad_tensor **grads);
 
+/* Work per element (ops.def's cost column): MEM ops are memory-bound
+   (cheap to recompute, burn's MemoryBound); the others compute-bound. */
+enum { COST_MEM = 1, COST_MATH, COST_SIMD, COST_COMPUTE };
+
 typedef struct op_def {
     const char *name;
     int8_t n_in;        /* -1: variadic (>= 1) */
     int8_t n_iargs;     /* -1: variadic */
     int8_t n_fargs;
+    uint8_t family;     /* AD_FAMILY_* */
+    uint8_t cost;       /* COST_* */
     op_forward_fn forward;
     op_backward_fn backward; /* NULL: never recorded (untracked outputs) */
     /* needs[i]: mask of inputs whose value the gradient of input i reads
        (bit 7: the output).  needs is indexed by input, up to 4 inputs;
        variadic ops use needs[0] for every input. */
     uint8_t needs[4];
+    const char *args; /* argument schema, "iargs: ...; fargs: ..." */
+    const char *doc;  /* one line */
 } op_def;
 
 extern const op_def ad_ops[AD_OP__COUNT];
@@ -180,9 +189,11 @@ ad_status fwd_logsumexp(const op_args *a, ad_tensor **out);
 ad_status fwd_softmax(const op_args *a, ad_tensor **out);
 ad_status fwd_cumsum(const op_args *a, ad_tensor **out);
 
-/* The op currently running (for error messages), set by ad_call. */
-extern _Thread_local int ad_current_op;
-#define OPNAME (ad_ops[ad_current_op].name)
+#define OP_NAME(op) (ad_ops[op].name)
+
+/* Bit d set: the elementwise kernel table has dtype d for op (0 for ops that
+   are not elementwise kernels: their forward checks dtypes itself). */
+unsigned ad_ew_dtypes(int op);
 
 /* Copies src (any layout) into the contiguous buffer dst of src's dtype. */
 void ad_copy_strided(const ad_tensor *src, void *dst);
@@ -192,8 +203,8 @@ void ad_assign(ad_tensor *dst, const ad_tensor *src);
 void ad_convert_strided(const ad_tensor *src, void *dst, int dtype);
 
 /* Broadcast shape of a and b into out (ndim *out_ndim); error names op. */
-ad_status ad_broadcast_shapes(const int64_t *a, int an, const int64_t *b, int bn, int64_t *out,
-                              int *out_ndim);
+ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const int64_t *b,
+                              int bn, int64_t *out, int *out_ndim);
 
 /* Sum of g over the dims that broadcasting added to reach `shape`, reshaped
    to `shape`: one reduction pass whatever the number of dims. */
