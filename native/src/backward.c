@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "opargs.h"
 
 #define TRACKED(n, i) ((n)->tracked & (1u << (i)))
 #define TRY(expr)                                                                      \
@@ -1010,23 +1011,24 @@ ad_status bw_dropout(const ad_node *n, const ad_tensor *out, const ad_tensor *g,
    size), conv2d_weight_grad(x, g) */
 ad_status bw_conv2d(const ad_node *n, const ad_tensor *out, const ad_tensor *g,
                     ad_tensor **gr) {
+    (void)out;
     ad_tensor **in = node_in(n);
-    const int64_t *ia = node_iargs(n); /* sh, sw, ph, pw, dh, dw, groups */
-    if (TRACKED(n, 0)) {
-        const ad_tensor *x = in[0], *w = in[1];
-        int64_t args[9];
-        memcpy(args, ia, 7 * sizeof *args);
-        for (int s = 0; s < 2; s++)
-            args[7 + s] = T_SHAPE(x)[2 + s] + 2 * ia[2 + s] - ia[4 + s] * (T_SHAPE(w)[2 + s] - 1) -
-                          1 - (T_SHAPE(out)[2 + s] - 1) * ia[s];
+    const ad_tensor *x = in[0], *w = in[1];
+    conv_args c;
+    int64_t args[9];
+    TRY(conv_args_decode(AD_OP_CONV2D, node_iargs(n), &c));
+    c.kh = T_SHAPE(w)[2], c.kw = T_SHAPE(w)[3];
+    if (TRACKED(n, 0)) { /* the rows and columns of x the last window did not reach */
+        c.oph = (T_SHAPE(x)[2] + 2 * c.ph - c.dh * (c.kh - 1) - 1) % c.sh;
+        c.opw = (T_SHAPE(x)[3] + 2 * c.pw - c.dw * (c.kw - 1) - 1) % c.sw;
         const ad_tensor *ops[2] = {g, w};
-        TRY(ad_call(AD_OP_CONV_TRANSPOSE2D, ops, 2, args, 9, NULL, 0, &gr[0]));
+        int na = conv_args_encode(AD_OP_CONV_TRANSPOSE2D, &c, args);
+        TRY(ad_call(AD_OP_CONV_TRANSPOSE2D, ops, 2, args, na, NULL, 0, &gr[0]));
     }
     if (TRACKED(n, 1)) {
-        int64_t args[9] = {T_SHAPE(in[1])[2], T_SHAPE(in[1])[3]};
-        memcpy(args + 2, ia, 7 * sizeof *args);
-        const ad_tensor *ops[2] = {in[0], g};
-        TRY(ad_call(AD_OP_CONV2D_WEIGHT_GRAD, ops, 2, args, 9, NULL, 0, &gr[1]));
+        const ad_tensor *ops[2] = {x, g};
+        int na = conv_args_encode(AD_OP_CONV2D_WEIGHT_GRAD, &c, args);
+        TRY(ad_call(AD_OP_CONV2D_WEIGHT_GRAD, ops, 2, args, na, NULL, 0, &gr[1]));
     }
     return AD_OK;
 }
@@ -1036,16 +1038,19 @@ ad_status bw_conv_transpose2d(const ad_node *n, const ad_tensor *out, const ad_t
                               ad_tensor **gr) {
     (void)out;
     ad_tensor **in = node_in(n);
-    const int64_t *ia = node_iargs(n);
+    conv_args c;
+    int64_t args[9];
+    TRY(conv_args_decode(AD_OP_CONV_TRANSPOSE2D, node_iargs(n), &c));
+    c.kh = T_SHAPE(in[1])[2], c.kw = T_SHAPE(in[1])[3];
     if (TRACKED(n, 0)) {
         const ad_tensor *ops[2] = {g, in[1]};
-        TRY(ad_call(AD_OP_CONV2D, ops, 2, ia, 7, NULL, 0, &gr[0]));
+        int na = conv_args_encode(AD_OP_CONV2D, &c, args);
+        TRY(ad_call(AD_OP_CONV2D, ops, 2, args, na, NULL, 0, &gr[0]));
     }
     if (TRACKED(n, 1)) {
-        int64_t args[9] = {T_SHAPE(in[1])[2], T_SHAPE(in[1])[3]};
-        memcpy(args + 2, ia, 7 * sizeof *args);
         const ad_tensor *ops[2] = {g, in[0]};
-        TRY(ad_call(AD_OP_CONV2D_WEIGHT_GRAD, ops, 2, args, 9, NULL, 0, &gr[1]));
+        int na = conv_args_encode(AD_OP_CONV2D_WEIGHT_GRAD, &c, args);
+        TRY(ad_call(AD_OP_CONV2D_WEIGHT_GRAD, ops, 2, args, na, NULL, 0, &gr[1]));
     }
     return AD_OK;
 }

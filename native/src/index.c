@@ -161,10 +161,9 @@ ad_status fwd_pad(const op_args *a, ad_tensor **out) {
         int d = x->ndim - 1 - j;
         int64_t l = a->iargs[2 * j], r = a->iargs[2 * j + 1], s = T_SHAPE(x)[d];
         if (l < -(INT64_MAX / 4) || l > INT64_MAX / 4 || r < -(INT64_MAX / 4) ||
-            r > INT64_MAX / 4)
-            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) is too large", (long long)l,
-                           (long long)r);
-        shape[d] = s + l + r;
+            r > INT64_MAX / 4 || __builtin_add_overflow(s, l + r, &shape[d]))
+            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) of dim %d is too large for "
+                           "%s", (long long)l, (long long)r, d, ad_tdesc(x));
         if (shape[d] < 0)
             return ad_fail(AD_ERR_SHAPE, "pad: padding (%lld, %lld) makes dim %d of %s negative",
                            (long long)l, (long long)r, d, ad_tdesc(x));
