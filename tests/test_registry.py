@@ -188,3 +188,24 @@ def test_pad_too_large_names_padding_and_dim():
     with pytest.raises(ad.InvalidArgumentError, match=r"pad: padding \(0, 2305843009213693952\) "
                                                       r"of dim 1 is too large"):
         _call(lib.AD_OP_PAD, (x,), (0, 2**61), (0.0,))
+
+
+def test_python_methods_come_from_the_registry():
+    from pyautodiff import _ops
+    unary = [i for i in _ops.OPS.values() if i.family == lib.AD_FAMILY_UNARY]
+    assert len(unary) >= 23
+    x = np.array([-1.5, -0.25, 0.0, 0.5, 2.0])
+    for i in unary:
+        m = getattr(ad.Tensor, i.name)
+        assert m.__doc__ == i.doc and m.__qualname__ == "Tensor." + i.name
+        # the method runs the op of its row: the same values as the generic entry
+        t = ad.tensor(x)
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(m(t).numpy(), _call(i.kind, (t,)).numpy())
+    assert _ops.float_params(_ops.OPS["elu"]) == (("alpha", 1.0),)
+    assert _ops.float_params(_ops.OPS["clamp"]) is None  # hand-written: None means no bound
+    assert not hasattr(ad.Tensor, "add_scalar")  # an operator's kernel, not a method
+    import inspect
+    assert str(inspect.signature(ad.Tensor.elu)) == "(self, alpha=1.0)"
+    t = ad.tensor(x)
+    np.testing.assert_allclose(t.elu(alpha=0.5).numpy(), np.where(x > 0, x, 0.5 * np.expm1(x)))
