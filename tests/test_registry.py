@@ -209,3 +209,24 @@ def test_python_methods_come_from_the_registry():
     assert str(inspect.signature(ad.Tensor.elu)) == "(self, alpha=1.0)"
     t = ad.tensor(x)
     np.testing.assert_allclose(t.elu(alpha=0.5).numpy(), np.where(x > 0, x, 0.5 * np.expm1(x)))
+
+
+def test_testing_hooks_need_the_opt_in(tmp_path):
+    """ad_testing_fail_alloc_after and the GEMM kernel switches are declared
+    only under AD_TESTING: a plain C caller of the stable ABI cannot call them
+    by accident, the test suite opts in."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed")
+    src = tmp_path / "hook.c"
+    cc_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    for opt_in, ok in (("", False), ("#define AD_TESTING\n", True)):
+        src.write_text(opt_in + '#include "pyautodiff.h"\n'
+                       "int main(void) { ad_testing_fail_alloc_after(0);\n"
+                       "  return ad_gemm_set_kernel(\"auto\"); }\n")
+        c = subprocess.run([gcc, "-std=c11", "-Werror=implicit-function-declaration", "-c",
+                            "-I", os.path.join(ROOT, "native", "include"), str(src), "-o",
+                            str(tmp_path / "hook.o")], capture_output=True, text=True,
+                           timeout=60, env=cc_env)
+        assert (c.returncode == 0) == ok, c.stderr
+    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK  # the bindings opted in

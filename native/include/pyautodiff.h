@@ -313,22 +313,33 @@ AD_API const char *ad_tensor_site(const ad_tensor *t);
 /* ---- threads ------------------------------------------------------------ */
 AD_API ad_status ad_set_num_threads(int n);
 AD_API int ad_get_num_threads(void);
-/* Name of the GEMM micro-kernel in use; force_portable 1 picks the portable
-   C kernel, 0 restores run-time dispatch. */
+/* Name of the GEMM micro-kernel in use. */
 AD_API const char *ad_gemm_kernel(void);
-AD_API void ad_gemm_force_portable(int on);
-/* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
-   restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. (ABI 1.1) */
-AD_API ad_status ad_gemm_set_kernel(const char *name);
 
 /* ---- diagnostics (tests) ---------------------------------------------- */
 /* Live tensor handles and live storage bytes in this process. */
 AD_API int64_t ad_live_tensors(void);
 AD_API int64_t ad_live_bytes(void);
-/* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
-AD_API void ad_testing_fail_alloc_after(int64_t n);
 
 /* cffi:end */
+
+/* ---- testing hooks: NOT part of the stable ABI ---------------------------
+ * Declared only for a caller that defines AD_TESTING before including this
+ * header (as zstd's ZSTD_STATIC_LINKING_ONLY): the test suite, the fuzzers.
+ * They may change or disappear in any release; the symbols stay exported so
+ * that the library a user installs is the one the tests ran. */
+#ifdef AD_TESTING
+/* cffi-testing:begin */
+/* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
+AD_API void ad_testing_fail_alloc_after(int64_t n);
+/* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
+   restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. */
+AD_API ad_status ad_gemm_set_kernel(const char *name);
+/* 1: the portable C GEMM kernel; 0: run-time dispatch (ad_gemm_set_kernel
+   "portable" / "auto"). */
+AD_API void ad_gemm_force_portable(int on);
+/* cffi-testing:end */
+#endif
 
 #ifdef __cplusplus
 }

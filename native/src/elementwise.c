@@ -176,7 +176,7 @@ ad_status fwd_unary(const op_args *a, ad_tensor **out) {
 ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     double s = a->fargs[0];
-    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)sat_i64(s)))
+    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)ad_sat_i64(s)))
         return ad_fail(AD_ERR_DTYPE,
                        "%s: scalar %g is not an integer and the tensor is %s (a scalar never "
                        "changes a tensor's dtype; convert with to_dtype)",

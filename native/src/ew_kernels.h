@@ -50,7 +50,7 @@
         }                                                                                \
     }
 
-#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)sat_i64(v))
+#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)ad_sat_i64(v))
 
 #define DEF_UNARY(NAME, T, EXPR)                                                         \
     static void NAME(int64_t n, const void *px, int64_t sx, void *py, const double *s_) { \

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the library defines the testing hooks too: declare them */
+#define AD_TESTING
 #include "../include/pyautodiff.h"
 
 #define AD_MAX_DIMS 16
@@ -84,6 +86,17 @@ static inline uint64_t *node_versions(const ad_node *n) { return (uint64_t *)n->
 static inline int64_t *node_iargs(const ad_node *n) { return (int64_t *)n->tail + 2 * n->n_in; }
 static inline double *node_fargs(const ad_node *n) {
     return (double *)((int64_t *)n->tail + 2 * n->n_in + n->n_iargs);
+}
+
+/* double -> int64 truncating toward zero, NaN to 0 and out-of-range values
+   saturated: a direct out-of-range cast is undefined behaviour in C.  Float
+   to integer conversions and a double argument of an integer kernel go
+   through it. */
+static inline int64_t ad_sat_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
 }
 
 size_t ad_dtype_size_(int dtype);
