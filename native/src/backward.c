@@ -333,12 +333,10 @@ BACKWARD(pow_rscalar) { GRAD(0, MUL(SCALE(Y, log(FA[0])), G)); }
 /* t reshaped to x's shape with the reduced dims kept as 1 */
 static const ad_tensor *keep_reduced(bw_scope *s, const ad_tensor *t) {
     const ad_tensor *x = node_in(s->n)[0];
-    const int64_t *dims = IA + 1;
-    int nd = s->n->n_iargs - 1;
-    int64_t k[AD_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++) k[i] = nd ? T_SHAPE(x)[i] : 1;
-    for (int i = 0; i < nd; i++) k[dims[i] < 0 ? dims[i] + x->ndim : dims[i]] = 1;
-    return reshape(s, t, k, x->ndim);
+    reduce_args r;
+    ad_status st = reduce_args_decode(s->n->op, IA, s->n->n_iargs, x, &r);
+    if (st && !s->st) s->st = st;
+    return st ? NULL : reshape(s, t, r.kshape, x->ndim);
 }
 
 /* t (reduced) broadcast back over the reduced dims */

@@ -1,4 +1,6 @@
 /* opargs.c - decoding and range checks of the typed op arguments (opargs.h). */
+#include <string.h>
+
 #include "opargs.h"
 
 #define BIG 2147483647 /* 2^31 - 1: every stride, padding, dilation, group count */
@@ -91,5 +93,39 @@ ad_status slice_args_decode(const int64_t *ia, const ad_tensor *x, slice_args *s
                        (long long)len, (long long)start, (long long)step, (long long)d,
                        ad_tdesc(x));
     *s = (slice_args){(int)d, start, step, len};
+    return AD_OK;
+}
+
+ad_status reduce_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *x,
+                             reduce_args *r) {
+    const int64_t *dims = ia + 1;
+    int ndims = n_iargs - 1;
+    r->keepdim = ia[0] != 0;
+    memset(r->reduced, 0, sizeof r->reduced);
+    if (ndims == 0)
+        for (int i = 0; i < x->ndim; i++) r->reduced[i] = true;
+    for (int i = 0; i < ndims; i++) {
+        int64_t d = dims[i];
+        if (d < -x->ndim || d >= (x->ndim ? x->ndim : 1) || (x->ndim == 0 && d != 0 && d != -1))
+            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)",
+                           OP_NAME(op), (long long)d, ad_tdesc(x), x->ndim);
+        if (x->ndim == 0) continue;
+        if (d < 0) d += x->ndim;
+        if (r->reduced[d])
+            return ad_fail(AD_ERR_VALUE, "%s: dim %lld given twice", OP_NAME(op),
+                           (long long)dims[i]);
+        r->reduced[d] = true;
+    }
+    r->ndim = 0;
+    r->count_reduced = 0;
+    r->reduce_numel = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        r->kshape[i] = r->reduced[i] ? 1 : T_SHAPE(x)[i];
+        if (r->reduced[i]) {
+            r->count_reduced++;
+            r->reduce_numel *= T_SHAPE(x)[i];
+        }
+        if (!r->reduced[i] || r->keepdim) r->shape[r->ndim++] = r->kshape[i];
+    }
     return AD_OK;
 }

@@ -42,4 +42,17 @@ typedef struct slice_args {
 } slice_args;
 ad_status slice_args_decode(const int64_t *ia, const ad_tensor *x, slice_args *s);
 
+/* sum, mean, max, min, prod {keepdim, dims...}: no dims reduces all; a dim
+   out of range or given twice is an error naming op. */
+typedef struct reduce_args {
+    bool keepdim;
+    bool reduced[AD_MAX_DIMS];
+    int64_t kshape[AD_MAX_DIMS]; /* x's shape with the reduced dims as 1 */
+    int64_t shape[AD_MAX_DIMS];  /* the output's shape */
+    int ndim, count_reduced;     /* the output's ndim; how many dims reduce */
+    int64_t reduce_numel;        /* elements folded into each output element */
+} reduce_args;
+ad_status reduce_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *x,
+                             reduce_args *r);
+
 #endif

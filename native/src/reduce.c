@@ -11,47 +11,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "opargs.h"
 #include "parallel.h"
 #include "strided.h"
-
-/* iargs: {keepdim, dims...}; no dims: reduce all. */
-typedef struct {
-    bool reduced[AD_MAX_DIMS];
-    int64_t kshape[AD_MAX_DIMS]; /* keepdim shape */
-    int64_t shape[AD_MAX_DIMS];  /* output shape */
-    int ndim, count_reduced;
-    int64_t reduce_numel;
-} reduce_plan;
-
-static ad_status plan_dims(const char *op, const ad_tensor *x, const int64_t *dims, int ndims, bool keepdim,
-                           reduce_plan *p) {
-    memset(p->reduced, 0, sizeof p->reduced);
-    if (ndims == 0)
-        for (int i = 0; i < x->ndim; i++) p->reduced[i] = true;
-    for (int i = 0; i < ndims; i++) {
-        int64_t d = dims[i];
-        if (d < -x->ndim || d >= (x->ndim ? x->ndim : 1) || (x->ndim == 0 && d != 0 && d != -1))
-            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", op,
-                           (long long)d, ad_tdesc(x), x->ndim);
-        if (x->ndim == 0) continue;
-        if (d < 0) d += x->ndim;
-        if (p->reduced[d])
-            return ad_fail(AD_ERR_VALUE, "%s: dim %lld given twice", op, (long long)dims[i]);
-        p->reduced[d] = true;
-    }
-    p->ndim = 0;
-    p->count_reduced = 0;
-    p->reduce_numel = 1;
-    for (int i = 0; i < x->ndim; i++) {
-        p->kshape[i] = p->reduced[i] ? 1 : T_SHAPE(x)[i];
-        if (p->reduced[i]) {
-            p->count_reduced++;
-            p->reduce_numel *= T_SHAPE(x)[i];
-        }
-        if (!p->reduced[i] || keepdim) p->shape[p->ndim++] = p->kshape[i];
-    }
-    return AD_OK;
-}
 
 /* ---- kernels ---------------------------------------------------------------- */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
@@ -320,7 +282,7 @@ static bool run_full_par(const nditer *it, char **base, inner_fn fn) {
     return true;
 }
 
-static ad_status reduce_into(int op, const ad_tensor *x, const reduce_plan *p, int kind,
+static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, int kind,
                              ad_tensor **out) {
     ad_tensor *y;
     ad_status st = ad_tensor_empty(x->dtype, p->shape, p->ndim, &y);
@@ -351,8 +313,8 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_plan *p, i
 ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     int op = a->op;
-    reduce_plan p;
-    ad_status st = plan_dims(OP_NAME(op), x, a->iargs + 1, a->n_iargs - 1, a->iargs[0] != 0, &p);
+    reduce_args p;
+    ad_status st = reduce_args_decode(op, a->iargs, a->n_iargs, x, &p);
     if (st) return st;
     if (x->dtype == AD_BOOL && op != AD_OP_SUM && op != AD_OP_PROD)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for bool (input %s)", OP_NAME(op),
