@@ -60,9 +60,6 @@ typedef __m256 M;
         }                                                                           \
     }
 
-DEF_MAP(ad_exp_f32_avx2, v_exp)
-DEF_MAP(ad_tanh_f32_avx2, v_tanh)
-DEF_MAP(ad_sigmoid_f32_avx2, v_sigmoid)
-DEF_MAP(ad_silu_f32_avx2, v_silu)
-DEF_MAP(ad_gelu_f32_avx2, v_gelu)
-DEF_MAP(ad_log_f32_avx2, v_log)
+/* one map per SIMD_MAPS entry (simd.h), the list every level shares */
+#define MAP_AVX2(OP, OPU) DEF_MAP(ad_##OP##_f32_avx2, v_##OP)
+SIMD_MAPS(MAP_AVX2)

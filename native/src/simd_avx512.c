@@ -58,9 +58,6 @@ typedef __mmask16 M;
         }                                                                              \
     }
 
-DEF_MAP(ad_exp_f32_avx512, v_exp)
-DEF_MAP(ad_tanh_f32_avx512, v_tanh)
-DEF_MAP(ad_sigmoid_f32_avx512, v_sigmoid)
-DEF_MAP(ad_silu_f32_avx512, v_silu)
-DEF_MAP(ad_gelu_f32_avx512, v_gelu)
-DEF_MAP(ad_log_f32_avx512, v_log)
+/* one map per SIMD_MAPS entry (simd.h), the list every level shares */
+#define MAP_AVX512(OP, OPU) DEF_MAP(ad_##OP##_f32_avx512, v_##OP)
+SIMD_MAPS(MAP_AVX512)
