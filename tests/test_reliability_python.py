@@ -304,8 +304,10 @@ def test_leak_fixture_flags_an_increase_and_a_decrease(tmp_path):
             gc.collect()  # (pytest frees the failure's traceback here too)
     """))
     env = dict(os.environ, PYTHONPATH=ROOT)
+    # rootdir pinned: node ids must not depend on where the checkout lives
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+                        "--rootdir", str(tmp_path), str(tmp_path)], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert "native leak in test_inner.py::test_leaks" in out, out
     assert "native live counts dropped in test_inner.py::test_drops" in out, out
