@@ -13,12 +13,18 @@ HEADER = os.path.join(ROOT, "native", "include", "pyautodiff.h")
 PKG = os.path.join(ROOT, "pyautodiff")
 
 
-def cdef_from_header(path=HEADER):
-    text = open(path).read()
-    body = text.split("/* cffi:begin */", 1)[1].split("/* cffi:end */", 1)[0]
+def region(text, marker):
+    body = text.split(f"/* {marker}:begin */", 1)[1].split(f"/* {marker}:end */", 1)[0]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#")]
     return re.sub(r"\bAD_API\s+", "", "\n".join(lines))
+
+
+def cdef_from_header(path=HEADER):
+    """The stable ABI plus the AD_TESTING hooks (the tests drive them through
+    this module; they are declared apart so that C callers opt in)."""
+    text = open(path).read()
+    return region(text, "cffi") + "\n" + region(text, "cffi-testing")
 
 
 def make_ffi(extra_compile_args=(), extra_link_args=()):
@@ -28,7 +34,7 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
     ffi.cdef('extern "Python" const char *_ad_site_callback(void);')
     ffi.set_source(
         "pyautodiff._cffi",
-        '#include "pyautodiff.h"',
+        '#define AD_TESTING\n#include "pyautodiff.h"',
         include_dirs=[os.path.dirname(HEADER)],
         library_dirs=[PKG],
         libraries=["pyautodiff"],

@@ -648,91 +648,18 @@ class Tensor:
     def div(self, o):
         return self / o
 
-    def neg(self):
-        return _unary(lib.AD_OP_NEG, self)
-
-    def exp(self):
-        return _unary(lib.AD_OP_EXP, self)
-
-    def log(self):
-        return _unary(lib.AD_OP_LOG, self)
-
-    def sqr(self):
-        return _unary(lib.AD_OP_SQR, self)
-
-    def sqrt(self):
-        return _unary(lib.AD_OP_SQRT, self)
-
-    def relu(self):
-        return _unary(lib.AD_OP_RELU, self)
-
-    def tanh(self):
-        return _unary(lib.AD_OP_TANH, self)
+    # One method per UNARY row of native/src/ops.def (t.exp(), t.gelu(), ...)
+    # and per SCALAR row whose float arguments all have defaults (t.elu(alpha=1.0)),
+    # with the row's docstring (pyautodiff/_ops.py).  The class namespace is a
+    # plain dict, so they become methods exactly as if written here.
+    from ._ops import tensor_methods as _tensor_methods
+    locals().update(_tensor_methods(_unary, _scalar))
+    del _tensor_methods
 
     def pow(self, exponent):
         if _is_scalar(exponent):
             return _scalar(lib.AD_OP_POW_SCALAR, self, exponent)
         return _binary(lib.AD_OP_POW, self, _as_tensor_like(exponent, self))
-
-    # ---- elementwise math (op kinds 40..79) ----------------------------------------------
-    def abs(self):
-        """|x|; its gradient is 0 at 0."""
-        return _unary(lib.AD_OP_ABS, self)
-
-    def recip(self):
-        return _unary(lib.AD_OP_RECIP, self)
-
-    def sin(self):
-        return _unary(lib.AD_OP_SIN, self)
-
-    def cos(self):
-        return _unary(lib.AD_OP_COS, self)
-
-    def sigmoid(self):
-        return _unary(lib.AD_OP_SIGMOID, self)
-
-    def gelu(self):
-        """GELU, tanh approximation (PyTorch's approximate='tanh')."""
-        return _unary(lib.AD_OP_GELU, self)
-
-    def gelu_erf(self):
-        """Exact GELU, x * Phi(x) with the normal CDF through erf."""
-        return _unary(lib.AD_OP_GELU_ERF, self)
-
-    def erf(self):
-        return _unary(lib.AD_OP_ERF, self)
-
-    def silu(self):
-        return _unary(lib.AD_OP_SILU, self)
-
-    def softplus(self):
-        """log(1 + exp(x)), computed stably."""
-        return _unary(lib.AD_OP_SOFTPLUS, self)
-
-    def elu(self, alpha=1.0):
-        return _scalar(lib.AD_OP_ELU, self, alpha)
-
-    def log1p(self):
-        return _unary(lib.AD_OP_LOG1P, self)
-
-    def expm1(self):
-        return _unary(lib.AD_OP_EXPM1, self)
-
-    def floor(self):
-        """Piecewise constant: its gradient is 0 everywhere."""
-        return _unary(lib.AD_OP_FLOOR, self)
-
-    def ceil(self):
-        """Piecewise constant: its gradient is 0 everywhere."""
-        return _unary(lib.AD_OP_CEIL, self)
-
-    def round(self):
-        """Rounds half to even (as numpy and PyTorch); its gradient is 0 everywhere."""
-        return _unary(lib.AD_OP_ROUND, self)
-
-    def sign(self):
-        """-1, 0 or 1; its gradient is 0 everywhere."""
-        return _unary(lib.AD_OP_SIGN, self)
 
     def clamp(self, min=None, max=None):
         """Limits values to [min, max] (either may be None); the gradient passes

@@ -83,7 +83,8 @@ typedef enum ad_op {
     AD_OP_RSUB_SCALAR = 14,   /* s - t */
     AD_OP_RDIV_SCALAR = 15,   /* s / t */
     AD_OP_POW_SCALAR = 16,    /* t ** s */
-    /* reductions: iargs = dims (empty: all), keepdim flag */
+    /* reductions: iargs = {keepdim, dims...} (no dims: all); argmax/argmin
+       take iargs = {keepdim} (flattened) or {keepdim, dim} */
     AD_OP_SUM = 17,
     AD_OP_MEAN = 18,
     AD_OP_MAX = 19,
@@ -98,12 +99,13 @@ typedef enum ad_op {
     AD_OP_GT = 27,
     AD_OP_GE = 28,
     /* layout / views */
-    AD_OP_RESHAPE = 29,
-    AD_OP_PERMUTE = 30,       /* transpose, t() are permutes */
-    AD_OP_SLICE = 31,         /* iargs = {dim, start, stop, step}: narrow and basic indexing */
-    AD_OP_BROADCAST = 32,     /* broadcast_to; squeeze/unsqueeze are reshapes */
+    AD_OP_RESHAPE = 29,       /* iargs = the new shape (one -1 is inferred) */
+    AD_OP_PERMUTE = 30,       /* iargs = a permutation of the dims; transpose, t() are permutes */
+    AD_OP_SLICE = 31,         /* iargs = {dim, start, step, len}: the len elements start,
+                                 start + step, ... along dim (step >= 1); narrow and basic indexing */
+    AD_OP_BROADCAST = 32,     /* iargs = the target shape; squeeze/unsqueeze are reshapes */
     AD_OP_CONTIGUOUS = 33,
-    AD_OP_TO_DTYPE = 34,      /* float->float differentiable, to integer untracked */
+    AD_OP_TO_DTYPE = 34,      /* iargs = {dtype}; float->float differentiable, to integer untracked */
     AD_OP_MATMUL = 35,
     AD_OP_POW_RSCALAR = 36,   /* s ** t */
     AD_OP_COPY = 37,          /* detached copy (Var.from_tensor, Var(data)) */
@@ -156,6 +158,34 @@ typedef enum ad_op {
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
 
+/* What an op is, from the op registry (native/src/ops.def): how Python
+   builds its methods, and what a tool (checkpointing, a tracer) reads. */
+typedef enum ad_op_family {
+    AD_FAMILY_OTHER = 0,
+    AD_FAMILY_UNARY = 1,      /* elementwise, one tensor, no arguments */
+    AD_FAMILY_SCALAR = 2,     /* elementwise, one tensor and float arguments */
+    AD_FAMILY_BINARY = 3,     /* elementwise, two broadcast tensors */
+    AD_FAMILY_COMPARE = 4,    /* elementwise, two broadcast tensors, bool out */
+    AD_FAMILY_REDUCE = 5,     /* iargs = {keepdim, dims...} */
+    AD_FAMILY_LAYOUT = 6,     /* views, copies and conversions */
+    AD_FAMILY_LANES = 7,      /* along one dim: softmax, logsumexp, cumsum */
+    AD_FAMILY_INDEX = 8,      /* indexing and joining */
+    AD_FAMILY_NN = 9          /* losses, normalization, convolution, pooling */
+} ad_op_family;
+
+typedef struct ad_op_info_t {
+    const char *name;         /* "exp" */
+    const char *args;         /* argument schema: "iargs: dim, keepdim; fargs: eps", "" */
+    const char *doc;          /* one line */
+    int n_inputs;             /* -1: variadic */
+    int n_iargs;              /* -1: variadic */
+    int n_fargs;
+    int family;               /* ad_op_family */
+    int differentiable;       /* 0: the output never tracks */
+    int memory_bound;         /* 1: cheap to recompute (burn's MemoryBound) */
+    unsigned dtypes;          /* bit d: elementwise kernel for dtype d; 0: not elementwise */
+} ad_op_info_t;
+
 /* ---- library ---------------------------------------------------------- */
 /* Message of the last failed call on this thread ("" if none). */
 AD_API const char *ad_last_error(void);
@@ -163,6 +193,9 @@ AD_API const char *ad_last_error(void);
 AD_API int ad_abi_version(void);
 /* Name of an op kind ("add", "matmul", ...), or NULL for an unknown value. */
 AD_API const char *ad_op_name(int op);
+/* Fills *out for an op kind; AD_ERR_VALUE for an unknown one.  The strings
+   are static. */
+AD_API ad_status ad_op_info(int op, ad_op_info_t *out);
 /* Name of a dtype ("float32", ...), or NULL. */
 AD_API const char *ad_dtype_name(int dtype);
 AD_API size_t ad_dtype_size(int dtype);
@@ -318,22 +351,33 @@ AD_API const char *ad_tensor_site(const ad_tensor *t);
 /* ---- threads ------------------------------------------------------------ */
 AD_API ad_status ad_set_num_threads(int n);
 AD_API int ad_get_num_threads(void);
-/* Name of the GEMM micro-kernel in use; force_portable 1 picks the portable
-   C kernel, 0 restores run-time dispatch. */
+/* Name of the GEMM micro-kernel in use. */
 AD_API const char *ad_gemm_kernel(void);
-AD_API void ad_gemm_force_portable(int on);
-/* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
-   restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. (ABI 1.1) */
-AD_API ad_status ad_gemm_set_kernel(const char *name);
 
 /* ---- diagnostics (tests) ---------------------------------------------- */
 /* Live tensor handles and live storage bytes in this process. */
 AD_API int64_t ad_live_tensors(void);
 AD_API int64_t ad_live_bytes(void);
-/* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
-AD_API void ad_testing_fail_alloc_after(int64_t n);
 
 /* cffi:end */
+
+/* ---- testing hooks: NOT part of the stable ABI ---------------------------
+ * Declared only for a caller that defines AD_TESTING before including this
+ * header (as zstd's ZSTD_STATIC_LINKING_ONLY): the test suite, the fuzzers.
+ * They may change or disappear in any release; the symbols stay exported so
+ * that the library a user installs is the one the tests ran. */
+#ifdef AD_TESTING
+/* cffi-testing:begin */
+/* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
+AD_API void ad_testing_fail_alloc_after(int64_t n);
+/* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
+   restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. */
+AD_API ad_status ad_gemm_set_kernel(const char *name);
+/* 1: the portable C GEMM kernel; 0: run-time dispatch (ad_gemm_set_kernel
+   "portable" / "auto"). */
+AD_API void ad_gemm_force_portable(int on);
+/* cffi-testing:end */
+#endif
 
 #ifdef __cplusplus
 }

@@ -11,40 +11,32 @@
 
 #include "gemm.h"
 #include "nnops.h"
+#include "opargs.h"
 
 typedef struct conv_geom {
+    int op;
     int64_t n, c, h, w;     /* convolution input */
     int64_t o, oh, ow;      /* convolution output */
     int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups;
     int64_t cg, og, k, l;   /* per group: channels in/out, rows of im2col (cg*kh*kw), oh*ow */
 } conv_geom;
 
-static ad_status check_params(conv_geom *g) {
-    if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->ph < 0 || g->pw < 0 ||
-        g->groups < 1 || g->kh < 1 || g->kw < 1 || g->sh > INT32_MAX || g->sw > INT32_MAX ||
-        g->dh > INT32_MAX || g->dw > INT32_MAX || g->ph > INT32_MAX || g->pw > INT32_MAX ||
-        g->groups > INT32_MAX)
-        return ad_fail(AD_ERR_VALUE, "%s: stride (%lld, %lld), dilation (%lld, %lld), groups "
-                       "%lld and kernel (%lld, %lld) must be positive and padding (%lld, %lld) "
-                       "non-negative (and below 2^31)", OPNAME, (long long)g->sh, (long long)g->sw,
-                       (long long)g->dh, (long long)g->dw, (long long)g->groups,
-                       (long long)g->kh, (long long)g->kw, (long long)g->ph, (long long)g->pw);
-    return AD_OK;
+/* The geometry's arguments from the op's iargs (opargs.c checks them). */
+static ad_status params(conv_geom *g, int op, const int64_t *ia, conv_args *c) {
+    ad_status st = conv_args_decode(op, ia, c);
+    g->op = op;
+    g->sh = c->sh, g->sw = c->sw, g->ph = c->ph, g->pw = c->pw;
+    g->dh = c->dh, g->dw = c->dw, g->groups = c->groups, g->kh = c->kh, g->kw = c->kw;
+    return st;
 }
 
-/* Output size of the convolution over input (h, w); ShapeError when the
-   dilated kernel does not fit the padded input. */
+/* Output size of the convolution over input (h, w). */
 static ad_status out_size(conv_geom *g, const ad_tensor *x) {
-    int64_t eh = g->h + 2 * g->ph - g->dh * (g->kh - 1) - 1;
-    int64_t ew = g->w + 2 * g->pw - g->dw * (g->kw - 1) - 1;
-    if (eh < 0 || ew < 0)
-        return ad_fail(AD_ERR_SHAPE, "%s: kernel (%lld, %lld) with dilation (%lld, %lld) is "
-                       "larger than the padded input %s (padding (%lld, %lld))", OPNAME,
-                       (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw,
-                       ad_tdesc(x), (long long)g->ph, (long long)g->pw);
-    g->oh = eh / g->sh + 1;
-    g->ow = ew / g->sw + 1;
-    return AD_OK;
+    if (g->kh < 1 || g->kw < 1)
+        return ad_fail(AD_ERR_SHAPE, "%s: kernel (%lld, %lld) is empty (input %s)",
+                       OP_NAME(g->op), (long long)g->kh, (long long)g->kw, ad_tdesc(x));
+    ad_status st = win_out(g->op, "height", g->h, g->kh, g->sh, g->ph, g->dh, x, &g->oh);
+    return st ? st : win_out(g->op, "width", g->w, g->kw, g->sw, g->pw, g->dw, x, &g->ow);
 }
 
 static void finish(conv_geom *g) {
@@ -54,12 +46,12 @@ static void finish(conv_geom *g) {
     g->l = g->oh * g->ow;
 }
 
-static ad_status check_operands(const ad_tensor *a, const ad_tensor *b) {
+static ad_status check_operands(int op, const ad_tensor *a, const ad_tensor *b) {
     if (a->dtype != b->dtype || !ad_dtype_is_float(a->dtype))
         return ad_fail(AD_ERR_DTYPE, "%s: operands must share a float dtype, got %s and %s",
-                       OPNAME, ad_tdesc(a), ad_tdesc(b));
+                       OP_NAME(op), ad_tdesc(a), ad_tdesc(b));
     if (a->ndim != 4 || b->ndim != 4)
-        return ad_fail(AD_ERR_SHAPE, "%s: operands must be 4-d, got %s and %s", OPNAME,
+        return ad_fail(AD_ERR_SHAPE, "%s: operands must be 4-d, got %s and %s", OP_NAME(op),
                        ad_tdesc(a), ad_tdesc(b));
     return AD_OK;
 }
@@ -67,8 +59,9 @@ static ad_status check_operands(const ad_tensor *a, const ad_tensor *b) {
 static ad_status groups_divide(const conv_geom *g, const ad_tensor *x, const ad_tensor *w) {
     if (g->c % g->groups || g->o % g->groups)
         return ad_fail(AD_ERR_SHAPE, "%s: %lld groups must divide the %lld input and %lld "
-                       "output channels (input %s, weight %s)", OPNAME, (long long)g->groups,
-                       (long long)g->c, (long long)g->o, ad_tdesc(x), ad_tdesc(w));
+                       "output channels (input %s, weight %s)", OP_NAME(g->op),
+                       (long long)g->groups, (long long)g->c, (long long)g->o, ad_tdesc(x),
+                       ad_tdesc(w));
     return AD_OK;
 }
 
@@ -163,7 +156,7 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
     if ((st = ad_tensor_zeros(a->dtype, yshape, 4, &y))) goto done;
     if (y->numel == 0 || a->numel == 0 || b->numel == 0) goto done;
     if (!(cols = ad_malloc((ncols ? ncols : 1) * es))) {
-        st = ad_fail_nomem(OPNAME);
+        st = ad_fail_nomem(OP_NAME(g->op));
         goto done;
     }
     void *py = y->storage->data;
@@ -186,21 +179,15 @@ done:
 }
 
 /* ---- ops ---------------------------------------------------------------------- */
-/* iargs = {sh, sw, ph, pw, dh, dw, groups} */
-static void params(conv_geom *g, const int64_t *ia) {
-    g->sh = ia[0], g->sw = ia[1], g->ph = ia[2], g->pw = ia[3];
-    g->dh = ia[4], g->dw = ia[5], g->groups = ia[6];
-}
-
 ad_status fwd_conv2d(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *w = a->in[1];
     conv_geom g;
-    ad_status st = check_operands(x, w);
-    if (st) return st;
-    params(&g, a->iargs);
+    conv_args c;
+    ad_status st = check_operands(a->op, x, w);
+    if (st || (st = params(&g, a->op, a->iargs, &c))) return st;
     g.n = T_SHAPE(x)[0], g.c = T_SHAPE(x)[1], g.h = T_SHAPE(x)[2], g.w = T_SHAPE(x)[3];
     g.o = T_SHAPE(w)[0], g.kh = T_SHAPE(w)[2], g.kw = T_SHAPE(w)[3];
-    if ((st = check_params(&g)) || (st = groups_divide(&g, x, w))) return st;
+    if ((st = groups_divide(&g, x, w))) return st;
     if (T_SHAPE(w)[1] != g.c / g.groups)
         return ad_fail(AD_ERR_SHAPE, "conv2d: weight %s needs %lld input channels per group "
                        "for input %s with %lld groups", ad_tdesc(w), (long long)(g.c / g.groups),
@@ -211,55 +198,68 @@ ad_status fwd_conv2d(const op_args *a, ad_tensor **out) {
     return run(RUN_FWD, &g, x, w, shape, out);
 }
 
-/* x (n, cin, hi, wi), w (cin, cout/groups, kh, kw); iargs = {sh, sw, ph, pw,
-   dh, dw, groups, oph, opw}: conv2d's input gradient, cin playing o */
+/* One spatial size of conv_transpose2d's output:
+   (in - 1) stride - 2 pad + dil (k - 1) + out_pad + 1, each term checked. */
+static ad_status tr_size(const conv_geom *g, const char *axis, int64_t in, int64_t k,
+                         int64_t stride, int64_t pad, int64_t dil, int64_t opad,
+                         const ad_tensor *x, const ad_tensor *w, int64_t *out) {
+    int64_t grown, span, v;
+    if (in == 0) { /* an empty input gives an empty output whatever the padding */
+        *out = 0;
+        return AD_OK;
+    }
+    if (__builtin_mul_overflow(in - 1, stride, &grown))
+        return ad_fail(AD_ERR_VALUE, "conv_transpose2d: stride %lld makes the output %s too "
+                       "large for input %s", (long long)stride, axis, ad_tdesc(x));
+    if (k < 1 || __builtin_mul_overflow(dil, k - 1, &span) ||
+        __builtin_add_overflow(grown, span + opad + 1, &v))
+        return ad_fail(AD_ERR_VALUE, "conv_transpose2d: dilation %lld and kernel %s %lld make "
+                       "the output too large (input %s, weight %s)", (long long)dil, axis,
+                       (long long)k, ad_tdesc(x), ad_tdesc(w));
+    if ((v -= 2 * pad) < 0)
+        return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: padding %lld leaves no output %s for "
+                       "input %s and weight %s", (long long)pad, axis, ad_tdesc(x), ad_tdesc(w));
+    (void)g;
+    *out = v;
+    return AD_OK;
+}
+
+/* x (n, cin, hi, wi), w (cin, cout/groups, kh, kw): conv2d's input gradient,
+   cin playing o */
 ad_status fwd_conv_transpose2d(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *w = a->in[1];
     conv_geom g;
-    ad_status st = check_operands(x, w);
-    if (st) return st;
-    params(&g, a->iargs);
-    int64_t oph = a->iargs[7], opw = a->iargs[8];
+    conv_args c;
+    ad_status st = check_operands(a->op, x, w);
+    if (st || (st = params(&g, a->op, a->iargs, &c))) return st;
     g.n = T_SHAPE(x)[0], g.o = T_SHAPE(x)[1], g.oh = T_SHAPE(x)[2], g.ow = T_SHAPE(x)[3];
     g.c = T_SHAPE(w)[1], g.kh = T_SHAPE(w)[2], g.kw = T_SHAPE(w)[3];
-    if ((st = check_params(&g))) return st;
-    if (g.c > INT32_MAX)
-        return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: weight %s has too many channels",
-                       ad_tdesc(w));
-    g.c *= g.groups;
+    if (__builtin_mul_overflow(g.c, g.groups, &g.c))
+        return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: weight %s has too many channels for "
+                       "%lld groups", ad_tdesc(w), (long long)g.groups);
     if ((st = groups_divide(&g, x, w))) return st;
     if (T_SHAPE(w)[0] != g.o)
         return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: weight %s needs %lld input channels "
                        "(input %s)", ad_tdesc(w), (long long)g.o, ad_tdesc(x));
-    if (oph < 0 || opw < 0 || oph >= g.sh || opw >= g.sw)
-        return ad_fail(AD_ERR_VALUE, "conv_transpose2d: output padding (%lld, %lld) must be "
-                       "non-negative and smaller than the stride (%lld, %lld)", (long long)oph,
-                       (long long)opw, (long long)g.sh, (long long)g.sw);
-    g.h = (g.oh - 1) * g.sh - 2 * g.ph + g.dh * (g.kh - 1) + oph + 1;
-    g.w = (g.ow - 1) * g.sw - 2 * g.pw + g.dw * (g.kw - 1) + opw + 1;
-    if (g.h < 0 || g.w < 0 || (g.oh == 0 && g.h != 0) || (g.ow == 0 && g.w != 0))
-        return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: padding (%lld, %lld) leaves no output "
-                       "for input %s and weight %s", (long long)g.ph, (long long)g.pw,
-                       ad_tdesc(x), ad_tdesc(w));
+    if ((st = tr_size(&g, "height", g.oh, g.kh, g.sh, g.ph, g.dh, c.oph, x, w, &g.h)) ||
+        (st = tr_size(&g, "width", g.ow, g.kw, g.sw, g.pw, g.dw, c.opw, x, w, &g.w)))
+        return st;
     if (g.oh == 0 || g.ow == 0) g.h = g.w = 0;
     finish(&g);
-    int64_t shape[4] = {g.n, g.c, g.h < 0 ? 0 : g.h, g.w < 0 ? 0 : g.w};
+    int64_t shape[4] = {g.n, g.c, g.h, g.w};
     return run(RUN_BWD_INPUT, &g, x, w, shape, out);
 }
 
-/* x (n, c, h, w), gy (n, o, oh, ow); iargs = {kh, kw, sh, sw, ph, pw, dh, dw,
-   groups} -> dW (o, c/groups, kh, kw) */
+/* x (n, c, h, w), gy (n, o, oh, ow) -> dW (o, c/groups, kh, kw) */
 ad_status fwd_conv2d_weight_grad(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *gy = a->in[1];
     conv_geom g;
-    ad_status st = check_operands(x, gy);
-    if (st) return st;
-    g.kh = a->iargs[0], g.kw = a->iargs[1];
-    params(&g, a->iargs + 2);
+    conv_args c;
+    ad_status st = check_operands(a->op, x, gy);
+    if (st || (st = params(&g, a->op, a->iargs, &c))) return st;
     g.n = T_SHAPE(x)[0], g.c = T_SHAPE(x)[1], g.h = T_SHAPE(x)[2], g.w = T_SHAPE(x)[3];
     g.o = T_SHAPE(gy)[1];
-    if ((st = check_params(&g)) || (st = groups_divide(&g, x, gy)) || (st = out_size(&g, x)))
-        return st;
+    if ((st = groups_divide(&g, x, gy)) || (st = out_size(&g, x))) return st;
     if (T_SHAPE(gy)[0] != g.n || T_SHAPE(gy)[2] != g.oh || T_SHAPE(gy)[3] != g.ow)
         return ad_fail(AD_ERR_SHAPE, "conv2d_weight_grad: gradient %s does not match input %s",
                        ad_tdesc(gy), ad_tdesc(x));

@@ -50,15 +50,15 @@ static void tables_init(void) {
 }
 
 /* ---- forward functions ----------------------------------------------------------- */
-ad_status ad_broadcast_shapes(const int64_t *a, int an, const int64_t *b, int bn, int64_t *out,
-                              int *out_ndim) {
+ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const int64_t *b,
+                              int bn, int64_t *out, int *out_ndim) {
     int n = an > bn ? an : bn;
     for (int i = 0; i < n; i++) {
         int64_t x = i - (n - an) >= 0 ? a[i - (n - an)] : 1;
         int64_t y = i - (n - bn) >= 0 ? b[i - (n - bn)] : 1;
         if (x != y && x != 1 && y != 1)
             return ad_fail(AD_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast together",
-                           OPNAME, ad_fmt_shape(a, an), ad_fmt_shape(b, bn));
+                           op, ad_fmt_shape(a, an), ad_fmt_shape(b, bn));
         out[i] = x == 1 ? y : x;
     }
     *out_ndim = n;
@@ -71,17 +71,18 @@ static void bin_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
 
 static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out) {
     const ad_tensor *a = args->in[0], *b = args->in[1];
+    const char *name = OP_NAME(args->op);
     if (a->dtype != b->dtype)
         return ad_fail(AD_ERR_DTYPE, "%s: dtype mismatch, %s and %s (convert one with to_dtype)",
-                       OPNAME, ad_tdesc(a), ad_tdesc(b));
+                       name, ad_tdesc(a), ad_tdesc(b));
     pthread_once(&tables_once, tables_init);
-    bin_kernel k = bin_table[ad_current_op][a->dtype];
+    bin_kernel k = bin_table[args->op][a->dtype];
     if (!k)
-        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s operands (%s, %s)", OPNAME,
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s operands (%s, %s)", name,
                        ad_dtype_name_(a->dtype), ad_tdesc(a), ad_tdesc(b));
     int64_t shape[AD_MAX_DIMS];
     int nd;
-    ad_status st = ad_broadcast_shapes(T_SHAPE(a), a->ndim, T_SHAPE(b), b->ndim, shape, &nd);
+    ad_status st = ad_broadcast_shapes(name, T_SHAPE(a), a->ndim, T_SHAPE(b), b->ndim, shape, &nd);
     if (st) return st;
     ad_tensor *y;
     if ((st = ad_tensor_empty(out_dtype, shape, nd, &y))) return st;
@@ -114,30 +115,45 @@ static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     c->k(n, p[1], s[1], p[0], c->s);
 }
 
-/* Work per element relative to a copy, for the threading threshold: the
-   arithmetic one-liners (and sqrt, one instruction) are memory bound, the
-   float32 SIMD maps are polynomials, every other float op is a libm call per
-   element. */
+/* Work per element relative to a copy, for the threading threshold, from
+   ops.def's cost column: the arithmetic one-liners (and sqrt, one
+   instruction) are memory bound, the float32 SIMD maps are polynomials,
+   every other float op is a libm call per element. */
 static int un_cost(int op, int dtype) {
-    switch (op) {
-    case AD_OP_NEG: case AD_OP_SQR: case AD_OP_RELU: case AD_OP_ADD_SCALAR:
-    case AD_OP_MUL_SCALAR: case AD_OP_RSUB_SCALAR: case AD_OP_ABS: case AD_OP_SIGN:
-    case AD_OP_CLAMP: case AD_OP_DIV_SCALAR: case AD_OP_RDIV_SCALAR: case AD_OP_RECIP:
-    case AD_OP_FLOOR: case AD_OP_CEIL: case AD_OP_ROUND: case AD_OP_SQRT:
+    switch (ad_ops[op].cost) {
+    case COST_MEM:
         return 1;
-    case AD_OP_EXP: case AD_OP_TANH: case AD_OP_SIGMOID: case AD_OP_SILU: case AD_OP_GELU:
-    case AD_OP_LOG:
+    case COST_SIMD:
         return dtype == AD_FLOAT32 && simd_exp_f32 ? 16 : 64;
     default:
         return ad_dtype_is_float(dtype) ? 64 : 1;
     }
 }
 
-static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **out) {
+/* A SIMD map replaces the kernel of an op whose cost says SIMD, or the
+   threading threshold would not know it is cheaper. */
+enum {
+#define OP(ID, NUM, name, n_in, n_iargs, n_fargs, fam, fwd, bw, needs, cost, ...) \
+    cost_of_##ID = COST_##cost,
+#include "ops.def"
+};
+#define SIMD_COST(OP, OPU) \
+    _Static_assert((int)cost_of_##OPU == (int)COST_SIMD, "simd.h maps " #OP ": ops.def must say SIMD");
+SIMD_MAPS(SIMD_COST)
+
+unsigned ad_ew_dtypes(int op) {
     pthread_once(&tables_once, tables_init);
-    un_kernel k = un_table[ad_current_op][x->dtype];
+    unsigned m = 0;
+    for (int d = 0; d < 6; d++)
+        if (un_table[op][d] || bin_table[op][d]) m |= 1u << d;
+    return m;
+}
+
+static ad_status run_unary(int op, const ad_tensor *x, double s, double s2, ad_tensor **out) {
+    pthread_once(&tables_once, tables_init);
+    un_kernel k = un_table[op][x->dtype];
     if (!k)
-        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OPNAME,
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OP_NAME(op),
                        ad_dtype_name_(x->dtype), ad_tdesc(x));
     ad_tensor *y;
     ad_status st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y);
@@ -148,22 +164,24 @@ static ad_status run_unary(const ad_tensor *x, double s, double s2, ad_tensor **
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
     un_ctx c = {k, {s, s2}};
-    nditer_run_par_cost(&it, base, un_inner, &c, un_cost(ad_current_op, x->dtype));
+    nditer_run_par_cost(&it, base, un_inner, &c, un_cost(op, x->dtype));
     *out = y;
     return AD_OK;
 }
 
-ad_status fwd_unary(const op_args *a, ad_tensor **out) { return run_unary(a->in[0], 0, 0, out); }
+ad_status fwd_unary(const op_args *a, ad_tensor **out) {
+    return run_unary(a->op, a->in[0], 0, 0, out);
+}
 
 ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     double s = a->fargs[0];
-    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)sat_i64(s)))
+    if (!ad_dtype_is_float(x->dtype) && (s != s || s != (double)ad_sat_i64(s)))
         return ad_fail(AD_ERR_DTYPE,
                        "%s: scalar %g is not an integer and the tensor is %s (a scalar never "
                        "changes a tensor's dtype; convert with to_dtype)",
-                       OPNAME, s, ad_tdesc(x));
-    return run_unary(x, s, 0, out);
+                       OP_NAME(a->op), s, ad_tdesc(x));
+    return run_unary(a->op, x, s, 0, out);
 }
 
 /* clamp: fargs {min, max}, -inf / inf for an absent bound.  Integer tensors
@@ -186,7 +204,7 @@ ad_status fwd_clamp(const op_args *a, ad_tensor **out) {
         lo = lo < tmin ? tmin : lo > tmax ? tmax : lo;
         hi = hi < tmin ? tmin : hi > tmax ? tmax : hi;
     }
-    return run_unary(x, lo, hi, out);
+    return run_unary(a->op, x, lo, hi, out);
 }
 
 /* where(cond, a, b): a select (never a blend), so a non-finite value in the
@@ -218,8 +236,8 @@ ad_status fwd_where(const op_args *args, ad_tensor **out) {
                        ad_tdesc(a), ad_tdesc(b));
     int64_t ab[AD_MAX_DIMS], shape[AD_MAX_DIMS];
     int nab, nd;
-    ad_status st = ad_broadcast_shapes(T_SHAPE(a), a->ndim, T_SHAPE(b), b->ndim, ab, &nab);
-    if (!st) st = ad_broadcast_shapes(T_SHAPE(c), c->ndim, ab, nab, shape, &nd);
+    ad_status st = ad_broadcast_shapes("where", T_SHAPE(a), a->ndim, T_SHAPE(b), b->ndim, ab, &nab);
+    if (!st) st = ad_broadcast_shapes("where", T_SHAPE(c), c->ndim, ab, nab, shape, &nd);
     if (st) return st;
     ad_tensor *y;
     if ((st = ad_tensor_empty(a->dtype, shape, nd, &y))) return st;

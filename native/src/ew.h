@@ -10,14 +10,6 @@ typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, 
 /* s: the op's float arguments (up to two; zeros when it has none) */
 typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const double *s);
 
-/* A double argument in an integer kernel goes through a saturating int64
-   conversion (a direct out-of-range cast is undefined behaviour in C). */
-static inline int64_t sat_i64(double v) {
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
 #define EW_TABLES(SFX)                                                                 \
     extern const bin_kernel ew_bin_table_##SFX[AD_OP__COUNT][6];                        \
     extern const un_kernel ew_un_table_##SFX[AD_OP__COUNT][6];

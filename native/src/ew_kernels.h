@@ -50,7 +50,7 @@
         }                                                                                \
     }
 
-#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)sat_i64(v))
+#define SCALAR_AS(T, v) ((T)0.5 != 0 ? (T)(v) : (T)ad_sat_i64(v))
 
 #define DEF_UNARY(NAME, T, EXPR)                                                         \
     static void NAME(int64_t n, const void *px, int64_t sx, void *py, const double *s_) { \
@@ -76,63 +76,7 @@
 #define INT_TYPES(X, ...) \
     X(int64_t, i64, __VA_ARGS__) X(int32_t, i32, __VA_ARGS__) X(uint8_t, u8, __VA_ARGS__)
 
-/* ---- binary arithmetic: add sub mul div ----------------------------------- */
-#define BIN_ARITH(X)            \
-    X(add, a + b, NUM)          \
-    X(sub, a - b, NUM)          \
-    X(mul, a * b, NUM)          \
-    X(div, a / b, FLOAT)        \
-    X(maximum, a > b || a != a ? a : b, NUM) \
-    X(minimum, a < b || a != a ? a : b, NUM) \
-    X(pow, pow(a, b), FLOAT)
-
-#define INST_BIN(T, SUF, OP, EXPR) DEF_BINARY(bin_##OP##_##SUF, T, EXPR, T)
-#define DEF_BIN_NUM(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR) INT_TYPES(INST_BIN, OP, EXPR)
-#define DEF_BIN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR)
-#define DEF_BIN(OP, EXPR, KIND) DEF_BIN_##KIND(OP, EXPR)
-BIN_ARITH(DEF_BIN)
-
-/* ---- comparisons: any dtype in, bool out ----------------------------------- */
-#define CMP_OPS(X) X(eq, ==) X(ne, !=) X(lt, <) X(le, <=) X(gt, >) X(ge, >=)
-#define INST_CMP(T, SUF, OP, SYM) DEF_BINARY(cmp_##OP##_##SUF, T, a SYM b, uint8_t)
-#define DEF_CMP(OP, SYM) FLOAT_TYPES(INST_CMP, OP, SYM) INT_TYPES(INST_CMP, OP, SYM)
-CMP_OPS(DEF_CMP)
-
-/* ---- unary and tensor-scalar ------------------------------------------------ */
-/* (op, expression in x and s, dtypes).  FLOAT ops use fn. */
-#define UN_OPS(X)                                        \
-    X(neg, -x, NUM)                                      \
-    X(sqr, x * x, NUM)                                   \
-    X(relu, x > 0 ? x : 0, NUM)                          \
-    X(add_scalar, x + s, NUM)                            \
-    X(mul_scalar, x * s, NUM)                            \
-    X(rsub_scalar, s - x, NUM)                           \
-    X(exp, exp(x), FLOAT)                       \
-    X(log, log(x), FLOAT)                       \
-    X(sqrt, sqrt(x), FLOAT)                     \
-    X(tanh, tanh(x), FLOAT)                     \
-    X(div_scalar, x / s, FLOAT)                          \
-    X(rdiv_scalar, s / x, FLOAT)                         \
-    X(pow_scalar, pow(x, s), FLOAT)             \
-    X(pow_rscalar, pow(s, x), FLOAT)            \
-    X(abs, x < 0 ? -x : x, NUM)                          \
-    X(sign, x > 0 ? 1 : (x < 0 ? -1 : x), NUM)           \
-    X(clamp, (x < s ? s : x) > s2 ? s2 : (x < s ? s : x), NUM) \
-    X(recip, 1 / x, FLOAT)                               \
-    X(sin, sin(x), FLOAT)                                \
-    X(cos, cos(x), FLOAT)                                \
-    X(sigmoid, x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), FLOAT) \
-    X(gelu, x / (1 + exp(-2 * GELU_C * (x + GELU_K * x * x * x))), FLOAT) \
-    X(gelu_erf, 0.5 * x * erfc(-x * SQRT1_2), FLOAT)     \
-    X(erf, erf(x), FLOAT)                                \
-    X(silu, x >= 0 ? x / (1 + exp(-x)) : x * exp(x) / (1 + exp(x)), FLOAT) \
-    X(softplus, x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), FLOAT) \
-    X(elu, x > 0 ? x : s * expm1(x), FLOAT)              \
-    X(log1p, log1p(x), FLOAT)                            \
-    X(expm1, expm1(x), FLOAT)                            \
-    X(floor, floor(x), FLOAT)                            \
-    X(ceil, ceil(x), FLOAT)                              \
-    X(round, nearbyint(x), FLOAT)
+/* ---- the kernels of ops.def's BINARY, COMPARE and UNARY rows ----------------- */
 /* sigmoid and silu take e^-|x| (no overflow), gelu is 0.5 x (1 + tanh u) as
    x sigmoid(2u) and gelu_erf 0.5 x (1 + erf) as 0.5 x erfc: neither loses its
    digits to cancellation for negative x. */
@@ -140,14 +84,23 @@ CMP_OPS(DEF_CMP)
 #define GELU_K 0.044715
 #define SQRT1_2 0.7071067811865476
 
+#define INST_BIN(T, SUF, OP, EXPR) DEF_BINARY(bin_##OP##_##SUF, T, EXPR, T)
+#define DEF_BIN_NUM(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR) INT_TYPES(INST_BIN, OP, EXPR)
+#define DEF_BIN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_BIN, OP, EXPR)
+#define INST_CMP(T, SUF, OP, SYM) DEF_BINARY(cmp_##OP##_##SUF, T, a SYM b, uint8_t)
+#define DEF_CMP(OP, SYM) FLOAT_TYPES(INST_CMP, OP, SYM) INT_TYPES(INST_CMP, OP, SYM)
 #define INST_UN(T, SUF, OP, EXPR) DEF_UNARY(un_##OP##_##SUF, T, EXPR)
 #define DEF_UN_NUM(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR) INT_TYPES(INST_UN, OP, EXPR)
 #define DEF_UN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR)
-#define DEF_UN(OP, EXPR, KIND) DEF_UN_##KIND(OP, EXPR)
+
 /* unsigned negation and relu comparisons are intended (uint8 wraps) */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wtype-limits"
-UN_OPS(DEF_UN)
+#define OP(...)
+#define BINARY(ID, NUM, name, expr, kd, ...) DEF_BIN_##kd(ID, expr)
+#define COMPARE(ID, NUM, name, sym, doc) DEF_CMP(ID, sym)
+#define UNARY(ID, NUM, name, nf, fwd, expr, kd, ...) DEF_UN_##kd(ID, expr)
+#include "ops.def"
 #pragma GCC diagnostic pop
 
 /* ---- tables ------------------------------------------------------------------- */
@@ -160,47 +113,17 @@ UN_OPS(DEF_UN)
      [AD_INT32] = P##OP##_i32, [AD_UINT8] = P##OP##_u8, [AD_BOOL] = P##OP##_u8}
 
 const bin_kernel EW_NAME(ew_bin_table)[AD_OP__COUNT][6] = {
-    [AD_OP_ADD] = ROW_NUM(bin_, add), [AD_OP_SUB] = ROW_NUM(bin_, sub),
-    [AD_OP_MUL] = ROW_NUM(bin_, mul), [AD_OP_DIV] = ROW_FLOAT(bin_, div),
-    [AD_OP_MAXIMUM] = ROW_NUM(bin_, maximum), [AD_OP_MINIMUM] = ROW_NUM(bin_, minimum),
-    [AD_OP_POW] = ROW_FLOAT(bin_, pow),
-    [AD_OP_EQ] = ROW_ALL(cmp_, eq),   [AD_OP_NE] = ROW_ALL(cmp_, ne),
-    [AD_OP_LT] = ROW_ALL(cmp_, lt),   [AD_OP_LE] = ROW_ALL(cmp_, le),
-    [AD_OP_GT] = ROW_ALL(cmp_, gt),   [AD_OP_GE] = ROW_ALL(cmp_, ge),
+#define OP(...)
+#define UNARY(...)
+#define BINARY(ID, NUM, name, expr, kd, ...) [AD_OP_##ID] = ROW_##kd(bin_, ID),
+#define COMPARE(ID, ...) [AD_OP_##ID] = ROW_ALL(cmp_, ID),
+#include "ops.def"
 };
 
 const un_kernel EW_NAME(ew_un_table)[AD_OP__COUNT][6] = {
-    [AD_OP_NEG] = ROW_NUM(un_, neg),
-    [AD_OP_SQR] = ROW_NUM(un_, sqr),
-    [AD_OP_RELU] = ROW_NUM(un_, relu),
-    [AD_OP_ADD_SCALAR] = ROW_NUM(un_, add_scalar),
-    [AD_OP_MUL_SCALAR] = ROW_NUM(un_, mul_scalar),
-    [AD_OP_RSUB_SCALAR] = ROW_NUM(un_, rsub_scalar),
-    [AD_OP_EXP] = ROW_FLOAT(un_, exp),
-    [AD_OP_LOG] = ROW_FLOAT(un_, log),
-    [AD_OP_SQRT] = ROW_FLOAT(un_, sqrt),
-    [AD_OP_TANH] = ROW_FLOAT(un_, tanh),
-    [AD_OP_DIV_SCALAR] = ROW_FLOAT(un_, div_scalar),
-    [AD_OP_RDIV_SCALAR] = ROW_FLOAT(un_, rdiv_scalar),
-    [AD_OP_POW_SCALAR] = ROW_FLOAT(un_, pow_scalar),
-    [AD_OP_POW_RSCALAR] = ROW_FLOAT(un_, pow_rscalar),
-    [AD_OP_ABS] = ROW_NUM(un_, abs),
-    [AD_OP_SIGN] = ROW_NUM(un_, sign),
-    [AD_OP_CLAMP] = ROW_NUM(un_, clamp),
-    [AD_OP_RECIP] = ROW_FLOAT(un_, recip),
-    [AD_OP_SIN] = ROW_FLOAT(un_, sin),
-    [AD_OP_COS] = ROW_FLOAT(un_, cos),
-    [AD_OP_SIGMOID] = ROW_FLOAT(un_, sigmoid),
-    [AD_OP_GELU] = ROW_FLOAT(un_, gelu),
-    [AD_OP_GELU_ERF] = ROW_FLOAT(un_, gelu_erf),
-    [AD_OP_ERF] = ROW_FLOAT(un_, erf),
-    [AD_OP_SILU] = ROW_FLOAT(un_, silu),
-    [AD_OP_SOFTPLUS] = ROW_FLOAT(un_, softplus),
-    [AD_OP_ELU] = ROW_FLOAT(un_, elu),
-    [AD_OP_LOG1P] = ROW_FLOAT(un_, log1p),
-    [AD_OP_EXPM1] = ROW_FLOAT(un_, expm1),
-    [AD_OP_FLOOR] = ROW_FLOAT(un_, floor),
-    [AD_OP_CEIL] = ROW_FLOAT(un_, ceil),
-    [AD_OP_ROUND] = ROW_FLOAT(un_, round),
+#define OP(...)
+#define BINARY(...)
+#define COMPARE(...)
+#define UNARY(ID, NUM, name, nf, fwd, expr, kd, ...) [AD_OP_##ID] = ROW_##kd(un_, ID),
+#include "ops.def"
 };
-

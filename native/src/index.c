@@ -20,22 +20,22 @@ ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data) {
     return AD_OK;
 }
 
-ad_status nn_index_buf(const ad_tensor *idx, const char *what, int64_t **buf) {
+ad_status nn_index_buf(const char *op, const ad_tensor *idx, const char *what, int64_t **buf) {
     *buf = NULL;
     if (idx->dtype != AD_INT64 && idx->dtype != AD_INT32)
-        return ad_fail(AD_ERR_DTYPE, "%s: %s must be an int64 or int32 tensor, got %s", OPNAME,
+        return ad_fail(AD_ERR_DTYPE, "%s: %s must be an int64 or int32 tensor, got %s", op,
                        what, ad_tdesc(idx));
     int64_t *b = ad_malloc((size_t)(idx->numel ? idx->numel : 1) * sizeof *b);
-    if (!b) return ad_fail_nomem(OPNAME);
+    if (!b) return ad_fail_nomem(op);
     ad_convert_strided(idx, b, AD_INT64);
     *buf = b;
     return AD_OK;
 }
 
-ad_status nn_dim(int64_t dim, const ad_tensor *x, int *out) {
+ad_status nn_dim(const char *op, int64_t dim, const ad_tensor *x, int *out) {
     int nd = x->ndim ? x->ndim : 1;
     if (dim < -nd || dim >= nd)
-        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", OPNAME, (long long)dim,
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", op, (long long)dim,
                        ad_tdesc(x));
     *out = (int)(dim < 0 ? dim + nd : dim);
     return AD_OK;
@@ -68,22 +68,22 @@ static const add_fn add_table[] = {
     [AD_INT32] = add_i32,   [AD_UINT8] = add_u8,    [AD_BOOL] = NULL,
 };
 
-static ad_status adder(const ad_tensor *x, add_fn *fn) {
+static ad_status adder(const char *op, const ad_tensor *x, add_fn *fn) {
     *fn = add_table[x->dtype];
-    if (!*fn) return ad_fail(AD_ERR_DTYPE, "%s: does not support %s", OPNAME, ad_tdesc(x));
+    if (!*fn) return ad_fail(AD_ERR_DTYPE, "%s: does not support %s", op, ad_tdesc(x));
     return AD_OK;
 }
 
 /* Checks every index against size (negative ones count from the end and are
    rewritten in place); IndexError names the op, the value and the shape. */
-static ad_status check_indices(int64_t *ix, int64_t n, int64_t size, int dim,
+static ad_status check_indices(const char *op, int64_t *ix, int64_t n, int64_t size, int dim,
                                const ad_tensor *x) {
     for (int64_t i = 0; i < n; i++) {
         int64_t v = ix[i];
         if (v < -size || v >= size)
             return ad_fail(AD_ERR_INDEX,
                            "%s: index %lld is out of range for dim %d of size %lld (input %s)",
-                           OPNAME, (long long)v, dim, (long long)size, ad_tdesc(x));
+                           op, (long long)v, dim, (long long)size, ad_tdesc(x));
         if (v < 0) ix[i] = v + size;
     }
     return AD_OK;
@@ -98,7 +98,7 @@ ad_status fwd_cat(const op_args *a, ad_tensor **out) {
     if (x0->ndim == 0)
         return ad_fail(AD_ERR_SHAPE, "cat: zero-dimensional tensors cannot be concatenated");
     int d = 0;
-    ad_status st = nn_dim(a->iargs[0], x0, &d);
+    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x0, &d);
     if (st) return st;
     int64_t shape[AD_MAX_DIMS];
     memcpy(shape, T_SHAPE(x0), x0->ndim * sizeof *shape);
@@ -161,10 +161,9 @@ ad_status fwd_pad(const op_args *a, ad_tensor **out) {
         int d = x->ndim - 1 - j;
         int64_t l = a->iargs[2 * j], r = a->iargs[2 * j + 1], s = T_SHAPE(x)[d];
         if (l < -(INT64_MAX / 4) || l > INT64_MAX / 4 || r < -(INT64_MAX / 4) ||
-            r > INT64_MAX / 4)
-            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) is too large", (long long)l,
-                           (long long)r);
-        shape[d] = s + l + r;
+            r > INT64_MAX / 4 || __builtin_add_overflow(s, l + r, &shape[d]))
+            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) of dim %d is too large for "
+                           "%s", (long long)l, (long long)r, d, ad_tdesc(x));
         if (shape[d] < 0)
             return ad_fail(AD_ERR_SHAPE, "pad: padding (%lld, %lld) makes dim %d of %s negative",
                            (long long)l, (long long)r, d, ad_tdesc(x));
@@ -219,15 +218,15 @@ static void split3(const ad_tensor *x, int d, int64_t *outer, int64_t *inner) {
 ad_status fwd_index_select(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1];
     int d = 0;
-    ad_status st = nn_dim(a->iargs[0], x, &d);
+    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
     if (st) return st;
     if (idx->ndim > 1)
         return ad_fail(AD_ERR_SHAPE, "index_select: the index must be 1-d, got %s",
                        ad_tdesc(idx));
     int64_t *ix, n = idx->numel;
-    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
     int64_t size = x->ndim ? T_SHAPE(x)[d] : 1;
-    if ((st = check_indices(ix, n, size, d, x))) goto done;
+    if ((st = check_indices(OP_NAME(a->op), ix, n, size, d, x))) goto done;
     int64_t shape[AD_MAX_DIMS];
     memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
     if (x->ndim) shape[d] = n;
@@ -263,8 +262,8 @@ ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
     int d = 0;
     add_fn add;
-    ad_status st = nn_dim(a->iargs[0], x, &d);
-    if (st || (st = adder(x, &add))) return st;
+    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    if (st || (st = adder(OP_NAME(a->op), x, &add))) return st;
     if (idx->ndim > 1 || x->ndim == 0)
         return ad_fail(AD_ERR_SHAPE, "index_add: needs a 1-d index and an input with dims, got "
                        "%s and %s", ad_tdesc(idx), ad_tdesc(x));
@@ -278,11 +277,11 @@ ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
         return ad_fail(AD_ERR_SHAPE, "index_add: source %s does not fit input %s with %lld "
                        "indices in dim %d", ad_tdesc(srct), ad_tdesc(x), (long long)n, d);
     int64_t *ix;
-    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
     int64_t size = T_SHAPE(x)[d];
     ad_tensor *y = NULL, *tmp = NULL;
     const void *src;
-    if ((st = check_indices(ix, n, size, d, x))) goto done;
+    if ((st = check_indices(OP_NAME(a->op), ix, n, size, d, x))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
     ad_copy_strided(x, y->storage->data);
     if ((st = nn_contig(srct, &tmp, &src))) goto done;
@@ -304,7 +303,7 @@ done:
 /* ---- gather / scatter_add ------------------------------------------------------- */
 /* Checks idx against x (every dim but d no larger) and optionally src (no
    dim smaller than idx's). */
-static ad_status check_gather_shapes(const ad_tensor *x, const ad_tensor *idx,
+static ad_status check_gather_shapes(const char *op, const ad_tensor *x, const ad_tensor *idx,
                                      const ad_tensor *src, int d) {
     bool ok = idx->ndim == x->ndim && (!src || src->ndim == x->ndim);
     for (int k = 0; ok && k < x->ndim; k++) {
@@ -313,7 +312,7 @@ static ad_status check_gather_shapes(const ad_tensor *x, const ad_tensor *idx,
     }
     if (!ok)
         return ad_fail(AD_ERR_SHAPE, "%s: index %s does not fit input %s%s%s (same number of "
-                       "dims; no index dim larger than the input's, except dim %d%s)", OPNAME,
+                       "dims; no index dim larger than the input's, except dim %d%s)", op,
                        ad_tdesc(idx), ad_tdesc(x), src ? " and source " : "",
                        src ? ad_tdesc(src) : "", d, src ? ", nor than the source's" : "");
     return AD_OK;
@@ -340,20 +339,20 @@ static ad_status check_gather_shapes(const ad_tensor *x, const ad_tensor *idx,
         }                                                                              \
     } while (0)
 
-static ad_status check_walk_indices(int64_t *ix, const ad_tensor *idx, const ad_tensor *x,
+static ad_status check_walk_indices(const char *op, int64_t *ix, const ad_tensor *idx, const ad_tensor *x,
                                     int d) {
-    return check_indices(ix, idx->numel, x->ndim ? T_SHAPE(x)[d] : 1, d, x);
+    return check_indices(op, ix, idx->numel, x->ndim ? T_SHAPE(x)[d] : 1, d, x);
 }
 
 ad_status fwd_gather(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1];
     int d = 0;
-    ad_status st = nn_dim(a->iargs[0], x, &d);
-    if (st || (st = check_gather_shapes(x, idx, NULL, d))) return st;
+    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    if (st || (st = check_gather_shapes(OP_NAME(a->op), x, idx, NULL, d))) return st;
     int64_t *ix;
-    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
     ad_tensor *y = NULL;
-    if ((st = check_walk_indices(ix, idx, x, d))) goto done;
+    if ((st = check_walk_indices(OP_NAME(a->op), ix, idx, x, d))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(idx), idx->ndim, &y))) goto done;
     size_t es = ad_dtype_size_(x->dtype);
     const char *xp = ad_ptr(x);
@@ -373,15 +372,15 @@ ad_status fwd_scatter_add(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
     int d = 0;
     add_fn add;
-    ad_status st = nn_dim(a->iargs[0], x, &d);
-    if (st || (st = adder(x, &add)) || (st = check_gather_shapes(x, idx, srct, d))) return st;
+    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    if (st || (st = adder(OP_NAME(a->op), x, &add)) || (st = check_gather_shapes(OP_NAME(a->op), x, idx, srct, d))) return st;
     if (srct->dtype != x->dtype)
         return ad_fail(AD_ERR_DTYPE, "scatter_add: source %s and input %s differ in dtype",
                        ad_tdesc(srct), ad_tdesc(x));
     int64_t *ix;
-    if ((st = nn_index_buf(idx, "the index", &ix))) return st;
+    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
     ad_tensor *y = NULL;
-    if ((st = check_walk_indices(ix, idx, x, d))) goto done;
+    if ((st = check_walk_indices(OP_NAME(a->op), ix, idx, x, d))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
     ad_copy_strided(x, y->storage->data);
     size_t es = ad_dtype_size_(x->dtype);

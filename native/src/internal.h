@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the library defines the testing hooks too: declare them */
+#define AD_TESTING
 #include "../include/pyautodiff.h"
 
 #define AD_MAX_DIMS 16
@@ -86,6 +88,17 @@ static inline double *node_fargs(const ad_node *n) {
     return (double *)((int64_t *)n->tail + 2 * n->n_in + n->n_iargs);
 }
 
+/* double -> int64 truncating toward zero, NaN to 0 and out-of-range values
+   saturated: a direct out-of-range cast is undefined behaviour in C.  Float
+   to integer conversions and a double argument of an integer kernel go
+   through it. */
+static inline int64_t ad_sat_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
 size_t ad_dtype_size_(int dtype);
 bool ad_dtype_is_float(int dtype);
 bool ad_dtype_valid(int dtype);
@@ -121,6 +134,7 @@ char *ad_anomaly_site(void);
 
 /* ---- ops (ops.c) --------------------------------------------------------- */
 typedef struct op_args {
+    int op; /* the op kind: kernels and messages read it here */
     const ad_tensor *const *in;
     int n_in;
     const int64_t *iargs;
@@ -135,17 +149,25 @@ typedef ad_status (*op_forward_fn)(const op_args *a, ad_tensor **out);
 typedef ad_status (*op_backward_fn)(const ad_node *node, const ad_tensor *out,
                                     const ad_tensor *grad, ad_tensor **grads);
 
+/* Work per element (ops.def's cost column): MEM ops are memory-bound
+   (cheap to recompute, burn's MemoryBound); the others compute-bound. */
+enum { COST_MEM = 1, COST_MATH, COST_SIMD, COST_COMPUTE };
+
 typedef struct op_def {
     const char *name;
     int8_t n_in;        /* -1: variadic (>= 1) */
     int8_t n_iargs;     /* -1: variadic */
     int8_t n_fargs;
+    uint8_t family;     /* AD_FAMILY_* */
+    uint8_t cost;       /* COST_* */
     op_forward_fn forward;
     op_backward_fn backward; /* NULL: never recorded (untracked outputs) */
     /* needs[i]: mask of inputs whose value the gradient of input i reads
        (bit 7: the output).  needs is indexed by input, up to 4 inputs;
        variadic ops use needs[0] for every input. */
     uint8_t needs[4];
+    const char *args; /* argument schema, "iargs: ...; fargs: ..." */
+    const char *doc;  /* one line */
 } op_def;
 
 extern const op_def ad_ops[AD_OP__COUNT];
@@ -180,9 +202,11 @@ ad_status fwd_logsumexp(const op_args *a, ad_tensor **out);
 ad_status fwd_softmax(const op_args *a, ad_tensor **out);
 ad_status fwd_cumsum(const op_args *a, ad_tensor **out);
 
-/* The op currently running (for error messages), set by ad_call. */
-extern _Thread_local int ad_current_op;
-#define OPNAME (ad_ops[ad_current_op].name)
+#define OP_NAME(op) (ad_ops[op].name)
+
+/* Bit d set: the elementwise kernel table has dtype d for op (0 for ops that
+   are not elementwise kernels: their forward checks dtypes itself). */
+unsigned ad_ew_dtypes(int op);
 
 /* Copies src (any layout) into the contiguous buffer dst of src's dtype. */
 void ad_copy_strided(const ad_tensor *src, void *dst);
@@ -192,8 +216,8 @@ void ad_assign(ad_tensor *dst, const ad_tensor *src);
 void ad_convert_strided(const ad_tensor *src, void *dst, int dtype);
 
 /* Broadcast shape of a and b into out (ndim *out_ndim); error names op. */
-ad_status ad_broadcast_shapes(const int64_t *a, int an, const int64_t *b, int bn, int64_t *out,
-                              int *out_ndim);
+ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const int64_t *b,
+                              int bn, int64_t *out, int *out_ndim);
 
 /* Sum of g over the dims that broadcasting added to reach `shape`, reshaped
    to `shape`: one reduction pass whatever the number of dims. */

@@ -99,15 +99,15 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
 
 /* Runs kind along dim of x.  reduce: the output has size 1 on dim (dropped
    unless keepdim), else x's shape.  A 0-d input is one lane of length 1. */
-static ad_status run_lanes(const ad_tensor *x, int64_t dim, int kind, bool reduce, bool keepdim,
+static ad_status run_lanes(const char *op, const ad_tensor *x, int64_t dim, int kind, bool reduce, bool keepdim,
                            int flag, ad_tensor **out) {
     lane_fn fn = lane_table[kind][x->dtype];
     if (!fn)
-        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OPNAME,
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", op,
                        ad_dtype_name_(x->dtype), ad_tdesc(x));
     int nd = x->ndim ? x->ndim : 1;
     if (dim < -nd || dim >= nd)
-        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OPNAME,
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", op,
                        (long long)dim, ad_tdesc(x), x->ndim);
     if (dim < 0) dim += nd;
     int64_t one = 1;
@@ -148,16 +148,16 @@ static ad_status run_lanes(const ad_tensor *x, int64_t dim, int kind, bool reduc
 
 /* logsumexp: iargs {dim, keepdim} */
 ad_status fwd_logsumexp(const op_args *a, ad_tensor **out) {
-    return run_lanes(a->in[0], a->iargs[0], L_LSE, true, a->iargs[1] != 0, 0, out);
+    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_LSE, true, a->iargs[1] != 0, 0, out);
 }
 
 /* softmax, log_softmax: iargs {dim} */
 ad_status fwd_softmax(const op_args *a, ad_tensor **out) {
-    return run_lanes(a->in[0], a->iargs[0], L_SOFTMAX, false, false,
-                     ad_current_op == AD_OP_LOG_SOFTMAX, out);
+    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_SOFTMAX, false, false,
+                     a->op == AD_OP_LOG_SOFTMAX, out);
 }
 
 /* cumsum: iargs {dim, reverse} */
 ad_status fwd_cumsum(const op_args *a, ad_tensor **out) {
-    return run_lanes(a->in[0], a->iargs[0], L_CUMSUM, false, false, a->iargs[1] != 0, out);
+    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_CUMSUM, false, false, a->iargs[1] != 0, out);
 }

@@ -22,7 +22,7 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
                        ad_tdesc(a), ad_tdesc(b), (long long)k, (long long)k2);
     int64_t shape[AD_MAX_DIMS];
     int bnd;
-    ad_status st = ad_broadcast_shapes(T_SHAPE(a), a->ndim - 2, T_SHAPE(b), b->ndim - 2, shape,
+    ad_status st = ad_broadcast_shapes("matmul", T_SHAPE(a), a->ndim - 2, T_SHAPE(b), b->ndim - 2, shape,
                                        &bnd);
     if (st)
         return ad_fail(AD_ERR_SHAPE, "matmul: batch dims of %s and %s cannot be broadcast "

@@ -5,25 +5,26 @@
 #include <string.h>
 
 #include "nnops.h"
+#include "opargs.h"
 
-static ad_status need_float(const ad_tensor *x, const char *what) {
+static ad_status need_float(const char *op, const ad_tensor *x, const char *what) {
     if (!ad_dtype_is_float(x->dtype))
-        return ad_fail(AD_ERR_DTYPE, "%s: %s must be float32 or float64, got %s", OPNAME, what,
+        return ad_fail(AD_ERR_DTYPE, "%s: %s must be float32 or float64, got %s", op, what,
                        ad_tdesc(x));
     return AD_OK;
 }
 
-static ad_status same_dtype(const ad_tensor *x, const ad_tensor *y, const char *what) {
+static ad_status same_dtype(const char *op, const ad_tensor *x, const ad_tensor *y, const char *what) {
     if (x->dtype != y->dtype)
-        return ad_fail(AD_ERR_DTYPE, "%s: %s %s does not match the input %s", OPNAME, what,
+        return ad_fail(AD_ERR_DTYPE, "%s: %s %s does not match the input %s", op, what,
                        ad_tdesc(y), ad_tdesc(x));
     return AD_OK;
 }
 
-static ad_status reduction_arg(int64_t r) {
+static ad_status reduction_arg(const char *op, int64_t r) {
     if (r < 0 || r > 2)
         return ad_fail(AD_ERR_VALUE, "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got "
-                       "%lld", OPNAME, (long long)r);
+                       "%lld", op, (long long)r);
     return AD_OK;
 }
 
@@ -42,8 +43,8 @@ ad_status fwd_mse_loss(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *y = a->in[1];
     int64_t r = a->iargs[0];
     ad_status st;
-    if ((st = reduction_arg(r)) || (st = need_float(x, "the input")) ||
-        (st = same_dtype(x, y, "the target")))
+    if ((st = reduction_arg(OP_NAME(a->op), r)) || (st = need_float(OP_NAME(a->op), x, "the input")) ||
+        (st = same_dtype(OP_NAME(a->op), x, y, "the target")))
         return st;
     if (x->ndim != y->ndim || memcmp(T_SHAPE(x), T_SHAPE(y), x->ndim * sizeof(int64_t)))
         return ad_fail(AD_ERR_SHAPE, "mse_loss: input %s and target %s must have one shape",
@@ -70,18 +71,19 @@ fail1:
 }
 
 /* ---- cross_entropy / nll_loss ------------------------------------------------ */
-static ad_status class_inputs(const ad_tensor *x, const ad_tensor *t, int64_t **ix) {
-    ad_status st = need_float(x, "the input");
+static ad_status class_inputs(const char *op, const ad_tensor *x, const ad_tensor *t,
+                              int64_t **ix) {
+    ad_status st = need_float(op, x, "the input");
     if (st) return st;
     if (x->ndim != 2 || t->ndim != 1 || T_SHAPE(t)[0] != T_SHAPE(x)[0])
         return ad_fail(AD_ERR_SHAPE, "%s: needs input (N, C) and target (N,), got %s and %s",
-                       OPNAME, ad_tdesc(x), ad_tdesc(t));
-    if ((st = nn_index_buf(t, "the target", ix))) return st;
+                       op, ad_tdesc(x), ad_tdesc(t));
+    if ((st = nn_index_buf(op, t, "the target", ix))) return st;
     int64_t c = T_SHAPE(x)[1];
     for (int64_t i = 0; i < t->numel; i++)
         if ((*ix)[i] < 0 || (*ix)[i] >= c) {
             st = ad_fail(AD_ERR_INDEX, "%s: target %lld (row %lld) is out of range for %lld "
-                         "classes (input %s)", OPNAME, (long long)(*ix)[i], (long long)i,
+                         "classes (input %s)", op, (long long)(*ix)[i], (long long)i,
                          (long long)c, ad_tdesc(x));
             ad_mfree(*ix);
             *ix = NULL;
@@ -95,7 +97,7 @@ static ad_status class_loss(const op_args *a, bool ce, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *t = a->in[1];
     int64_t r = a->iargs[0], *ix = NULL;
     ad_status st;
-    if ((st = reduction_arg(r)) || (st = class_inputs(x, t, &ix))) return st;
+    if ((st = reduction_arg(OP_NAME(a->op), r)) || (st = class_inputs(OP_NAME(a->op), x, t, &ix))) return st;
     int64_t n = T_SHAPE(x)[0], c = T_SHAPE(x)[1];
     ad_tensor *tx = NULL, *o = NULL;
     const void *px;
@@ -142,13 +144,13 @@ ad_status fwd_layer_norm(const op_args *a, ad_tensor **out) {
     if (a->n_in > 3)
         return ad_fail(AD_ERR_VALUE, "layer_norm: takes x, weight and bias, got %d inputs",
                        a->n_in);
-    if ((st = need_float(x, "the input"))) return st;
+    if ((st = need_float(OP_NAME(a->op), x, "the input"))) return st;
     if (k < 1 || k > x->ndim)
         return ad_fail(AD_ERR_SHAPE, "layer_norm: cannot normalize the last %lld dims of %s",
                        (long long)k, ad_tdesc(x));
     for (int i = 1; i < a->n_in; i++) {
         const ad_tensor *p = a->in[i];
-        if ((st = same_dtype(x, p, i == 1 ? "weight" : "bias"))) return st;
+        if ((st = same_dtype(OP_NAME(a->op), x, p, i == 1 ? "weight" : "bias"))) return st;
         if (p->ndim != k || memcmp(T_SHAPE(p), T_SHAPE(x) + x->ndim - k, k * sizeof(int64_t)))
             return ad_fail(AD_ERR_SHAPE, "layer_norm: %s %s must have the normalized shape %s",
                            i == 1 ? "weight" : "bias", ad_tdesc(p),
@@ -209,7 +211,7 @@ ad_status fwd_dropout(const op_args *a, ad_tensor **out) {
     double p = a->fargs[0];
     uint64_t seed = (uint64_t)a->iargs[0];
     ad_status st;
-    if ((st = need_float(x, "the input"))) return st;
+    if ((st = need_float(OP_NAME(a->op), x, "the input"))) return st;
     if (!(p >= 0 && p <= 1))
         return ad_fail(AD_ERR_VALUE, "dropout: p must be in [0, 1], got %g", p);
     ad_tensor *tx, *o;
@@ -233,33 +235,19 @@ typedef struct pool_geom {
     int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 } pool_geom;
 
-static ad_status pool_geometry(const ad_tensor *x, const int64_t *ia, pool_geom *g) {
-    ad_status st = need_float(x, "the input");
+static ad_status pool_geometry(int op, const ad_tensor *x, const int64_t *ia, pool_geom *g) {
+    ad_status st = need_float(OP_NAME(op), x, "the input");
     if (st) return st;
     if (x->ndim != 4)
-        return ad_fail(AD_ERR_SHAPE, "%s: needs an input (N, C, H, W), got %s", OPNAME,
+        return ad_fail(AD_ERR_SHAPE, "%s: needs an input (N, C, H, W), got %s", OP_NAME(op),
                        ad_tdesc(x));
+    pool_args p;
+    if ((st = pool_args_decode(op, ia, &p))) return st;
     g->n = T_SHAPE(x)[0], g->c = T_SHAPE(x)[1], g->h = T_SHAPE(x)[2], g->w = T_SHAPE(x)[3];
-    g->kh = ia[0], g->kw = ia[1], g->sh = ia[2], g->sw = ia[3];
-    g->ph = ia[4], g->pw = ia[5], g->dh = ia[6], g->dw = ia[7];
-    if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 ||
-        g->ph < 0 || g->pw < 0 || 2 * g->ph > g->kh || 2 * g->pw > g->kw ||
-        g->kh > INT32_MAX || g->kw > INT32_MAX || g->sh > INT32_MAX || g->sw > INT32_MAX ||
-        g->dh > INT32_MAX || g->dw > INT32_MAX)
-        return ad_fail(AD_ERR_VALUE, "%s: kernel (%lld, %lld), stride (%lld, %lld) and dilation "
-                       "(%lld, %lld) must be positive and padding (%lld, %lld) at most half "
-                       "the kernel", OPNAME, (long long)g->kh, (long long)g->kw,
-                       (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
-                       (long long)g->ph, (long long)g->pw);
-    int64_t eh = g->h + 2 * g->ph - g->dh * (g->kh - 1) - 1;
-    int64_t ew = g->w + 2 * g->pw - g->dw * (g->kw - 1) - 1;
-    if (eh < 0 || ew < 0)
-        return ad_fail(AD_ERR_SHAPE, "%s: kernel (%lld, %lld) with dilation (%lld, %lld) is "
-                       "larger than the padded input %s", OPNAME, (long long)g->kh,
-                       (long long)g->kw, (long long)g->dh, (long long)g->dw, ad_tdesc(x));
-    g->oh = eh / g->sh + 1;
-    g->ow = ew / g->sw + 1;
-    return AD_OK;
+    g->kh = p.kh, g->kw = p.kw, g->sh = p.sh, g->sw = p.sw;
+    g->ph = p.ph, g->pw = p.pw, g->dh = p.dh, g->dw = p.dw;
+    if ((st = win_out(op, "height", g->h, g->kh, g->sh, g->ph, g->dh, x, &g->oh))) return st;
+    return win_out(op, "width", g->w, g->kw, g->sw, g->pw, g->dw, x, &g->ow);
 }
 
 /* The flat index (in the h*w plane) of the first maximum of window (i, j),
@@ -309,7 +297,7 @@ static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, in
 ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     pool_geom g;
-    ad_status st = pool_geometry(x, a->iargs, &g);
+    ad_status st = pool_geometry(a->op, x, a->iargs, &g);
     if (st) return st;
     int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
     ad_tensor *tx, *o;
@@ -329,8 +317,8 @@ ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
 ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *gy = a->in[1];
     pool_geom g;
-    ad_status st = pool_geometry(x, a->iargs, &g);
-    if (st || (st = same_dtype(x, gy, "the gradient"))) return st;
+    ad_status st = pool_geometry(a->op, x, a->iargs, &g);
+    if (st || (st = same_dtype(OP_NAME(a->op), x, gy, "the gradient"))) return st;
     int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
     if (gy->ndim != 4 || memcmp(T_SHAPE(gy), shape, sizeof shape))
         return ad_fail(AD_ERR_SHAPE, "max_pool2d_backward: gradient %s should be %s",

@@ -28,9 +28,9 @@ ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data);
 
 /* An integer index tensor (int64 or int32, any layout) as a new contiguous
    int64 buffer (ad_mfree it); DTypeError names the op for other dtypes. */
-ad_status nn_index_buf(const ad_tensor *idx, const char *what, int64_t **buf);
+ad_status nn_index_buf(const char *op, const ad_tensor *idx, const char *what, int64_t **buf);
 
 /* Normalizes dim for an ndim-d tensor; IndexError naming the op otherwise. */
-ad_status nn_dim(int64_t dim, const ad_tensor *x, int *out);
+ad_status nn_dim(const char *op, int64_t dim, const ad_tensor *x, int *out);
 
 #endif

@@ -11,47 +11,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "opargs.h"
 #include "parallel.h"
 #include "strided.h"
-
-/* iargs: {keepdim, dims...}; no dims: reduce all. */
-typedef struct {
-    bool reduced[AD_MAX_DIMS];
-    int64_t kshape[AD_MAX_DIMS]; /* keepdim shape */
-    int64_t shape[AD_MAX_DIMS];  /* output shape */
-    int ndim, count_reduced;
-    int64_t reduce_numel;
-} reduce_plan;
-
-static ad_status plan_dims(const ad_tensor *x, const int64_t *dims, int ndims, bool keepdim,
-                           reduce_plan *p) {
-    memset(p->reduced, 0, sizeof p->reduced);
-    if (ndims == 0)
-        for (int i = 0; i < x->ndim; i++) p->reduced[i] = true;
-    for (int i = 0; i < ndims; i++) {
-        int64_t d = dims[i];
-        if (d < -x->ndim || d >= (x->ndim ? x->ndim : 1) || (x->ndim == 0 && d != 0 && d != -1))
-            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OPNAME,
-                           (long long)d, ad_tdesc(x), x->ndim);
-        if (x->ndim == 0) continue;
-        if (d < 0) d += x->ndim;
-        if (p->reduced[d])
-            return ad_fail(AD_ERR_VALUE, "%s: dim %lld given twice", OPNAME, (long long)dims[i]);
-        p->reduced[d] = true;
-    }
-    p->ndim = 0;
-    p->count_reduced = 0;
-    p->reduce_numel = 1;
-    for (int i = 0; i < x->ndim; i++) {
-        p->kshape[i] = p->reduced[i] ? 1 : T_SHAPE(x)[i];
-        if (p->reduced[i]) {
-            p->count_reduced++;
-            p->reduce_numel *= T_SHAPE(x)[i];
-        }
-        if (!p->reduced[i] || keepdim) p->shape[p->ndim++] = p->kshape[i];
-    }
-    return AD_OK;
-}
 
 /* ---- kernels ---------------------------------------------------------------- */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
@@ -236,7 +198,7 @@ static void fold_rows(void *ctx, int64_t k) {
    its own partial row (threads stream whole rows), and the partial rows are
    then folded into the output in order: the result does not depend on the
    thread count.  *st is AD_ERR_NOMEM when the partials cannot be allocated. */
-static bool run_fold(const nditer *it, char **base, int kind, int dtype, ad_status *st) {
+static bool run_fold(const char *op, const nditer *it, char **base, int kind, int dtype, ad_status *st) {
     fold_fn fn = dtype == AD_FLOAT32 ? fold_f32 : dtype == AD_FLOAT64 ? fold_f64
                  : dtype == AD_INT64 ? fold_i64 : NULL;
     if (kind != R_SUM || !fn || it->ndim != 2 || it->strides[0][0] != 0 ||
@@ -254,7 +216,7 @@ static bool run_fold(const nditer *it, char **base, int kind, int dtype, ad_stat
         int64_t nblocks = (rows + unit - 1) / unit;
         if (nblocks >= 2) {
             if (!(j.partials = ad_calloc((size_t)(nblocks * cols) * es))) {
-                *st = ad_fail(AD_ERR_NOMEM, "%s: out of memory for partial sums of %s", OPNAME,
+                *st = ad_fail(AD_ERR_NOMEM, "%s: out of memory for partial sums of %s", op,
                               ad_fmt_shape(it->shape, it->ndim));
                 return true;
             }
@@ -320,7 +282,7 @@ static bool run_full_par(const nditer *it, char **base, inner_fn fn) {
     return true;
 }
 
-static ad_status reduce_into(const ad_tensor *x, const reduce_plan *p, int kind,
+static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, int kind,
                              ad_tensor **out) {
     ad_tensor *y;
     ad_status st = ad_tensor_empty(x->dtype, p->shape, p->ndim, &y);
@@ -338,7 +300,7 @@ static ad_status reduce_into(const ad_tensor *x, const reduce_plan *p, int kind,
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {y->storage->data, ad_ptr(x)};
     inner_fn fn = red_table[kind][x->dtype];
-    if (!run_fold(&it, base, kind, x->dtype, &st) && !run_full_par(&it, base, fn))
+    if (!run_fold(OP_NAME(op), &it, base, kind, x->dtype, &st) && !run_full_par(&it, base, fn))
         nditer_run_par(&it, base, fn, NULL);
     if (st) {
         ad_tensor_release(y);
@@ -350,31 +312,31 @@ static ad_status reduce_into(const ad_tensor *x, const reduce_plan *p, int kind,
 
 ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
-    int op = ad_current_op;
-    reduce_plan p;
-    ad_status st = plan_dims(x, a->iargs + 1, a->n_iargs - 1, a->iargs[0] != 0, &p);
+    int op = a->op;
+    reduce_args p;
+    ad_status st = reduce_args_decode(op, a->iargs, a->n_iargs, x, &p);
     if (st) return st;
     if (x->dtype == AD_BOOL && op != AD_OP_SUM && op != AD_OP_PROD)
-        return ad_fail(AD_ERR_DTYPE, "%s: not supported for bool (input %s)", OPNAME,
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for bool (input %s)", OP_NAME(op),
                        ad_tdesc(x));
     if (op == AD_OP_MEAN && !ad_dtype_is_float(x->dtype))
         return ad_fail(AD_ERR_DTYPE, "mean: needs a float tensor, got %s (use to_dtype)",
                        ad_tdesc(x));
     if ((op == AD_OP_MAX || op == AD_OP_MIN) && p.reduce_numel == 0)
         return ad_fail(AD_ERR_VALUE, "%s: reduction over a zero-size dim of %s has no identity",
-                       OPNAME, ad_tdesc(x));
+                       OP_NAME(op), ad_tdesc(x));
     if ((op == AD_OP_SUM || op == AD_OP_PROD) && !ad_dtype_is_float(x->dtype) &&
         x->dtype != AD_INT64) {
         /* small integers sum and multiply in int64, as numpy does */
         ad_tensor *wide;
         if ((st = ad_tensor_empty(AD_INT64, T_SHAPE(x), x->ndim, &wide))) return st;
         ad_convert_strided(x, wide->storage->data, AD_INT64);
-        st = reduce_into(wide, &p, op == AD_OP_PROD ? R_PROD : R_SUM, out);
+        st = reduce_into(op, wide, &p, op == AD_OP_PROD ? R_PROD : R_SUM, out);
         ad_tensor_release(wide);
         return st;
     }
     int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
-    if ((st = reduce_into(x, &p, kind, out))) return st;
+    if ((st = reduce_into(op, x, &p, kind, out))) return st;
     if (op == AD_OP_MEAN) {
         ad_tensor *y = *out;
         double scale = p.reduce_numel ? 1.0 / (double)p.reduce_numel : NAN;
@@ -433,13 +395,13 @@ ad_status fwd_argreduce(const op_args *a, ad_tensor **out) {
     bool keepdim = a->iargs[0] != 0;
     ad_status st;
     if (a->n_iargs > 2)
-        return ad_fail(AD_ERR_VALUE, "%s: takes one dim or none, got %d", OPNAME, a->n_iargs - 1);
+        return ad_fail(AD_ERR_VALUE, "%s: takes one dim or none, got %d", OP_NAME(a->op), a->n_iargs - 1);
     if (a->n_iargs == 1 || x->ndim == 0) {
         if (a->n_iargs == 2 && a->iargs[1] != 0 && a->iargs[1] != -1)
-            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", OPNAME,
+            return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", OP_NAME(a->op),
                            (long long)a->iargs[1], ad_tdesc(x));
         if (x->numel == 0)
-            return ad_fail(AD_ERR_VALUE, "%s: empty tensor %s has no extremum", OPNAME,
+            return ad_fail(AD_ERR_VALUE, "%s: empty tensor %s has no extremum", OP_NAME(a->op),
                            ad_tdesc(x));
         /* over the flattened tensor: a contiguous copy is one 1-d scan */
         ad_tensor *flat = NULL;
@@ -456,7 +418,7 @@ ad_status fwd_argreduce(const op_args *a, ad_tensor **out) {
             ad_tensor_release(flat);
             return st;
         }
-        arg_ctx c = {x->numel, 1, x->dtype, ad_current_op == AD_OP_ARGMAX};
+        arg_ctx c = {x->numel, 1, x->dtype, a->op == AD_OP_ARGMAX};
         int64_t s[2] = {0, 0};
         char *p[2] = {y->storage->data, ad_ptr(src)};
         arg_inner(&c, 1, p, s);
@@ -466,11 +428,11 @@ ad_status fwd_argreduce(const op_args *a, ad_tensor **out) {
     }
     int64_t d = a->iargs[1];
     if (d < -x->ndim || d >= x->ndim)
-        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OPNAME,
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OP_NAME(a->op),
                        (long long)d, ad_tdesc(x), x->ndim);
     if (d < 0) d += x->ndim;
     if (T_SHAPE(x)[d] == 0)
-        return ad_fail(AD_ERR_VALUE, "%s: dim %lld of %s is empty", OPNAME, (long long)d,
+        return ad_fail(AD_ERR_VALUE, "%s: dim %lld of %s is empty", OP_NAME(a->op), (long long)d,
                        ad_tdesc(x));
     int64_t kshape[AD_MAX_DIMS], oshape[AD_MAX_DIMS], xstr[AD_MAX_DIMS];
     int on = 0;
@@ -490,7 +452,7 @@ ad_status fwd_argreduce(const op_args *a, ad_tensor **out) {
     size_t es[2] = {8, ad_dtype_size_(x->dtype)};
     nditer it;
     nditer_init(&it, 2, x->ndim, kshape, strides, es);
-    arg_ctx c = {T_SHAPE(x)[d], T_STRIDES(x)[d], x->dtype, ad_current_op == AD_OP_ARGMAX};
+    arg_ctx c = {T_SHAPE(x)[d], T_STRIDES(x)[d], x->dtype, a->op == AD_OP_ARGMAX};
     char *base[2] = {y->storage->data, ad_ptr(x)};
     nditer_run_par(&it, base, arg_inner, &c);
     *out = y;

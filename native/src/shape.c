@@ -2,6 +2,7 @@
  * storage where the layout allows), contiguous, to_dtype and copy. */
 #include <string.h>
 
+#include "opargs.h"
 #include "strided.h"
 
 /* Strides for viewing t with new_shape without copying, or false when the
@@ -113,32 +114,20 @@ ad_status fwd_permute(const op_args *a, ad_tensor **out) {
     return ad_tensor_view(x, shape, strides, x->ndim, x->offset, out);
 }
 
-/* iargs = {dim, start, step, length}: elements start, start+step, ... */
 ad_status fwd_slice(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
-    int64_t d = a->iargs[0], start = a->iargs[1], step = a->iargs[2], len = a->iargs[3];
-    if (d < -x->ndim || d >= x->ndim)
-        return ad_fail(AD_ERR_INDEX, "slice: dim %lld out of range for %s", (long long)d,
-                       ad_tdesc(x));
-    if (d < 0) d += x->ndim;
-    int64_t size = T_SHAPE(x)[d];
-    if (step == 0) return ad_fail(AD_ERR_VALUE, "slice: step must not be zero");
-    if (len < 0 || (len > 0 && (start < 0 || start >= size)) ||
-        (len > 1 && ((len - 1) > (INT64_MAX / (step < 0 ? -step : step)) ||
-                     start + (len - 1) * step < 0 || start + (len - 1) * step >= size)))
-        return ad_fail(AD_ERR_INDEX,
-                       "slice: %lld elements from %lld by step %lld out of range for dim %lld "
-                       "of %s",
-                       (long long)len, (long long)start, (long long)step, (long long)d,
-                       ad_tdesc(x));
+    slice_args sl;
+    ad_status st = slice_args_decode(a->iargs, x, &sl);
+    if (st) return st;
+    int d = sl.dim;
     int64_t shape[AD_MAX_DIMS], strides[AD_MAX_DIMS];
     memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
     memcpy(strides, T_STRIDES(x), x->ndim * sizeof *strides);
-    shape[d] = len;
+    shape[d] = sl.len;
     /* step only matters for len > 1 (then it is bounded by the dim's size);
        any step is accepted for len <= 1 and must not overflow the stride */
-    strides[d] = len > 1 ? T_STRIDES(x)[d] * step : T_STRIDES(x)[d];
-    int64_t offset = x->offset + (len > 0 ? start * T_STRIDES(x)[d] : 0);
+    strides[d] = sl.len > 1 ? T_STRIDES(x)[d] * sl.step : T_STRIDES(x)[d];
+    int64_t offset = x->offset + (sl.len > 0 ? sl.start * T_STRIDES(x)[d] : 0);
     return ad_tensor_view(x, shape, strides, x->ndim, offset, out);
 }
 

@@ -229,17 +229,17 @@ void ad_copy_strided(const ad_tensor *src, void *dst) {
         } break;                                                                       \
         case AD_INT64: {                                                               \
             int64_t *d = (int64_t *)p[0];                                              \
-            for (int64_t i = 0; i < n; i++) d[i * s[0]] = to_i64((double)x[i * s[1]]); \
+            for (int64_t i = 0; i < n; i++) d[i * s[0]] = ad_sat_i64((double)x[i * s[1]]); \
         } break;                                                                       \
         case AD_INT32: {                                                               \
             int32_t *d = (int32_t *)p[0];                                              \
             for (int64_t i = 0; i < n; i++)                                            \
-                d[i * s[0]] = (int32_t)to_i64((double)x[i * s[1]]);                    \
+                d[i * s[0]] = (int32_t)ad_sat_i64((double)x[i * s[1]]);                    \
         } break;                                                                       \
         case AD_UINT8: {                                                               \
             uint8_t *d = (uint8_t *)p[0];                                              \
             for (int64_t i = 0; i < n; i++)                                            \
-                d[i * s[0]] = (uint8_t)to_i64((double)x[i * s[1]]);                    \
+                d[i * s[0]] = (uint8_t)ad_sat_i64((double)x[i * s[1]]);                    \
         } break;                                                                       \
         case AD_BOOL: {                                                                \
             uint8_t *d = (uint8_t *)p[0];                                              \
@@ -247,15 +247,6 @@ void ad_copy_strided(const ad_tensor *src, void *dst) {
         } break;                                                                       \
         }                                                                              \
     }
-
-/* float -> integer: truncation toward zero; NaN and out-of-range values (UB in
-   C) become 0 / saturate instead of trapping the sanitizer. */
-static inline int64_t to_i64(double v) {
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
 
 CONVERT_FROM(float, f32)
 CONVERT_FROM(double, f64)

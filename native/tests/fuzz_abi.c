@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define AD_TESTING /* ad_testing_fail_alloc_after */
 #include "pyautodiff.h"
 
 #define NT 16         /* tensor slots */

@@ -1,0 +1,92 @@
+"""The op table: the native op registry (native/src/ops.def) as Python sees it
+through ad_op_info(), and the Tensor methods built from it at import.
+
+An elementwise op with no arguments (family UNARY: exp, tanh, gelu, ...)
+becomes a method `t.<name>()`; one with float arguments that all have a
+default in the registry's schema (family SCALAR, "fargs: alpha=1.0") becomes
+`t.<name>(alpha=1.0)`.  The docstring is the registry's line.  Adding such an
+op to ops.def therefore adds its Python method with no Python edit.
+"""
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
+
+from ._lib import ffi, lib
+
+
+class OpInfo(NamedTuple):
+    """One registry row (pyautodiff.h, ad_op_info_t)."""
+    kind: int
+    name: str
+    args: str
+    doc: str
+    n_inputs: int
+    n_iargs: int
+    n_fargs: int
+    family: int
+    differentiable: bool
+    memory_bound: bool
+    dtypes: int
+
+
+def _load() -> Dict[str, OpInfo]:
+    ops = {}
+    out = ffi.new("ad_op_info_t *")
+    for kind in range(1, lib.AD_OP__COUNT):
+        if lib.ad_op_info(kind, out) != lib.AD_OK:
+            continue
+        name = ffi.string(out.name).decode()
+        ops[name] = OpInfo(kind, name, ffi.string(out.args).decode(),
+                           ffi.string(out.doc).decode(), out.n_inputs, out.n_iargs, out.n_fargs,
+                           out.family, bool(out.differentiable), bool(out.memory_bound),
+                           out.dtypes)
+    return ops
+
+
+OPS = _load()
+
+
+def float_params(info: OpInfo) -> Optional[Tuple[Tuple[str, float], ...]]:
+    """(name, default) of each float argument from the schema, or None when
+    one has no default (such an op gets a hand-written method, or none)."""
+    spec = next((part.split(":", 1)[1] for part in info.args.split(";")
+                 if part.strip().startswith("fargs:")), "")
+    params = []
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, eq, default = item.partition("=")
+        if not eq or not name.strip().isidentifier():
+            return None
+        params.append((name.strip(), float(default)))
+    return tuple(params) if len(params) == info.n_fargs else None
+
+
+def _method(info: OpInfo, unary: Callable, scalar: Callable) -> Optional[Callable]:
+    if info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs:
+        kind = info.kind
+
+        def method(self):
+            return unary(kind, self)
+    elif (info.family == lib.AD_FAMILY_SCALAR and info.n_fargs == 1 and not info.n_iargs
+          and (params := float_params(info))):
+        # a real signature (help(), inspect, keyword calls): the parameter
+        # name comes from the registry, so the function is compiled for it
+        (pname, default), = params
+        ns = {"_scalar": scalar, "_kind": info.kind}
+        exec(f"def method(self, {pname}={default!r}):\n"
+             f"    return _scalar(_kind, self, {pname})\n", ns)
+        method = ns["method"]
+    else:
+        return None
+    method.__name__ = info.name
+    method.__qualname__ = "Tensor." + info.name
+    method.__doc__ = info.doc
+    return method
+
+
+def tensor_methods(unary: Callable, scalar: Callable) -> Dict[str, Callable]:
+    """The generated Tensor methods by name; `unary(kind, t)` and
+    `scalar(kind, t, s)` are tensor.py's call helpers."""
+    methods = {}
+    for info in OPS.values():
+        m = _method(info, unary, scalar)
+        if m is not None:
+            methods[info.name] = m
+    return methods
