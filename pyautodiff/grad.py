@@ -84,8 +84,34 @@ class GradStore:
         return self
 
     def ids(self):
-        """The ids of the tensors that have a gradient here."""
-        return [self._item(i)[0] for i in range(len(self))]
+        """The ids of the tensors that have a gradient here (one native call:
+        a consistent snapshot even while other threads change the store)."""
+        return [i for i, _ in self._snapshot(False)]
+
+    def items(self):
+        """(id, gradient) pairs, from one consistent snapshot."""
+        return self._snapshot(True)
+
+    def _snapshot(self, with_grads):
+        from .tensor import _wrap
+
+        ids = ffi.new("uint64_t **")
+        grads = ffi.new("ad_tensor ***") if with_grads else ffi.NULL
+        n = ffi.new("int64_t *")
+        st = lib.ad_gradstore_items(self._h, ids, grads, n)
+        if st:
+            raise_status(st)
+        try:
+            idv = ffi.unpack(ids[0], n[0])
+            if not with_grads:
+                return [(i, None) for i in idv]
+            # wrap every reference first: each wrapper then owns (and releases) one
+            gs = [_wrap(grads[0][k]) for k in range(n[0])]
+            return list(zip(idv, gs))
+        finally:
+            lib.ad_free(ids[0])
+            if with_grads:
+                lib.ad_free(grads[0])
 
     def _item(self, i):
         from .tensor import _wrap

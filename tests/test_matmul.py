@@ -101,6 +101,42 @@ def test_batched_matrix_vector(kernel, threads, dt):
     np.testing.assert_allclose(got, m @ v[:, :, :1], rtol=1e-4, atol=1e-3)
 
 
+# m around every level's MR (portable 4, AVX2 6, AVX-512 12) and its row
+# tails; n around NR (8, 16, 32 for float32; half that for float64), with last
+# micro-panels at most half full (half-width kernels) and more than half full.
+DRIVER_M = [2, 3, 4, 5, 6, 7, 11, 12, 13, 19, 25]
+DRIVER_N = [3, 5, 8, 9, 12, 17, 24, 33, 48]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_driver_paths_on_every_kernel(kernel, threads, dt):
+    """The GEMM driver's paths on every kernel level: batches of small
+    products (small_batch: A and B read in place, one macro-kernel call per
+    item, the partial last B panel packed per item), row-tail kernels,
+    half-width panels, a B shared over the batch, and single products whose
+    last rows take the tails.  Each level has the same family of kernels, so
+    a machine without AVX-512 runs all of this too."""
+    rng = np.random.default_rng(11)
+    for m in DRIVER_M:
+        for n in DRIVER_N:
+            for k in (7, 40):
+                a = rng.standard_normal((6, m, k)).astype(dt)
+                b = rng.standard_normal((6, k, n)).astype(dt)
+                ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+                np.testing.assert_allclose((ta @ tb).numpy(), a @ b, **TOL[dt],
+                                           err_msg=f"batched {m}x{k} @ {k}x{n}")
+                np.testing.assert_allclose((ta @ tb[0]).numpy(), a @ b[0], **TOL[dt],
+                                           err_msg=f"shared B {m}x{k} @ {k}x{n}")
+                # transposed operands: A packed, B through the transposing pack
+                np.testing.assert_allclose((tb.transpose(1, 2) @ ta.transpose(1, 2)).numpy(),
+                                           b.transpose(0, 2, 1) @ a.transpose(0, 2, 1),
+                                           **TOL[dt], err_msg=f"transposed {m}x{k} @ {k}x{n}")
+    for m, k, n in [(29, 70, 40), (101, 33, 20), (13, 300, 70), (250, 129, 9)]:
+        a = rng.standard_normal((m, k)).astype(dt)
+        b = rng.standard_normal((k, n)).astype(dt)
+        _check(ad.from_numpy(a), ad.from_numpy(b), dt)
+
+
 def test_gradients_through_both_kernels(kernel):
     from gradcheck import check_grad
 

@@ -11,7 +11,15 @@
  *   - every fallible call returns ad_status and writes results through
  *     out-pointers; ad_last_error() is the message of the last failure on the
  *     calling thread;
- *   - enum values are append-only: never renumber, only add at the end.
+ *   - enum values are append-only: never renumber, only add at the end;
+ *   - NULL: every function checks its pointer arguments.  A fallible call
+ *     given a NULL it needs returns AD_ERR_VALUE with a message naming the
+ *     argument (and, when `out` is non-NULL, sets *out to NULL first); a
+ *     getter given a NULL handle returns the "no tensor" value noted at it;
+ *     a NULL array with a zero count is fine;
+ *   - threads: tensors are immutable except through ad_var_set /
+ *     ad_var_axpy, which backward detects (AD_ERR_GRAPH, never a torn
+ *     gradient); a gradient store may be shared between threads.
  *
  * The region between the cffi markers is also read by bindings/build_cffi.py;
  * keep it free of preprocessor logic other than whole '#' lines.
@@ -33,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 1
+#define AD_ABI_MINOR 2
 
 /* cffi:begin */
 
@@ -203,7 +211,8 @@ AD_API size_t ad_dtype_size(int dtype);
 /* ---- tensors: creation and release ------------------------------------ */
 /* A new contiguous tensor of `shape`, copying `nbytes` of `data` (row-major,
    dtype elements; nbytes must equal numel * dtype size).  data NULL gives
-   zeros. */
+   zeros.  shape may be NULL only when ndim is 0 (also for full and random);
+   out NULL: AD_ERR_VALUE. */
 AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
                                      const int64_t *shape, int ndim, ad_tensor **out);
 /* A tensor filled with one value. */
@@ -221,6 +230,9 @@ AD_API void ad_tensor_retain(ad_tensor *t);
 AD_API void ad_tensor_release(ad_tensor *t);
 
 /* ---- tensors: properties ----------------------------------------------- */
+/* On a NULL handle: ndim, dtype and numel return -1; id, version, the flags
+   and same_storage return 0; op AD_OP_NONE; data NULL; shape and strides
+   write nothing (nor with a NULL destination); site returns "". */
 AD_API int ad_tensor_ndim(const ad_tensor *t);
 AD_API int ad_tensor_dtype(const ad_tensor *t);
 AD_API int64_t ad_tensor_numel(const ad_tensor *t);
@@ -240,14 +252,19 @@ AD_API uint64_t ad_tensor_version(const ad_tensor *t);
 /* 1 if a and b view the same storage. */
 AD_API int ad_tensor_same_storage(const ad_tensor *a, const ad_tensor *b);
 /* Copies the elements in row-major order into dst (nbytes must be numel *
-   dtype size). */
+   dtype size; dst may be NULL only when that is 0). */
 AD_API ad_status ad_tensor_copy_to(const ad_tensor *t, void *dst, size_t nbytes);
 
 /* ---- variables and graph ------------------------------------------------ */
 /* A new Var holding a copy of t (float dtypes only).  On a Var returns a new
    reference to that same Var. */
 AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out);
-/* Writes src into the Var in place and bumps its storage version. */
+/* Writes src into the Var in place and bumps its storage version.  Safe to
+   call while another thread runs backward over a graph that saved the Var:
+   the write is bracketed by a sequence lock that backward checks after
+   reading a saved value, so that backward fails with AD_ERR_GRAPH naming
+   the tensor instead of using a half-written value.  Concurrent writers to
+   one Var take turns. */
 AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src);
 /* var += alpha * x in place (an optimizer step without temporaries); x must
    have the Var's shape (or broadcast to it) and dtype.  Bumps the version.
@@ -307,7 +324,8 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
 
 /* ---- backward and the gradient store ------------------------------------ */
 /* Backpropagates from root.  grad may be NULL for a root with one element.
-   retain: tensors whose gradients are kept although they are not variables. */
+   retain: tensors whose gradients are kept although they are not variables
+   (NULL entries are skipped; retain may be NULL when n_retain is 0). */
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain,
                              ad_gradstore **out);
@@ -330,6 +348,14 @@ AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *i
    reports it; the tensor itself may be gone) by grad, which must have the
    old gradient's shape and dtype.  A missing id is AD_ERR_INDEX. */
 AD_API ad_status ad_gradstore_replace_id(ad_gradstore *g, uint64_t id, const ad_tensor *grad);
+/* Every entry at once, from one consistent snapshot: *ids (and *grads when
+   grads is not NULL) become arrays of *n ids and new references, owned by
+   the caller (release each gradient, then ad_free both arrays).  Every
+   gradstore function may be called from several threads on one store (each
+   holds the store's lock); ad_gradstore_len returns -1 for a NULL store.
+   (ABI 1.2) */
+AD_API ad_status ad_gradstore_items(const ad_gradstore *g, uint64_t **ids, ad_tensor ***grads,
+                                    int64_t *n);
 
 /* ---- grad mode (thread-local) -------------------------------------------- */
 AD_API int ad_is_grad_enabled(void);
@@ -349,10 +375,19 @@ AD_API int ad_is_anomaly_enabled(void);
 AD_API const char *ad_tensor_site(const ad_tensor *t);
 
 /* ---- threads ------------------------------------------------------------ */
+/* The thread count of parallel loops: by default the CPUs in this process's
+   affinity mask; PYAUTODIFF_NUM_THREADS or this call may ask for more (at
+   most 256), which works but prints one warning per process on stderr.  A
+   worker that cannot be started (memory, thread limits) leaves the loops on
+   fewer threads.  After fork() the child starts its own workers on its first
+   parallel loop; every native lock is fork-safe. */
 AD_API ad_status ad_set_num_threads(int n);
 AD_API int ad_get_num_threads(void);
 /* Name of the GEMM micro-kernel in use. */
 AD_API const char *ad_gemm_kernel(void);
+/* The SIMD level the reductions run at ("avx2" or "portable"): the CPU's
+   best, capped by PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE. (ABI 1.2) */
+AD_API const char *ad_reduce_kernel(void);
 
 /* ---- diagnostics (tests) ---------------------------------------------- */
 /* Live tensor handles and live storage bytes in this process. */

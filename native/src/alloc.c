@@ -139,6 +139,39 @@ void ad_data_free(void *p, size_t n) {
     if (!c || !cache_put(c, p, size)) free(p);
 }
 
+/* ---- fork ---------------------------------------------------------------------
+ * The only registration of fork handlers in the library.  Before fork() every
+ * native lock is taken, in the order code paths nest them (a store's lock
+ * is held while its sums allocate and run parallel loops; a parallel loop's
+ * kernels may allocate), so the fork waits for whatever is in flight and the
+ * child's copies of the caches, the pool and the stores are consistent.  The
+ * parent then unlocks; the child, whose other threads are gone, re-creates
+ * the locks. */
+static void fork_prepare(void) {
+    ad_gradstore_fork_prepare();
+    par_fork_prepare();
+    pthread_mutex_lock(&mid_cache.lock);
+    pthread_mutex_lock(&large_cache.lock);
+}
+
+static void fork_parent(void) {
+    pthread_mutex_unlock(&large_cache.lock);
+    pthread_mutex_unlock(&mid_cache.lock);
+    par_fork_parent();
+    ad_gradstore_fork_parent();
+}
+
+static void fork_child(void) {
+    pthread_mutex_init(&large_cache.lock, NULL);
+    pthread_mutex_init(&mid_cache.lock, NULL);
+    par_fork_child();
+    ad_gradstore_fork_child();
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 AD_API int64_t ad_live_tensors(void) { return atomic_load(&ad_live_tensor_count); }
 AD_API int64_t ad_live_bytes(void) { return atomic_load(&ad_live_byte_count); }
 AD_API void ad_free(void *p) { free(p); }

@@ -8,7 +8,7 @@
 
    Packing reads any strided layout (unit row or unit column stride take a fast
    path) and pads edges with zeros; the last rows of A go to tail kernels of
-   exactly that many rows (AVX-512), and a tile cut in n is stored through a
+   exactly that many rows (every kernel level has them), and a tile cut in n is stored through a
    column mask, by a half-width kernel when at most half of it is used. A
    row-major A or B whose packed copy would be reused only a few times is read
    in place instead (small products skip packing altogether), and
@@ -153,6 +153,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #define GEMV(isa) gemm_dotrows_f32_##isa, gemm_axpyrows_f32_##isa
 #define PACKBT_AVX2 gemm_packbt_f32_avx2
 #define TAILS_AVX512 gemm_tails_f32_avx512, gemm_tails_half_f32_avx512
+#define TAILS_AVX2 gemm_tails_f32_avx2, gemm_tails_half_f32_avx2
 #include "gemm.c"
 #undef T
 #undef S
@@ -161,6 +162,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #undef GEMV
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
+#undef TAILS_AVX2
 
 #define T double
 #define S(name) name##_f64
@@ -169,6 +171,7 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #define GEMV(isa) gemm_dotrows_f64_##isa, gemm_axpyrows_f64_##isa
 #define PACKBT_AVX2 gemm_packbt_f64_avx2
 #define TAILS_AVX512 gemm_tails_f64_avx512, gemm_tails_half_f64_avx512
+#define TAILS_AVX2 gemm_tails_f64_avx2, gemm_tails_half_f64_avx2
 #include "gemm.c"
 #undef T
 #undef S
@@ -177,28 +180,57 @@ GEMM_GEMV_DEFINE(f64_portable, double)
 #undef GEMV
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
+#undef TAILS_AVX2
 
 #else /* GEMM_TEMPLATE: everything below is instantiated once per dtype T */
 
-static void S(ukr_portable)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,
-                            const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc,
-                            int64_t rows, int64_t cols, int accum)
-{
-    T acc[PORT_MR][PORT_NR] = {{0}};
-    for (int64_t p = 0; p < k; p++) {
-        for (int i = 0; i < PORT_MR; i++)
-            for (int j = 0; j < PORT_NR; j++)
-                acc[i][j] += a[i * rsa] * bp[j];
-        a += csa;
-        bp += rsb;
+/* Portable micro-kernels: an MR x NC tile in plain C the compiler vectorises
+   for the baseline ISA, with the same family as the SIMD levels (full width,
+   half width, row tails that read only their rows), so that every driver path
+   runs, and is tested, on every machine. */
+#define PORT_UKR(NAME, MR, NC)                                                                \
+    static void S(NAME)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,            \
+                        const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc,      \
+                        int64_t rows, int64_t cols, int accum)                              \
+    {                                                                                       \
+        T acc[MR][NC] = {{0}};                                                              \
+        for (int64_t p = 0; p < k; p++) {                                                   \
+            for (int i = 0; i < MR; i++)                                                    \
+                for (int j = 0; j < NC; j++)                                                \
+                    acc[i][j] += a[i * rsa] * bp[j];                                        \
+            a += csa;                                                                       \
+            bp += rsb;                                                                      \
+        }                                                                                   \
+        rows = rows < MR ? rows : MR;                                                       \
+        cols = cols < NC ? cols : NC;                                                       \
+        for (int i = 0; i < rows; i++)                                                      \
+            for (int j = 0; j < cols; j++)                                                  \
+                c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];            \
     }
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];
-}
+PORT_UKR(ukr_portable, PORT_MR, PORT_NR)
+PORT_UKR(ukrh_portable, PORT_MR, PORT_NR / 2)
+PORT_UKR(ukr1_portable, 1, PORT_NR)
+PORT_UKR(ukr2_portable, 2, PORT_NR)
+PORT_UKR(ukr3_portable, 3, PORT_NR)
+PORT_UKR(ukrh1_portable, 1, PORT_NR / 2)
+PORT_UKR(ukrh2_portable, 2, PORT_NR / 2)
+PORT_UKR(ukrh3_portable, 3, PORT_NR / 2)
 
 typedef void (*S(ukr_fn))(int64_t, const T *, int64_t, int64_t, const T *, int64_t, T *, int64_t,
                           int64_t, int64_t, int);
+
+static const S(ukr_fn) S(tails_portable)[PORT_MR] = {NULL, S(ukr1_portable), S(ukr2_portable),
+                                                     S(ukr3_portable)};
+static const S(ukr_fn) S(tails_half_portable)[PORT_MR] = {NULL, S(ukrh1_portable),
+                                                          S(ukrh2_portable), S(ukrh3_portable)};
+
+/* The transposing pack (see gemm_packbt_f32_avx2) in plain C. */
+static void S(packbt_portable)(int64_t kb, const T *src, int64_t csb, T *bp, int nr)
+{
+    for (int j = 0; j < nr; j++)
+        for (int64_t p = 0; p < kb; p++)
+            bp[p * nr + j] = src[j * csb + p];
+}
 
 struct S(kernel) {
     S(ukr_fn) ukr;
@@ -232,14 +264,15 @@ static struct S(kernel) S(pick_kernel)(void)
                    : (struct S(kernel)){UKR_AVX512, 512, 144, 1024, GEMV(avx512), PACKBT_AVX2,
                                         TAILS_AVX512};
     if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2, NULL,
-                                        NULL}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 1024, GEMV(avx2), PACKBT_AVX2, NULL,
-                                        NULL};
+        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2,
+                                        TAILS_AVX2}
+                   : (struct S(kernel)){UKR_AVX2, 512, 144, 1024, GEMV(avx2), PACKBT_AVX2,
+                                        TAILS_AVX2};
 #endif
     (void)sel;
-    return (struct S(kernel)){S(ukr_portable), NULL, PORT_MR, PORT_NR, 256, 128, 2048,
-                              GEMV(portable), NULL, NULL, NULL};
+    return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
+                              2048, GEMV(portable), S(packbt_portable), S(tails_portable),
+                              S(tails_half_portable)};
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
@@ -565,7 +598,7 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
     int64_t kcb = min64(kn.kc, pr->k);
     /* A row-major B reused by only a few row tiles is read in place (its full
-       micro-panels; SIMD kernels only, which load B unaligned): packing it
+       micro-panels; every kernel loads B unaligned): packing it
        would cost about as much as the products it feeds. */
     int binplace = pr->csb == 1 && kn.packbt &&
                    ceil_div(pr->m, kn.mr) * pr->count <= GEMM_BINPLACE_MAX_TILES &&
@@ -639,7 +672,7 @@ struct S(batch_job) {
 };
 
 /* A batch of small products (one A block read in place, B read in place, k
-   within one panel; AVX-512 with its row tails) needs none of run_group's
+   within one panel; a kernel with row tails, as every level has) needs none of run_group's
    blocking: one macro-kernel call per item, decided once for the batch.
    Returns 0 when the shapes or layouts do not fit. */
 static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)

@@ -80,6 +80,10 @@ extern const gemm_ukr_f32 gemm_tails_f32_avx512[];
 extern const gemm_ukr_f64 gemm_tails_f64_avx512[];
 extern const gemm_ukr_f32 gemm_tails_half_f32_avx512[];
 extern const gemm_ukr_f64 gemm_tails_half_f64_avx512[];
+extern const gemm_ukr_f32 gemm_tails_f32_avx2[];
+extern const gemm_ukr_f64 gemm_tails_f64_avx2[];
+extern const gemm_ukr_f32 gemm_tails_half_f32_avx2[];
+extern const gemm_ukr_f64 gemm_tails_half_f64_avx2[];
 
 /* Matrix-vector products (m == 1 or n == 1) skip packing: y = M x with either
      dotrows:  M rows unit-stride, x contiguous:  y[i*incy] = sum_p M[i*rsm + p] x[p]

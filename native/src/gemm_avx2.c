@@ -15,19 +15,43 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #define MLOAD_PD(p, n) _mm256_maskload_pd((p), MASK_PD(n))
 #define MSTORE_PD(p, v, n) _mm256_maskstore_pd((p), MASK_PD(n), (v))
 
-#define UKR_F32(NAME, NV)                                                                  \
-    GEMM_UKR_DEFINE(NAME, float, __m256, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_MR, NV, 8,         \
+#define UKR_F32_R(NAME, MR, NV)                                                            \
+    GEMM_UKR_DEFINE(NAME, float, __m256, MR, GEMM_AVX2_F32_MR, NV, 8,                       \
                     _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,     \
                     _mm256_fmadd_ps, _mm256_add_ps, _mm256_setzero_ps, MLOAD_PS, MSTORE_PS)
-#define UKR_F64(NAME, NV)                                                                  \
-    GEMM_UKR_DEFINE(NAME, double, __m256d, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_MR, NV, 4,       \
+#define UKR_F64_R(NAME, MR, NV)                                                            \
+    GEMM_UKR_DEFINE(NAME, double, __m256d, MR, GEMM_AVX2_F64_MR, NV, 4,                     \
                     _mm256_loadu_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd,     \
                     _mm256_fmadd_pd, _mm256_add_pd, _mm256_setzero_pd, MLOAD_PD, MSTORE_PD)
+
+#define UKR_F32(NAME, NV) UKR_F32_R(NAME, GEMM_AVX2_F32_MR, NV)
+#define UKR_F64(NAME, NV) UKR_F64_R(NAME, GEMM_AVX2_F64_MR, NV)
 
 UKR_F32(gemm_ukr_f32_avx2, 2)
 UKR_F64(gemm_ukr_f64_avx2, 2)
 UKR_F32(gemm_ukrh_f32_avx2, 1)
 UKR_F64(gemm_ukrh_f64_avx2, 1)
+
+/* Tail kernels of exactly r < MR rows, as at the AVX-512 level: the driver
+   then takes the same paths (row tails, small_batch, in-place last rows) on
+   every SIMD level, so a machine without AVX-512 exercises them too. */
+#define TAILS(X, SFX, NV)                                                                  \
+    X(gemm_ukr1_##SFX, 1, NV) X(gemm_ukr2_##SFX, 2, NV) X(gemm_ukr3_##SFX, 3, NV)           \
+    X(gemm_ukr4_##SFX, 4, NV) X(gemm_ukr5_##SFX, 5, NV)
+#define UKR_F32_STATIC(NAME, MR, NV) static UKR_F32_R(NAME, MR, NV)
+#define UKR_F64_STATIC(NAME, MR, NV) static UKR_F64_R(NAME, MR, NV)
+TAILS(UKR_F32_STATIC, f32_avx2, 2)
+TAILS(UKR_F64_STATIC, f64_avx2, 2)
+TAILS(UKR_F32_STATIC, f32h_avx2, 1)
+TAILS(UKR_F64_STATIC, f64h_avx2, 1)
+
+#define TAIL_PTR(NAME, MR, NV) NAME,
+const gemm_ukr_f32 gemm_tails_f32_avx2[GEMM_AVX2_F32_MR] = {NULL, TAILS(TAIL_PTR, f32_avx2, 2)};
+const gemm_ukr_f64 gemm_tails_f64_avx2[GEMM_AVX2_F64_MR] = {NULL, TAILS(TAIL_PTR, f64_avx2, 2)};
+const gemm_ukr_f32 gemm_tails_half_f32_avx2[GEMM_AVX2_F32_MR] = {
+    NULL, TAILS(TAIL_PTR, f32h_avx2, 1)};
+const gemm_ukr_f64 gemm_tails_half_f64_avx2[GEMM_AVX2_F64_MR] = {
+    NULL, TAILS(TAIL_PTR, f64h_avx2, 1)};
 
 GEMM_GEMV_DEFINE(f32_avx2, float)
 GEMM_GEMV_DEFINE(f64_avx2, double)

@@ -7,6 +7,7 @@
  * when its node consumes it, so intermediates are freed as the walk goes.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +33,7 @@ AD_API int ad_set_anomaly_enabled(int enabled) {
     return prev;
 }
 AD_API const char *ad_tensor_site(const ad_tensor *t) {
-    return t->node && t->node->site ? t->node->site : "";
+    return t && t->node && t->node->site ? t->node->site : "";
 }
 
 char *ad_anomaly_site(void) {
@@ -85,9 +86,38 @@ static ad_status anomaly_check(const ad_tensor *t, ad_tensor *const *gr) {
     return AD_OK;
 }
 
+/* A store may be shared between threads: every access to its map holds its
+ * lock, and no code path ever holds two store locks at once (extend copies
+ * the source's entries out first), so stores cannot deadlock each other.
+ * Live stores are linked in a registry so that fork() can take every store
+ * lock first (ad_gradstore_fork_*): a child never inherits a map that another
+ * thread was in the middle of changing. */
 struct ad_gradstore {
+    pthread_mutex_t lock;
     id_map map; /* id -> ad_tensor* gradient (owned reference) */
+    ad_gradstore *prev, *next; /* registry links, under registry_lock */
 };
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static ad_gradstore *registry;
+
+void ad_gradstore_fork_prepare(void) {
+    pthread_mutex_lock(&registry_lock);
+    for (ad_gradstore *g = registry; g; g = g->next) pthread_mutex_lock(&g->lock);
+}
+
+void ad_gradstore_fork_parent(void) {
+    for (ad_gradstore *g = registry; g; g = g->next) pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void ad_gradstore_fork_child(void) {
+    for (ad_gradstore *g = registry; g; g = g->next) pthread_mutex_init(&g->lock, NULL);
+    pthread_mutex_init(&registry_lock, NULL);
+}
+
+#define NULL_ARG(fn, name)                                                               \
+    ad_fail(AD_ERR_VALUE, "%s: argument '%s' is NULL", fn, name)
 
 /* ---- topological order ----------------------------------------------------- */
 typedef struct {
@@ -172,6 +202,10 @@ done:
 }
 
 AD_API ad_status ad_sorted_nodes(const ad_tensor *t, ad_tensor ***out, int64_t *n) {
+    if (!out || !n) return NULL_ARG("sorted_nodes", !out ? "out" : "n");
+    *out = NULL;
+    *n = 0;
+    if (!t) return NULL_ARG("sorted_nodes", "t");
     tvec order;
     ad_status st = sort_nodes(t, &order);
     if (st) return st;
@@ -207,6 +241,54 @@ static ad_status check_versions(const ad_tensor *t) {
                            ad_ops[n->op].name, (unsigned long long)t->id, ad_tdesc(t),
                            (unsigned long long)n->out_version, (unsigned long long)now);
     }
+    return AD_OK;
+}
+
+/* The seqlock half of the check (ad_storage_write_begin/end): the sequence
+ * numbers of the storages the formula will read are taken before it runs
+ * (odd: a write is in progress) and compared after it has read them, so a
+ * write from another thread that overlaps the read is an error, never a torn
+ * gradient.  Taken before check_versions, so a write that completes in
+ * between is caught by the second look. */
+typedef struct {
+    const ad_tensor *t[AD_MAX_INPUTS + 1];
+    int input[AD_MAX_INPUTS + 1]; /* -1: the output */
+    uint64_t seq[AD_MAX_INPUTS + 1];
+    int n;
+} seq_snapshot;
+
+static ad_status seq_fail(const ad_node *n, const ad_tensor *t, int input, const char *when) {
+    char what[48];
+    if (input < 0) snprintf(what, sizeof what, "the output");
+    else snprintf(what, sizeof what, "input %d", input);
+    return ad_fail(AD_ERR_GRAPH,
+                   "backward: a value saved by %s (%s: tensor id %llu, %s) was being written in "
+                   "place %s backward read it (Var.set or an in-place update from another "
+                   "thread); finish the writes before backward, or recompute the forward",
+                   ad_ops[n->op].name, what, (unsigned long long)t->id, ad_tdesc(t), when);
+}
+
+static ad_status seq_take(const ad_tensor *t, seq_snapshot *s) {
+    const ad_node *n = t->node;
+    ad_tensor **in = node_in(n);
+    s->n = 0;
+    for (int i = 0; i <= n->n_in; i++) {
+        const ad_tensor *x = i < n->n_in ? in[i] : t;
+        if (i < n->n_in ? !(n->saved & (1u << i)) : !n->saves_output) continue;
+        uint64_t q = atomic_load_explicit(&x->storage->seq, memory_order_acquire);
+        if (q & 1) return seq_fail(n, x, i < n->n_in ? i : -1, "when");
+        s->t[s->n] = x;
+        s->input[s->n] = i < n->n_in ? i : -1;
+        s->seq[s->n++] = q;
+    }
+    return AD_OK;
+}
+
+static ad_status seq_recheck(const ad_tensor *t, const seq_snapshot *s) {
+    atomic_thread_fence(memory_order_acquire); /* the formula's reads happen before */
+    for (int k = 0; k < s->n; k++)
+        if (atomic_load_explicit(&s->t[k]->storage->seq, memory_order_relaxed) != s->seq[k])
+            return seq_fail(t->node, s->t[k], s->input[k], "while");
     return AD_OK;
 }
 
@@ -255,7 +337,13 @@ static ad_status seed_gradient(const ad_tensor *root, const ad_tensor *grad, ad_
 
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain, ad_gradstore **out) {
+    if (!out) return NULL_ARG("backward", "out");
     *out = NULL;
+    if (!root) return NULL_ARG("backward", "root");
+    if (n_retain < 0)
+        return ad_fail(AD_ERR_VALUE, "backward: n_retain is %d, must be >= 0", n_retain);
+    if (n_retain > 0 && !retain)
+        return ad_fail(AD_ERR_VALUE, "backward: retain is NULL but n_retain is %d", n_retain);
     if (!ad_tracks(root))
         return ad_fail(AD_ERR_GRAPH,
                        "backward: the root (tensor id %llu, %s) does not depend on any Var, so "
@@ -297,8 +385,11 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
             continue;
         }
         ad_tensor *gr[AD_MAX_INPUTS] = {NULL};
-        st = check_versions(t);
+        seq_snapshot seqs;
+        st = seq_take(t, &seqs);
+        if (!st) st = check_versions(t);
         if (!st) st = ad_ops[n->op].backward(n, t, g, gr);
+        if (!st) st = seq_recheck(t, &seqs);
         if (!st && (ad_anomaly_enabled || n->site)) st = anomaly_check(t, gr);
         ad_tensor_release(g);
         ad_tensor **in = node_in(n);
@@ -330,6 +421,8 @@ fail:
 
 /* ---- gradient store ----------------------------------------------------------- */
 AD_API ad_status ad_gradstore_new(ad_gradstore **out) {
+    if (!out) return NULL_ARG("GradStore", "out");
+    *out = NULL;
     ad_gradstore *g = ad_calloc(sizeof *g);
     if (!g) return ad_fail_nomem("GradStore");
     ad_status st = map_init(&g->map, 8);
@@ -337,68 +430,150 @@ AD_API ad_status ad_gradstore_new(ad_gradstore **out) {
         ad_mfree(g);
         return st;
     }
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_mutex_lock(&registry_lock);
+    g->next = registry;
+    if (registry) registry->prev = g;
+    registry = g;
+    pthread_mutex_unlock(&registry_lock);
     *out = g;
     return AD_OK;
 }
 
 AD_API void ad_gradstore_release(ad_gradstore *g) {
     if (!g) return;
+    pthread_mutex_lock(&registry_lock);
+    if (g->prev) g->prev->next = g->next;
+    else registry = g->next;
+    if (g->next) g->next->prev = g->prev;
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_destroy(&g->lock);
     release_map_values(&g->map);
     ad_mfree(g);
 }
 
+/* The store's map under its lock (the lock is logically mutable state: a
+   const store is still read under it). */
+static id_map *lock_map(const ad_gradstore *g) {
+    pthread_mutex_lock(&((ad_gradstore *)g)->lock);
+    return &((ad_gradstore *)g)->map;
+}
+static void unlock_map(const ad_gradstore *g) { pthread_mutex_unlock(&((ad_gradstore *)g)->lock); }
+
 AD_API ad_status ad_gradstore_get(const ad_gradstore *g, const ad_tensor *t, ad_tensor **out) {
-    void **v = map_get(&g->map, t->id);
+    if (!out) return NULL_ARG("GradStore.get", "out");
+    *out = NULL;
+    if (!g || !t) return NULL_ARG("GradStore.get", !g ? "store" : "t");
+    id_map *m = lock_map(g);
+    void **v = map_get(m, t->id);
     *out = v ? ad_ref(*v) : NULL;
+    unlock_map(g);
     return AD_OK;
 }
 
 AD_API ad_status ad_gradstore_insert(ad_gradstore *g, const ad_tensor *t, const ad_tensor *grad) {
+    if (!g || !t || !grad)
+        return NULL_ARG("GradStore.insert", !g ? "store" : !t ? "t" : "grad");
     if (grad->ndim != t->ndim || memcmp(T_SHAPE(grad), T_SHAPE(t), t->ndim * sizeof(int64_t)))
         return ad_fail(AD_ERR_SHAPE, "GradStore.insert: gradient %s does not match tensor %s",
                        ad_tdesc(grad), ad_tdesc(t));
     if (grad->dtype != t->dtype)
         return ad_fail(AD_ERR_DTYPE, "GradStore.insert: gradient %s does not match tensor %s",
                        ad_tdesc(grad), ad_tdesc(t));
-    void **v = map_get(&g->map, t->id);
+    ad_tensor *r = ad_ref(grad), *old = NULL;
+    id_map *m = lock_map(g);
+    void **v = map_get(m, t->id);
+    ad_status st = AD_OK;
     if (v) {
-        ad_tensor_release(*v);
-        *v = ad_ref(grad);
-        return AD_OK;
+        old = *v;
+        *v = r;
+    } else if ((st = map_put(m, t->id, r))) {
+        old = r;
     }
-    ad_tensor *r = ad_ref(grad);
-    ad_status st = map_put(&g->map, t->id, r);
-    if (st) ad_tensor_release(r);
+    unlock_map(g);
+    ad_tensor_release(old); /* outside the lock: it may free a whole graph */
     return st;
 }
 
 AD_API ad_status ad_gradstore_remove(ad_gradstore *g, const ad_tensor *t, ad_tensor **out) {
-    ad_tensor *old = map_del(&g->map, t->id);
+    if (out) *out = NULL;
+    if (!g || !t) return NULL_ARG("GradStore.remove", !g ? "store" : "t");
+    id_map *m = lock_map(g);
+    ad_tensor *old = map_del(m, t->id);
+    unlock_map(g);
     if (out) *out = old;
     else ad_tensor_release(old);
     return AD_OK;
 }
 
-AD_API int64_t ad_gradstore_len(const ad_gradstore *g) { return g->map.len; }
+AD_API int64_t ad_gradstore_len(const ad_gradstore *g) {
+    if (!g) return -1;
+    int64_t n = lock_map(g)->len;
+    unlock_map(g);
+    return n;
+}
+
+/* The entries of g as parallel arrays of ids and new references (grads may be
+   NULL: ids only), in one consistent snapshot. */
+static ad_status snapshot(const ad_gradstore *g, uint64_t **ids, ad_tensor ***grads,
+                          int64_t *n) {
+    *ids = NULL;
+    if (grads) *grads = NULL;
+    *n = 0;
+    id_map *m = lock_map(g);
+    int64_t len = m->len;
+    uint64_t *iv = ad_malloc((size_t)(len ? len : 1) * sizeof *iv);
+    ad_tensor **gv = grads ? ad_malloc((size_t)(len ? len : 1) * sizeof *gv) : NULL;
+    if (!iv || (grads && !gv)) {
+        unlock_map(g);
+        ad_mfree(iv);
+        ad_mfree(gv);
+        return ad_fail_nomem("GradStore.items");
+    }
+    int64_t k = 0;
+    for (int64_t s = 0; s < m->cap; s++) {
+        if (!m->keys[s]) continue;
+        iv[k] = m->keys[s];
+        if (gv) gv[k] = ad_ref(m->vals[s]);
+        k++;
+    }
+    unlock_map(g);
+    *ids = iv;
+    if (grads) *grads = gv;
+    *n = k;
+    return AD_OK;
+}
 
 AD_API ad_status ad_gradstore_extend(ad_gradstore *dst, const ad_gradstore *src) {
+    if (!dst || !src) return NULL_ARG("GradStore.extend", !dst ? "dst" : "src");
     if (dst == src) return ad_fail(AD_ERR_VALUE, "GradStore.extend: a store cannot extend itself");
+    /* src's entries are copied out first: holding one lock at a time, two
+       threads extending two stores from each other cannot deadlock */
+    uint64_t *ids;
+    ad_tensor **gs;
+    int64_t n;
+    ad_status st = snapshot(src, &ids, &gs, &n);
+    if (st) return st;
     int mode = ad_set_grad_enabled(0);
-    ad_status st = AD_OK;
-    for (int64_t i = 0; i < src->map.cap && !st; i++) {
-        if (!src->map.keys[i]) continue;
-        ad_tensor *g = src->map.vals[i];
-        void **v = map_get(&dst->map, src->map.keys[i]);
+    id_map *m = lock_map(dst);
+    int64_t i = 0;
+    for (; i < n && !st; i++) {
+        ad_tensor *g = gs[i];
+        void **v = map_get(m, ids[i]);
         if (v && (((ad_tensor *)*v)->ndim != g->ndim ||
                   memcmp(T_SHAPE((ad_tensor *)*v), T_SHAPE(g), g->ndim * sizeof(int64_t)))) {
             st = ad_fail(AD_ERR_SHAPE, "GradStore.extend: gradients of tensor id %llu differ "
                                        "in shape, %s and %s",
-                         (unsigned long long)src->map.keys[i], ad_tdesc(*v), ad_tdesc(g));
+                         (unsigned long long)ids[i], ad_tdesc(*v), ad_tdesc(g));
             break;
         }
-        st = accumulate(&dst->map, src->map.keys[i], ad_ref(g));
+        st = accumulate(m, ids[i], g); /* consumes the reference */
     }
+    unlock_map(dst);
     ad_set_grad_enabled(mode);
+    for (; i < n; i++) ad_tensor_release(gs[i]);
+    ad_mfree(ids);
+    ad_mfree(gs);
     return st;
 }
 
@@ -422,16 +597,34 @@ AD_API ad_status ad_gradstore_replace_id(ad_gradstore *g, uint64_t id, const ad_
 
 AD_API ad_status ad_gradstore_item(const ad_gradstore *g, int64_t i, uint64_t *id,
                                    ad_tensor **grad) {
-    if (i < 0 || i >= g->map.len)
+    if (grad) *grad = NULL;
+    if (!g || !id || !grad)
+        return NULL_ARG("GradStore.item", !g ? "store" : !id ? "id" : "grad");
+    id_map *m = lock_map(g);
+    if (i < 0 || i >= m->len) {
+        int64_t len = m->len;
+        unlock_map(g);
         return ad_fail(AD_ERR_INDEX, "GradStore: item %lld out of range (%lld entries)",
-                       (long long)i, (long long)g->map.len);
-    for (int64_t s = 0; s < g->map.cap; s++) {
-        if (!g->map.keys[s]) continue;
+                       (long long)i, (long long)len);
+    }
+    for (int64_t s = 0; s < m->cap; s++) {
+        if (!m->keys[s]) continue;
         if (i-- == 0) {
-            *id = g->map.keys[s];
-            *grad = ad_ref(g->map.vals[s]);
+            *id = m->keys[s];
+            *grad = ad_ref(m->vals[s]);
+            unlock_map(g);
             return AD_OK;
         }
     }
+    unlock_map(g);
     return ad_fail(AD_ERR_INTERNAL, "GradStore: item lookup failed");
+}
+
+AD_API ad_status ad_gradstore_items(const ad_gradstore *g, uint64_t **ids, ad_tensor ***grads,
+                                    int64_t *n) {
+    if (ids) *ids = NULL;
+    if (grads) *grads = NULL;
+    if (n) *n = 0;
+    if (!g || !ids || !n) return NULL_ARG("GradStore.items", !g ? "store" : !ids ? "ids" : "n");
+    return snapshot(g, ids, grads, n);
 }

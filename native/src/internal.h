@@ -45,7 +45,19 @@ typedef struct ad_storage {
     size_t nbytes;
     void *data;
     bool inline_data; /* data lives right after this header */
+    /* seqlock of in-place writes (odd while one is in progress): see
+       ad_storage_write_begin */
+    atomic_uint_least64_t seq;
 } ad_storage;
+
+/* Every in-place write into a storage that a graph may have saved (Var.set,
+ * optimizer updates) is bracketed by these two: begin waits for any other
+ * writer, then makes seq odd; end bumps `version` (do not bump it yourself)
+ * and makes seq even again.  Backward samples seq before a formula reads its
+ * saved values and compares after (graph.c), so a concurrent write raises
+ * AD_ERR_GRAPH instead of producing a torn gradient. */
+void ad_storage_write_begin(ad_storage *s);
+void ad_storage_write_end(ad_storage *s);
 
 typedef struct ad_node ad_node;
 
@@ -235,5 +247,18 @@ void map_free(id_map *m);
 void **map_get(const id_map *m, uint64_t key);       /* NULL if absent */
 ad_status map_put(id_map *m, uint64_t key, void *val); /* insert or replace */
 void *map_del(id_map *m, uint64_t key);               /* returns old value or NULL */
+
+/* ---- fork safety ---------------------------------------------------------
+ * One pthread_atfork registration (alloc.c) takes every native lock before
+ * fork() in a fixed order (gradient stores, then the thread pool, then the
+ * block caches: the order in which code paths nest them) and releases or
+ * re-initialises them after, so a child never inherits a lock held by a thread
+ * that does not exist there. */
+void ad_gradstore_fork_prepare(void);
+void ad_gradstore_fork_parent(void);
+void ad_gradstore_fork_child(void);
+void par_fork_prepare(void);
+void par_fork_parent(void);
+void par_fork_child(void);
 
 #endif

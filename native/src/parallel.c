@@ -13,7 +13,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../include/pyautodiff.h"
@@ -21,6 +23,12 @@
 
 #define PAR_MAX_THREADS 256
 #define PAR_SPIN 20000
+/* Workers run leaf kernels with small frames: a 1 MiB stack instead of the
+   default 8 MiB keeps 256 workers within a 2 GB address-space limit. */
+#define PAR_STACK ((size_t)1 << 20)
+/* Address space that must be free, besides the stack, before a worker is
+   started: its thread-local block and a malloc arena's first pages. */
+#define PAR_HEADROOM ((size_t)4 << 20)
 
 static atomic_int g_num_threads;            /* 0 until first read */
 static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
@@ -30,6 +38,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards the sleeps
 static pthread_cond_t g_work_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_done_cv = PTHREAD_COND_INITIALIZER;
 static int g_workers;                        /* created so far; under g_use */
+static atomic_int g_start_failed;            /* stop starting workers until re-configured */
 
 /* The published loop. g_claim packs generation (high 32 bits), chunk count
    (16 bits) and next unclaimed chunk (16 bits) into one word, so a worker
@@ -50,6 +59,31 @@ static atomic_int g_caller_cpu;              /* where the loop's caller runs, or
 #define CPU_RELAX() ((void)0)
 #endif
 
+/* The CPUs this process may run on (taskset, cgroup cpusets). */
+static int allowed_cpus(void)
+{
+    cpu_set_t set;
+    long c = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : c > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)c;
+}
+
+/* An explicit request for more threads than allowed CPUs is honoured (it
+   can be what a benchmark wants) but is almost always a mistake that makes
+   every parallel loop slower: say so once per process, on stderr, so that C
+   callers see it as well as Python ones. */
+static atomic_int g_warned;
+static void warn_oversubscribed(const char *how, int n)
+{
+    int cpus = allowed_cpus();
+    if (n <= cpus || atomic_exchange(&g_warned, 1))
+        return;
+    fprintf(stderr,
+            "pyautodiff: warning: %s asks for %d threads but this process may run on %d CPU%s; "
+            "parallel loops will be slower than with %d\n",
+            how, n, cpus, cpus == 1 ? "" : "s", cpus);
+}
+
 static void init_threads(void)
 {
     int n = 0;
@@ -57,15 +91,13 @@ static void init_threads(void)
     if (env && *env) {
         char *end;
         long v = strtol(env, &end, 10);
-        if (*end == '\0' && v >= 1)
+        if (*end == '\0' && v >= 1) {
             n = v > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)v;
+            warn_oversubscribed("PYAUTODIFF_NUM_THREADS", n);
+        }
     }
-    if (n == 0) { /* the CPUs this process may run on (taskset, cgroup cpusets) */
-        cpu_set_t set;
-        long c = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                             : sysconf(_SC_NPROCESSORS_ONLN);
-        n = c < 1 ? 1 : c > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)c;
-    }
+    if (n == 0)
+        n = allowed_cpus();
     int zero = 0;
     atomic_compare_exchange_strong(&g_num_threads, &zero, n);
 }
@@ -86,7 +118,10 @@ AD_API ad_status ad_set_num_threads(int n)
         return ad_fail(AD_ERR_VALUE, "ad_set_num_threads: the thread count must be >= 1, got %d",
                        n);
     pthread_once(&g_threads_once, init_threads);
-    atomic_store(&g_num_threads, n > PAR_MAX_THREADS ? PAR_MAX_THREADS : n);
+    n = n > PAR_MAX_THREADS ? PAR_MAX_THREADS : n;
+    warn_oversubscribed("ad_set_num_threads", n);
+    atomic_store(&g_num_threads, n);
+    atomic_store(&g_start_failed, 0); /* a new count: starting workers may be retried */
     return AD_OK;
 }
 
@@ -146,9 +181,24 @@ static void leave_cpu(int cpu)
         sched_setaffinity(0, sizeof all, &all);
 }
 
+/* What a starting worker is told, and how it answers. */
+struct worker_start {
+    unsigned gen;
+    atomic_int ready;
+};
+
+/* The library's thread-local block (a dlopen'ed module's TLS) is allocated
+   by glibc on a thread's first access, and glibc aborts the process when
+   that allocation fails: a worker makes the access before it reports ready,
+   while its creator still checks that memory is there. */
+static _Thread_local volatile int tl_is_worker;
+
 static void *worker_main(void *arg)
 {
-    unsigned seen = (unsigned)(uintptr_t)arg;
+    struct worker_start *ws = arg;
+    unsigned seen = ws->gen;
+    tl_is_worker = 1;
+    atomic_store_explicit(&ws->ready, 1, memory_order_release); /* ws dies after this */
     for (;;) {
         unsigned gen;
         int spin = 0;
@@ -169,37 +219,70 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* A forked child has none of the parent's workers, and a loop that was
-   running in the parent never finishes there: start the pool afresh. (Even
-   without this a child would not hang, only run loops on one thread, since
-   the caller itself claims every chunk nobody else takes.) */
-static void pool_after_fork_child(void)
+/* fork() (the handlers are registered once, in alloc.c): the pool is idle
+   while the fork runs (no loop in flight, no worker inside the lock), and a
+   child, which has none of the parent's workers, starts its pool afresh on
+   its first parallel loop. */
+void par_fork_prepare(void)
+{
+    pthread_mutex_lock(&g_use);
+    pthread_mutex_lock(&g_lock);
+}
+
+void par_fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&g_use);
+}
+
+void par_fork_child(void)
 {
     pthread_mutex_init(&g_use, NULL);
     pthread_mutex_init(&g_lock, NULL);
     pthread_cond_init(&g_work_cv, NULL);
     pthread_cond_init(&g_done_cv, NULL);
     g_workers = 0;
+    atomic_store(&g_start_failed, 0);
 }
 
-static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
-static void register_atfork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
+/* True when the address space has room for one more worker (an RLIMIT_AS
+   that the earlier workers' stacks have nearly used up). */
+static int room_for_worker(void)
+{
+    size_t n = PAR_STACK + PAR_HEADROOM;
+    void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    munmap(p, n);
+    return 1;
+}
 
-/* Under g_use. Returns how many workers exist (may be fewer than asked). */
+/* Under g_use. Returns how many workers exist: fewer than asked when one
+   cannot be started (no memory, a thread limit), and the loops then run on
+   fewer threads; starting more is tried again on a later loop. */
 static int ensure_workers(int want)
 {
-    pthread_once(&g_atfork_once, register_atfork);
-    while (g_workers < want) {
+    while (g_workers < want && !atomic_load(&g_start_failed)) {
+        atomic_store(&g_start_failed, 1); /* until this worker is up */
+        if (!room_for_worker())
+            break;
         pthread_t t;
         pthread_attr_t attr;
-        pthread_attr_init(&attr);
+        if (pthread_attr_init(&attr) != 0)
+            break;
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, worker_main,
-                                (void *)(uintptr_t)atomic_load(&g_gen));
+        pthread_attr_setstacksize(&attr, PAR_STACK);
+        struct worker_start ws = {atomic_load(&g_gen), 0};
+        int rc = pthread_create(&t, &attr, worker_main, &ws);
         pthread_attr_destroy(&attr);
         if (rc != 0)
             break;
+        /* one worker at a time has its TLS allocated before the next one is
+           checked for room */
+        while (!atomic_load_explicit(&ws.ready, memory_order_acquire))
+            sched_yield();
         g_workers++;
+        atomic_store(&g_start_failed, 0);
     }
     return g_workers;
 }

@@ -11,9 +11,33 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "opargs.h"
 #include "parallel.h"
 #include "strided.h"
+
+/* The vectorised loops below are compiled twice, for AVX2 and for the
+   baseline, and picked at run time by the level cpu.c chooses, so that
+   PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE reach them as they reach GEMM and the
+   elementwise kernels (GCC's target_clones would dispatch on the CPU alone). */
+static atomic_int red_level = -1;
+static inline bool red_avx2(void) {
+    int l = atomic_load_explicit(&red_level, memory_order_relaxed);
+    if (l < 0) {
+        l = ad_cpu_isa() >= AD_ISA_AVX2;
+        atomic_store_explicit(&red_level, l, memory_order_relaxed);
+    }
+    return l;
+}
+AD_API const char *ad_reduce_kernel(void) { return red_avx2() ? "avx2" : "portable"; }
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RED_AVX2_TARGET __attribute__((target("avx2")))
+#define RED_DISPATCH(name, ...) (red_avx2() ? name##_avx2(__VA_ARGS__) : name##_base(__VA_ARGS__))
+#else
+#define RED_AVX2_TARGET
+#define RED_DISPATCH(name, ...) name##_base(__VA_ARGS__)
+#endif
 
 /* ---- kernels ---------------------------------------------------------------- */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
@@ -22,9 +46,8 @@ enum { R_SUM, R_MAX, R_MIN, R_PROD };
    no dependency chain), each block of 1024 folded pairwise and added to the
    total in ACC.  Vectorised with AVX2 when the CPU has it (the same lanes and
    order either way, so the same bits). */
-#define SUM_LANES(T, SUF, ACC)                                                          \
-    __attribute__((target_clones("avx2", "default"))) static ACC sum_lanes_##SUF(       \
-        const T *x, int64_t n) {                                                        \
+#define SUM_LANES_BODY(T, SUF, ACC, ISA, ATTR)                                          \
+    ATTR __attribute__((unused)) static ACC sum_lanes_##SUF##_##ISA(const T *x, int64_t n) { \
         ACC total = 0;                                                                  \
         for (int64_t i = 0; i < n;) {                                                   \
             T lane[32] = {0};                                                           \
@@ -36,6 +59,12 @@ enum { R_SUM, R_MAX, R_MIN, R_PROD };
             total += (ACC)lane[0];                                                      \
         }                                                                               \
         return total;                                                                   \
+    }
+#define SUM_LANES(T, SUF, ACC)                                                          \
+    SUM_LANES_BODY(T, SUF, ACC, base, )                                                 \
+    SUM_LANES_BODY(T, SUF, ACC, avx2, RED_AVX2_TARGET)                                  \
+    static inline ACC sum_lanes_##SUF(const T *x, int64_t n) {                          \
+        return RED_DISPATCH(sum_lanes_##SUF, x, n);                                     \
     }
 SUM_LANES(float, f32, double)
 SUM_LANES(double, f64, double)
@@ -148,9 +177,9 @@ enum { PAR_MAX_CHUNKS = 64 }; /* most blocks with their own partial result */
 
 /* Sum over the outer dim of a 2-d iteration into a contiguous output row:
    columns [c0, c1), four input rows folded per pass over the output row. */
-#define FOLD_KERNEL(T, SUF)                                                             \
-    __attribute__((target_clones("avx2", "default"))) static void fold_##SUF(char *po, const char *px, int64_t rows, int64_t row_bytes,   \
-                           int64_t c0, int64_t c1) {                                    \
+#define FOLD_BODY(T, SUF, ISA, ATTR)                                                    \
+    ATTR __attribute__((unused)) static void fold_##SUF##_##ISA(char *po, const char *px,  \
+                           int64_t rows, int64_t row_bytes, int64_t c0, int64_t c1) {   \
         T *restrict o = (T *)po;                                                        \
         int64_t r = 0;                                                                  \
         for (; r + 4 <= rows; r += 4) {                                                 \
@@ -164,6 +193,13 @@ enum { PAR_MAX_CHUNKS = 64 }; /* most blocks with their own partial result */
             const T *restrict a = (const T *)(px + r * row_bytes);                      \
             for (int64_t i = c0; i < c1; i++) o[i] += a[i];                             \
         }                                                                               \
+    }
+#define FOLD_KERNEL(T, SUF)                                                             \
+    FOLD_BODY(T, SUF, base, )                                                           \
+    FOLD_BODY(T, SUF, avx2, RED_AVX2_TARGET)                                            \
+    static void fold_##SUF(char *po, const char *px, int64_t rows, int64_t row_bytes,   \
+                           int64_t c0, int64_t c1) {                                    \
+        RED_DISPATCH(fold_##SUF, po, px, rows, row_bytes, c0, c1);                      \
     }
 FOLD_KERNEL(float, f32)
 FOLD_KERNEL(double, f64)

@@ -1,8 +1,11 @@
 /* tensor.c - storage, tensors as views over it, and their iterative release. */
 #include <math.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
+
+#define NULL_ARG(fn, name) ad_fail(AD_ERR_VALUE, "%s: argument '%s' is NULL", fn, name)
 
 static atomic_uint_least64_t next_id = 1;
 
@@ -49,6 +52,7 @@ static ad_storage *storage_new(size_t nbytes) {
     }
     atomic_init(&s->refs, 1);
     atomic_init(&s->version, 0);
+    atomic_init(&s->seq, 0);
     s->nbytes = nbytes;
     return s;
 }
@@ -60,6 +64,26 @@ static void storage_release(ad_storage *s) {
     else
         ad_data_free(s->data, s->nbytes);
     ad_mfree(s);
+}
+
+/* Writers take turns: a writer waits until seq is even, then claims the write
+   by making it odd; readers never wait (they detect and fail, graph.c). */
+void ad_storage_write_begin(ad_storage *s) {
+    for (unsigned spin = 0;; spin++) {
+        uint64_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
+        if (!(q & 1) && atomic_compare_exchange_weak_explicit(&s->seq, &q, q + 1,
+                                                              memory_order_acquire,
+                                                              memory_order_relaxed))
+            break;
+        if (spin > 64) sched_yield();
+    }
+    /* the odd seq is visible before any byte of the write */
+    atomic_thread_fence(memory_order_release);
+}
+
+void ad_storage_write_end(ad_storage *s) {
+    atomic_fetch_add_explicit(&s->version, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
 }
 
 /* ---- shapes ------------------------------------------------------------------ */
@@ -112,7 +136,7 @@ static void contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
 }
 
 ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
-    int64_t numel;
+    int64_t numel = 0;
     ad_status st = ad_check_shape("empty", shape, ndim, dtype, &numel);
     if (st) return st;
     ad_tensor *t = tensor_alloc(ndim);
@@ -217,9 +241,22 @@ static ad_status create(const char *op, int dtype, const int64_t *shape, int ndi
     return ad_tensor_empty(dtype, shape, ndim, out);
 }
 
+/* Pointer arguments of the creation functions: out always, shape when there
+   are dims to read. */
+static ad_status check_create_args(const char *op, const int64_t *shape, int ndim,
+                                   ad_tensor **out) {
+    if (!out) return NULL_ARG(op, "out");
+    *out = NULL;
+    if (!shape && ndim > 0)
+        return ad_fail(AD_ERR_VALUE, "%s: argument 'shape' is NULL but ndim is %d", op, ndim);
+    return AD_OK;
+}
+
 AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
                                      const int64_t *shape, int ndim, ad_tensor **out) {
     ad_tensor *t = NULL;
+    ad_status st0 = check_create_args("tensor", shape, ndim, out);
+    if (st0) return st0;
     ad_status st = create("tensor", dtype, shape, ndim, &t);
     if (st) return st;
     if (data && nbytes != t->storage->nbytes) {
@@ -268,7 +305,9 @@ ad_status ad_check_fill_value(const char *op, int dtype, double v) {
 AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, int ndim,
                                 ad_tensor **out) {
     ad_tensor *t = NULL;
-    ad_status st = ad_check_fill_value("full", dtype, value);
+    ad_status st = check_create_args("full", shape, ndim, out);
+    if (st) return st;
+    st = ad_check_fill_value("full", dtype, value);
     if (st) return st;
     st = create("full", dtype, shape, ndim, &t);
     if (st) return st;
@@ -280,7 +319,9 @@ AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, i
 AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtype,
                                   ad_tensor **out) {
     ad_tensor *t = NULL;
-    ad_status st = create("arange", dtype, &n, 1, &t);
+    ad_status st = check_create_args("arange", NULL, 0, out);
+    if (st) return st;
+    st = create("arange", dtype, &n, 1, &t);
     if (st) return st;
     double last = start + (double)(n - 1) * step;
     if (n > 0 && ((st = ad_check_fill_value("arange", dtype, start)) ||
@@ -308,6 +349,8 @@ static double normal(uint64_t *s) {
 
 AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int64_t *shape,
                                   int ndim, ad_tensor **out) {
+    ad_status st0 = check_create_args(kind ? "rand" : "randn", shape, ndim, out);
+    if (st0) return st0;
     if (kind != 0 && kind != 1) return ad_fail(AD_ERR_VALUE, "random: unknown kind %d", kind);
     if (ad_dtype_valid(dtype) && !ad_dtype_is_float(dtype))
         return ad_fail(AD_ERR_DTYPE, "%s: dtype must be float32 or float64, got %s",
@@ -326,39 +369,46 @@ AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int6
 }
 
 /* ---- properties ------------------------------------------------------------------ */
-AD_API int ad_tensor_ndim(const ad_tensor *t) { return t->ndim; }
-AD_API int ad_tensor_dtype(const ad_tensor *t) { return t->dtype; }
-AD_API int64_t ad_tensor_numel(const ad_tensor *t) { return t->numel; }
+/* A NULL handle reads as "no tensor": -1 for counts and dtype, 0 for flags
+   and ids (a real id is never 0), NULL for data; nothing is written. */
+AD_API int ad_tensor_ndim(const ad_tensor *t) { return t ? t->ndim : -1; }
+AD_API int ad_tensor_dtype(const ad_tensor *t) { return t ? t->dtype : -1; }
+AD_API int64_t ad_tensor_numel(const ad_tensor *t) { return t ? t->numel : -1; }
 AD_API void ad_tensor_shape(const ad_tensor *t, int64_t *s) {
-    memcpy(s, T_SHAPE(t), t->ndim * sizeof *s);
+    if (t && s && t->ndim) memcpy(s, T_SHAPE(t), t->ndim * sizeof *s);
 }
 AD_API void ad_tensor_strides(const ad_tensor *t, int64_t *s) {
-    memcpy(s, T_STRIDES(t), t->ndim * sizeof *s);
+    if (t && s && t->ndim) memcpy(s, T_STRIDES(t), t->ndim * sizeof *s);
 }
-AD_API uint64_t ad_tensor_id(const ad_tensor *t) { return t->id; }
-AD_API int ad_tensor_is_variable(const ad_tensor *t) { return t->is_variable; }
-AD_API int ad_tensor_track_op(const ad_tensor *t) { return ad_tracks(t); }
-AD_API int ad_tensor_is_contiguous(const ad_tensor *t) { return ad_is_contiguous(t); }
-AD_API int ad_tensor_op(const ad_tensor *t) { return t->node ? t->node->op : AD_OP_NONE; }
-AD_API void *ad_tensor_data(const ad_tensor *t) { return ad_ptr(t); }
+AD_API uint64_t ad_tensor_id(const ad_tensor *t) { return t ? t->id : 0; }
+AD_API int ad_tensor_is_variable(const ad_tensor *t) { return t ? t->is_variable : 0; }
+AD_API int ad_tensor_track_op(const ad_tensor *t) { return t ? ad_tracks(t) : 0; }
+AD_API int ad_tensor_is_contiguous(const ad_tensor *t) { return t ? ad_is_contiguous(t) : 0; }
+AD_API int ad_tensor_op(const ad_tensor *t) { return t && t->node ? t->node->op : AD_OP_NONE; }
+AD_API void *ad_tensor_data(const ad_tensor *t) { return t ? ad_ptr(t) : NULL; }
 AD_API uint64_t ad_tensor_version(const ad_tensor *t) {
-    return atomic_load(&t->storage->version);
+    return t ? atomic_load(&t->storage->version) : 0;
 }
 AD_API int ad_tensor_same_storage(const ad_tensor *a, const ad_tensor *b) {
-    return a->storage == b->storage;
+    return a && b && a->storage == b->storage;
 }
 
 AD_API ad_status ad_tensor_copy_to(const ad_tensor *t, void *dst, size_t nbytes) {
+    if (!t) return NULL_ARG("copy_to", "t");
     size_t want = (size_t)t->numel * ad_dtype_size_(t->dtype);
     if (nbytes != want)
         return ad_fail(AD_ERR_VALUE, "copy_to: %zu bytes given for %s (%zu needed)", nbytes,
                        ad_tdesc(t), want);
-    ad_copy_strided(t, dst);
+    if (!dst && nbytes) return NULL_ARG("copy_to", "dst");
+    if (nbytes) ad_copy_strided(t, dst);
     return AD_OK;
 }
 
 /* ---- variables ------------------------------------------------------------------ */
 AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out) {
+    if (!out) return NULL_ARG("Var", "out");
+    *out = NULL;
+    if (!t) return NULL_ARG("Var", "t");
     if (t->is_variable) {
         *out = ad_ref(t);
         return AD_OK;
@@ -377,6 +427,7 @@ AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out) {
 }
 
 AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src) {
+    if (!var || !src) return NULL_ARG("set", !var ? "var" : "src");
     if (!var->is_variable)
         return ad_fail(AD_ERR_GRAPH, "set: the target (id %llu) is not a variable",
                        (unsigned long long)var->id);
@@ -392,12 +443,16 @@ AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src) {
     if (var->dtype != src->dtype)
         return ad_fail(AD_ERR_DTYPE, "set: dtype mismatch, variable %s, source %s",
                        ad_tdesc(var), ad_tdesc(src));
+    ad_storage_write_begin(var->storage);
     ad_copy_strided(src, ad_ptr(var));
-    atomic_fetch_add(&var->storage->version, 1);
+    ad_storage_write_end(var->storage);
     return AD_OK;
 }
 
 AD_API ad_status ad_tensor_detach(const ad_tensor *t, ad_tensor **out) {
+    if (!out) return NULL_ARG("detach", "out");
+    *out = NULL;
+    if (!t) return NULL_ARG("detach", "t");
     if (!ad_tracks(t)) {
         *out = ad_ref(t);
         return AD_OK;

@@ -40,7 +40,10 @@
  * with arbitrary op ids, iargs and fargs, ad_unary / ad_binary /
  * ad_scalar_op, views, ad_backward, the GradStore functions, ad_var_set,
  * ad_tensor_detach, ad_sorted_nodes, grad and anomaly mode, allocation
- * failure injection.  Every status is checked: it must be a known code, a
+ * failure injection, and NULL handles, NULL out-pointers and zero lengths at
+ * every entry point that takes a pointer (each must be refused with
+ * AD_ERR_VALUE, or read as the header documents for getters).  Every status
+ * is checked: it must be a known code, a
  * failing call must leave its out-pointer NULL and set a message, a
  * successful one must give a handle, and every element of every tensor
  * returned is read through its shape and strides (so a view that points
@@ -218,7 +221,7 @@ static void one_input(reader *r) {
     unsigned cmd = u8(r);
     unsigned slot = u8(r);
     ad_status st;
-    switch (cmd % 24) {
+    switch (cmd % 26) {
     case 0: { /* from data */
         int dt = read_dtype(r);
         int nd = read_shape(r, shape);
@@ -264,9 +267,8 @@ static void one_input(reader *r) {
         RESULT(st, out, slot);
         break;
     }
-    case 4: { /* Var */
+    case 4: { /* Var (a NULL tensor must be refused) */
         ad_tensor *t = pick(r);
-        if (!t) break;
         st = ad_var_from_tensor(t, &out);
         RESULT(st, out, slot);
         break;
@@ -330,18 +332,17 @@ static void one_input(reader *r) {
         RESULT(st, out, slot);
         break;
     }
-    case 14: { /* backward */
+    case 14: { /* backward; NULL root, NULL retain entries, a NULL retain array */
         ad_tensor *root = pick(r);
-        if (!root) break;
         ad_tensor *grad = u8(r) % 2 ? NULL : pick(r);
         const ad_tensor *keep[4];
-        int nk = (int)(u8(r) % 5);
-        for (int i = 0; i < nk; i++) {
-            keep[i] = pick(r);
-            if (!keep[i]) nk = i;
-        }
+        int nk = (int)(u8(r) % 6) - 1; /* -1 .. 4 */
+        for (int i = 0; i < nk; i++) keep[i] = pick(r);
+        unsigned how = u8(r);
         ad_gradstore *g = NULL;
-        st = ad_backward(root, grad, nk ? keep : NULL, nk, &g);
+        st = ad_backward(root, grad, how % 7 == 0 ? NULL : keep, nk, &g);
+        if ((!root || nk < 0 || (how % 7 == 0 && nk > 0)) && st != AD_ERR_VALUE)
+            die("backward accepted a NULL / negative argument", __LINE__);
         gs_check(st, __LINE__);
         if (st) {
             REQUIRE(g == NULL);
@@ -367,15 +368,16 @@ static void one_input(reader *r) {
             break;
         }
         ad_gradstore *g = G[s];
-        ad_tensor *t = pick(r);
-        if (!t) break;
+        ad_tensor *t = pick(r); /* may be NULL: refused with AD_ERR_VALUE */
         if (c == 1) {
             st = ad_gradstore_get(g, t, &out);
             gs_check(st, __LINE__);
             if (!st && out) RESULT(st, out, u8(r));
         } else if (c == 2) {
             ad_tensor *v = pick(r);
-            if (v) gs_check(ad_gradstore_insert(g, t, v), __LINE__);
+            st = ad_gradstore_insert(g, t, v);
+            gs_check(st, __LINE__);
+            if ((!t || !v) && st != AD_ERR_VALUE) die("insert accepted NULL", __LINE__);
         } else if (c == 3) {
             st = ad_gradstore_remove(g, t, u8(r) % 2 ? &out : NULL);
             gs_check(st, __LINE__);
@@ -392,6 +394,25 @@ static void one_input(reader *r) {
             gs_check(st, __LINE__);
             if (st) REQUIRE(out == NULL);
             else RESULT(st, out, u8(r));
+        } else if (c == 7 && u8(r) % 2) { /* every entry at once */
+            uint64_t *ids = NULL;
+            ad_tensor **gv = NULL;
+            int64_t n = -1;
+            int with = u8(r) % 2;
+            st = ad_gradstore_items(g, &ids, with ? &gv : NULL, &n);
+            gs_check(st, __LINE__);
+            if (!st) {
+                REQUIRE(n == ad_gradstore_len(g) && ids != NULL);
+                for (int64_t k = 0; k < n; k++) {
+                    REQUIRE(ids[k] != 0);
+                    if (with) {
+                        touch(gv[k]);
+                        ad_tensor_release(gv[k]);
+                    }
+                }
+                ad_free(ids);
+                ad_free(gv);
+            }
         } else {
             ad_gradstore_release(g);
             G[s] = NULL;
@@ -400,22 +421,23 @@ static void one_input(reader *r) {
     }
     case 16: { /* Var.set */
         ad_tensor *v = pick(r), *src = pick(r);
-        if (!v || !src) break; /* NULL handles are for the op entry points only */
         st = ad_var_set(v, src);
         if (st < 0 || st >= AD_ERR_INTERNAL) die("var_set status", __LINE__);
+        if (!v || !src) {
+            REQUIRE(st == AD_ERR_VALUE);
+            break;
+        }
         touch(v);
         break;
     }
     case 17: {
         ad_tensor *t = pick(r);
-        if (!t) break;
         st = ad_tensor_detach(t, &out);
         RESULT(st, out, slot);
         break;
     }
     case 18: {
         ad_tensor *t = pick(r);
-        if (!t) break;
         ad_tensor **nodes = NULL;
         int64_t n = -1;
         st = ad_sorted_nodes(t, &nodes, &n);
@@ -449,6 +471,65 @@ static void one_input(reader *r) {
     case 22: /* the next allocations: one of them fails */
         ad_testing_fail_alloc_after((int64_t)(u8(r) % 24));
         break;
+    case 23: { /* NULL out-pointers, NULL handles and zero lengths at the
+                  entry points that take them: refused, never a crash */
+        ad_tensor *t = pick(r);
+        unsigned which = u8(r) % 12;
+        int64_t n = 0;
+        uint64_t id = 0;
+        ad_gradstore *g = G[slot % NG];
+        switch (which) {
+        case 0: REQUIRE(ad_tensor_from_data(NULL, 0, AD_FLOAT32, NULL, 0, NULL) == AD_ERR_VALUE); break;
+        case 1: REQUIRE(ad_tensor_full(1.0, AD_FLOAT32, NULL, 1 + (int)(u8(r) % 3), &out) ==
+                        AD_ERR_VALUE && !out); break;
+        case 2: REQUIRE(ad_tensor_arange(0, 1, 3, AD_FLOAT32, NULL) == AD_ERR_VALUE); break;
+        case 3: REQUIRE(ad_tensor_random(0, 1, AD_FLOAT32, NULL, 2, &out) == AD_ERR_VALUE); break;
+        case 4: REQUIRE(ad_var_from_tensor(t, NULL) == AD_ERR_VALUE); break;
+        case 5: REQUIRE(ad_tensor_detach(t, NULL) == AD_ERR_VALUE); break;
+        case 6: REQUIRE(ad_sorted_nodes(t, NULL, &n) == AD_ERR_VALUE); break;
+        case 7: REQUIRE(ad_gradstore_new(NULL) == AD_ERR_VALUE); break;
+        case 8: /* a store's entry points with a NULL store or out-pointer */
+            REQUIRE(ad_gradstore_get(NULL, t, &out) == AD_ERR_VALUE && !out);
+            REQUIRE(ad_gradstore_len(NULL) == -1);
+            REQUIRE(ad_gradstore_item(g, 0, NULL, &out) == AD_ERR_VALUE && !out);
+            REQUIRE(ad_gradstore_item(NULL, 0, &id, &out) == AD_ERR_VALUE);
+            REQUIRE(ad_gradstore_items(g, NULL, NULL, &n) == AD_ERR_VALUE);
+            REQUIRE(ad_gradstore_extend(NULL, g) == AD_ERR_VALUE);
+            if (g) REQUIRE(ad_gradstore_extend(g, NULL) == AD_ERR_VALUE);
+            REQUIRE(ad_gradstore_remove(NULL, t, NULL) == AD_ERR_VALUE);
+            break;
+        case 9: /* copy_to: NULL destination, zero length */
+            if (t) {
+                size_t nb = (size_t)ad_tensor_numel(t) * ad_dtype_size(ad_tensor_dtype(t));
+                REQUIRE((ad_tensor_copy_to(t, NULL, nb) == AD_OK) == (nb == 0));
+            } else {
+                REQUIRE(ad_tensor_copy_to(NULL, NULL, 0) == AD_ERR_VALUE);
+            }
+            break;
+        case 10: { /* getters on a NULL handle */
+            int64_t buf[2] = {7, 7};
+            REQUIRE(ad_tensor_ndim(NULL) == -1 && ad_tensor_numel(NULL) == -1);
+            REQUIRE(ad_tensor_dtype(NULL) == -1 && ad_tensor_id(NULL) == 0);
+            REQUIRE(!ad_tensor_data(NULL) && !ad_tensor_version(NULL) && !ad_tensor_op(NULL));
+            REQUIRE(!ad_tensor_is_variable(NULL) && !ad_tensor_track_op(NULL));
+            REQUIRE(!ad_tensor_is_contiguous(NULL) && !ad_tensor_same_storage(NULL, t));
+            REQUIRE(ad_tensor_site(NULL)[0] == 0);
+            ad_tensor_shape(NULL, buf);
+            ad_tensor_strides(t, NULL);
+            REQUIRE(buf[0] == 7 && buf[1] == 7);
+            ad_tensor_retain(NULL);
+            ad_tensor_release(NULL);
+            ad_gradstore_release(NULL);
+            ad_free(NULL);
+            break;
+        }
+        default: /* a zero-length shape: a 0-d tensor */
+            st = ad_tensor_from_data(NULL, 0, read_dtype(r), NULL, 0, &out);
+            RESULT(st, out, slot);
+            break;
+        }
+        break;
+    }
     default: { /* names and sizes of arbitrary enum values */
         int v = (int)(int8_t)u8(r);
         (void)ad_op_name(v);
