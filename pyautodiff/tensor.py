@@ -402,8 +402,14 @@ class Tensor:
 
     @property
     def op(self):
-        k = lib.ad_tensor_op(self._h)
-        return ffi.string(lib.ad_op_name(k)).decode() if k else None
+        name = lib.ad_tensor_op_name(self._h)  # an ad.Function's node: its class name
+        return ffi.string(name).decode() if name != _NULL else None
+
+    def to_dot(self):
+        """The recorded graph behind this tensor as Graphviz DOT text."""
+        from .memory import to_dot
+
+        return to_dot(self)
 
     @property
     def is_contiguous(self):
@@ -967,6 +973,10 @@ class Var(Tensor):
     def set(self, src):
         """Writes src into this Var in place (bumps its version).  src must have
         the Var's shape and dtype and must not share its storage."""
+        if getattr(_tls, "no_var_writes", None):  # ad.checkpoint's function is running
+            raise GraphError(f"checkpoint: {_tls.no_var_writes} modified a Var in place (id "
+                             f"{self.id}, shape {self.shape}, {self.dtype}); a checkpointed "
+                             f"function must not write Vars (its forward runs again in backward)")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         st = lib.ad_var_set(self._h, src._h)
