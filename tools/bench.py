@@ -559,23 +559,37 @@ def checkpoint_bench(quick=False, layers=20, batch=256, width=512):
     def block(w, b):
         return lambda h: (h @ w + b).gelu()
 
-    def step(mode):
+    def step(mode, measure=False):
         h = x
         for w, b in zip(ws, bs):
             h = ad.checkpoint(block(w, b), h) if mode == "checkpoint" else block(w, b)(h)
         loss = h.sqr().mean()
         held = ad.memory_stats()["saved_bytes"]
+        if measure:  # outside the timed steps
+            params[mode] = var_bytes_saved(loss)
         g = loss.backward()
         return held, g
 
+    def var_bytes_saved(loss):
+        """The part of saved_bytes that is Vars (weights, alive anyway): what
+        the graph's nodes keep of Vars, by the same rule."""
+        from pyautodiff.memory import _parents
+
+        total = 0
+        for n in loss.sorted_nodes():
+            ps, _, sv = _parents(n)
+            total += sum(p.numel() * p.dtype.itemsize for i, p in enumerate(ps)
+                         if p is not None and p.is_variable and sv & (1 << i))
+        return total
+
     modes = ("none", "checkpoint")
-    res = {}
+    res, params = {}, {}
     for mode in modes:
         step(mode)  # warm-up
         gc.collect()
         ad.reset_peak_memory()
         base = ad.memory_stats()
-        held, g = step(mode)
+        held, g = step(mode, measure=True)
         peak = ad.memory_stats()["peak_bytes"] - base["live_bytes"]
         del g
         times = []
@@ -587,13 +601,16 @@ def checkpoint_bench(quick=False, layers=20, batch=256, width=512):
         res[mode] = (held - base["saved_bytes"], peak, statistics.median(times))
     print(f"{layers}-layer Linear+GELU MLP, batch {batch}, width {width}, float32, "
           f"{ad.get_num_threads()} thread(s)")
-    print(f"{'mode':<24}{'saved MiB':>11}{'vs none':>9}{'peak live MiB':>15}{'step ms':>10}"
-          f"{'vs none':>9}")
+    print(f"{'mode':<24}{'saved MiB':>11}{'vs none':>9}{'of it Vars':>12}{'activations':>13}"
+          f"{'vs none':>9}{'peak live MiB':>15}{'step ms':>10}{'vs none':>9}")
     n_saved, _, n_time = res["none"]
+    n_act = n_saved - params["none"]
     for mode in modes:
         s, p, tm = res[mode]
+        act = s - params[mode]
         name = "ad.checkpoint per block" if mode == "checkpoint" else mode
-        print(f"{name:<24}{s / 2**20:>11.2f}{s / n_saved:>9.2f}{p / 2**20:>15.2f}"
+        print(f"{name:<24}{s / 2**20:>11.2f}{s / n_saved:>9.2f}{params[mode] / 2**20:>12.2f}"
+              f"{act / 2**20:>13.2f}{act / n_act:>9.2f}{p / 2**20:>15.2f}"
               f"{tm * 1e3:>10.1f}{tm / n_time:>9.2f}")
     print('(with ad.checkpointing("balanced"): not implemented yet)')
 
