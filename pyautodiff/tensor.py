@@ -545,9 +545,11 @@ class Tensor:
         finally:
             lib.ad_free(items)
 
-    def backward(self, grad=None, retain=()):
+    def backward(self, grad=None, retain=(), create_graph=False):
         """Backpropagates from this tensor and returns an ad.GradStore with the
-        gradient of every Var it depends on (and of the tensors in `retain`)."""
+        gradient of every Var it depends on (and of the tensors in `retain`).
+        create_graph=True records the backward pass itself (whatever the
+        grad mode), so the gradients track and can be differentiated again."""
         from .grad import GradStore
 
         if grad is not None and not isinstance(grad, Tensor):
@@ -561,8 +563,12 @@ class Tensor:
                                         f"not a Tensor")
         keep = [t._h for t in retain]
         out = ffi.new("ad_gradstore **")
-        st = lib.ad_backward(self._h, grad._h if grad is not None else _NULL, keep or _NULL,
-                             len(keep), out)
+        gh = grad._h if grad is not None else _NULL
+        if create_graph:
+            st = lib.ad_backward_ex(self._h, gh, keep or _NULL, len(keep),
+                                    lib.AD_BACKWARD_CREATE_GRAPH, out)
+        else:
+            st = lib.ad_backward(self._h, gh, keep or _NULL, len(keep), out)
         del retain
         if st:
             raise_status(st)

@@ -160,9 +160,10 @@ typedef enum ad_op {
     AD_OP_DROPOUT = 90,       /* iargs = {seed}; fargs = {p} */
     AD_OP_CONV2D = 91,        /* (x NCHW, w (O, C/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups} */
     AD_OP_CONV_TRANSPOSE2D = 92, /* (x, w (Cin, Cout/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups, oph, opw} */
-    AD_OP_CONV2D_WEIGHT_GRAD = 93, /* (x, gy); iargs = {kh, kw, sh, sw, ph, pw, dh, dw, groups}; untracked */
+    AD_OP_CONV2D_WEIGHT_GRAD = 93, /* (x, gy); iargs = {kh, kw, sh, sw, ph, pw, dh, dw, groups} */
     AD_OP_MAX_POOL2D = 94,    /* x NCHW; iargs = {kh, kw, sh, sw, ph, pw, dh, dw} */
-    AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d; untracked */
+    AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d */
+    AD_OP_MAX_POOL2D_GATHER = 96, /* (x, t x-shaped); iargs as max_pool2d: t read at each window's first maximum of x */
     AD_OP_CUSTOM = 150,       /* a Python ad.Function: recorded by ad_custom_record only */
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
@@ -330,6 +331,13 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain,
                              ad_gradstore **out);
+/* ad_backward with flags: AD_BACKWARD_CREATE_GRAPH records the backward
+   pass itself (grad mode on for the formulas, seeds and sums), so the
+   gradients can be differentiated again. */
+enum { AD_BACKWARD_CREATE_GRAPH = 1 };
+AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
+                                const ad_tensor *const *retain, int n_retain, int flags,
+                                ad_gradstore **out);
 AD_API ad_status ad_gradstore_new(ad_gradstore **out);
 AD_API void ad_gradstore_release(ad_gradstore *g);
 /* *out = new reference to the gradient of t, or NULL when absent. */
