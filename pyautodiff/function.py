@@ -56,7 +56,13 @@ class FunctionCtx:
         if self._released:
             raise GraphError(f"{self._cls.__name__}: saved_tensors used after the graph was "
                              f"freed")
-        return self._saved
+        out = getattr(self, "_tracked_out", None)
+        if out is None:
+            return self._saved
+        # during backward the forward's result reads as the node's own tracked
+        # output (same values), so that a recorded backward (create_graph)
+        # differentiates through it as through the inputs
+        return tuple(out if k in self._out_index else t for k, t in enumerate(self._saved))
 
 
 class Function:
@@ -94,6 +100,7 @@ class Function:
         if not any(needs):
             return out
         ctx._args = [(i, args[i].shape, args[i].dtype) for i in pos]
+        ctx._out_index = {k for k, s in enumerate(ctx._saved) if s is out}
         ctx._n_args = len(args)
         saved = [t for t in ctx._saved if t is not None]
         handle = ffi.new_handle(ctx)
@@ -151,8 +158,13 @@ def _ad_custom_backward(ctxp, grad, out, grads, n):
     ctx = None
     try:
         ctx = ffi.from_handle(ctxp)
-        lib.ad_tensor_retain(grad)  # the wrapper owns a reference of its own
-        res = ctx._cls.backward(ctx, _wrap(grad))
+        lib.ad_tensor_retain(grad)  # the wrappers own references of their own
+        lib.ad_tensor_retain(out)
+        ctx._tracked_out = _wrap(out)
+        try:
+            res = ctx._cls.backward(ctx, _wrap(grad))
+        finally:
+            ctx._tracked_out = None
         gs = _check_grads(ctx, res)
         for i, g in enumerate(gs):
             if g is not None:
