@@ -73,6 +73,10 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
     # Python side of the anomaly-mode site callback (pyautodiff/anomaly.py)
     ffi.cdef('extern "Python" const char *_ad_site_callback(void);')
     ffi.cdef(PY_HELPERS_CDEF)
+    # Python side of ad.Function's nodes (pyautodiff/function.py)
+    ffi.cdef('extern "Python" ad_status _ad_custom_backward(void *, const ad_tensor *, '
+             'const ad_tensor *, ad_tensor **, int);')
+    ffi.cdef('extern "Python" void _ad_custom_release(void *);')
     ffi.set_source(
         "pyautodiff._cffi",
         '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE,

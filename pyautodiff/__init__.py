@@ -24,6 +24,9 @@ from . import distributed  # mpi4py is imported only by distributed.init()
 from .interop import from_dlpack
 from .io import load, save
 from ._lib import lib as _lib
+from .memory import memory_stats, reset_peak_memory
+from .function import Function, FunctionCtx
+from .checkpoint import checkpoint
 
 bool = bool_  # noqa: A001 - ad.bool is the dtype, as in DESIGN.md
 

@@ -1,5 +1,7 @@
 """The native library as seen from Python: the cffi module, the ABI check and
 the translation of status codes into exceptions."""
+import threading
+
 from . import errors
 
 try:
@@ -26,7 +28,20 @@ _ERRORS = {
 }
 
 
+# An exception raised by an ad.Function's backward inside a native backward
+# pass (pyautodiff/function.py stores it here, on the thread that ran it).
+pending = threading.local()
+
+
 def raise_status(status):
     """Raises the exception for a failed native call (status != AD_OK)."""
+    exc = getattr(pending, "exc", None)
+    if exc is not None:
+        # the custom op's own exception, its message already naming the op
+        pending.exc = None
+        try:
+            raise exc
+        finally:
+            del exc
     msg = ffi.string(lib.ad_last_error()).decode("utf-8", "replace")
     raise _ERRORS.get(status, errors.InternalError)(msg)

@@ -175,13 +175,15 @@ def is_grad_enabled():
     return bool(lib.ad_is_grad_enabled())
 
 
-def grad(outputs, inputs, grad_outputs=None, allow_unused=False):
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
     """Gradients of outputs with respect to inputs, one per input, in order.
 
     inputs may be Vars or intermediate tensors of the graph.  An input the
     outputs do not depend on raises ad.GraphError unless allow_unused=True
     (then its entry is None).  grad_outputs seeds each output (needed for
-    outputs with more than one element)."""
+    outputs with more than one element).  create_graph=True records the
+    backward pass, so the gradients are tracked and can be differentiated
+    again (Hessian-vector products, gradient penalties)."""
     from .errors import GraphError
     from .tensor import Tensor, tensor
 
@@ -196,17 +198,24 @@ def grad(outputs, inputs, grad_outputs=None, allow_unused=False):
     grad_outputs = list(grad_outputs)
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
-    store = None
+    sums = [None] * len(inputs)
     for out, g in zip(outputs, grad_outputs):
         if g is not None and not isinstance(g, Tensor):
             g = tensor(g, dtype=out.dtype)
-        s = out.backward(grad=g, retain=inputs)
-        store = s if store is None else store.extend(s)
-    result = []
-    for i, t in enumerate(inputs):
-        g = store.get(t)
+        s = out.backward(grad=g, retain=inputs, create_graph=create_graph)
+        for i, t in enumerate(inputs):
+            gi = s.get(t)
+            if gi is None:
+                continue
+            if sums[i] is None:
+                sums[i] = gi
+            else:
+                # recorded under create_graph whatever the caller's mode, as
+                # the sums inside one backward are
+                with (enable_grad() if create_graph else no_grad()):
+                    sums[i] = sums[i] + gi
+    for i, (t, g) in enumerate(zip(inputs, sums)):
         if g is None and not allow_unused:
             raise GraphError(f"grad: input {i} (tensor id {t.id}, shape {t.shape}) is not used "
                              f"by the outputs' graph; pass allow_unused=True to get None")
-        result.append(g)
-    return result
+    return sums

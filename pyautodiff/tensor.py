@@ -402,8 +402,14 @@ class Tensor:
 
     @property
     def op(self):
-        k = lib.ad_tensor_op(self._h)
-        return ffi.string(lib.ad_op_name(k)).decode() if k else None
+        name = lib.ad_tensor_op_name(self._h)  # an ad.Function's node: its class name
+        return ffi.string(name).decode() if name != _NULL else None
+
+    def to_dot(self):
+        """The recorded graph behind this tensor as Graphviz DOT text."""
+        from .memory import to_dot
+
+        return to_dot(self)
 
     @property
     def is_contiguous(self):
@@ -541,9 +547,11 @@ class Tensor:
         finally:
             lib.ad_free(items)
 
-    def backward(self, grad=None, retain=()):
+    def backward(self, grad=None, retain=(), create_graph=False):
         """Backpropagates from this tensor and returns an ad.GradStore with the
-        gradient of every Var it depends on (and of the tensors in `retain`)."""
+        gradient of every Var it depends on (and of the tensors in `retain`).
+        create_graph=True records the backward pass itself (whatever the
+        grad mode), so the gradients track and can be differentiated again."""
         from .grad import GradStore
 
         if grad is not None and not isinstance(grad, Tensor):
@@ -557,8 +565,12 @@ class Tensor:
                                         f"not a Tensor")
         keep = [t._h for t in retain]
         out = ffi.new("ad_gradstore **")
-        st = lib.ad_backward(self._h, grad._h if grad is not None else _NULL, keep or _NULL,
-                             len(keep), out)
+        gh = grad._h if grad is not None else _NULL
+        if create_graph:
+            st = lib.ad_backward_ex(self._h, gh, keep or _NULL, len(keep),
+                                    lib.AD_BACKWARD_CREATE_GRAPH, out)
+        else:
+            st = lib.ad_backward(self._h, gh, keep or _NULL, len(keep), out)
         del retain
         if st:
             raise_status(st)
@@ -969,6 +981,10 @@ class Var(Tensor):
     def set(self, src):
         """Writes src into this Var in place (bumps its version).  src must have
         the Var's shape and dtype and must not share its storage."""
+        if getattr(_tls, "no_var_writes", None):  # ad.checkpoint's function is running
+            raise GraphError(f"checkpoint: {_tls.no_var_writes} modified a Var in place (id "
+                             f"{self.id}, shape {self.shape}, {self.dtype}); a checkpointed "
+                             f"function must not write Vars (its forward runs again in backward)")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         st = lib.ad_var_set(self._h, src._h)

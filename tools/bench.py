@@ -550,7 +550,12 @@ def main():
     ap.add_argument("--chain-child", nargs=2)
     ap.add_argument("--train-mem-child")
     ap.add_argument("--adam-mem-child")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="only the checkpointing row (saved bytes, step time)")
     args = ap.parse_args()
+    if args.checkpoint:
+        checkpoint_bench(args.quick)
+        return
     if args.adam_mem_child:
         adam_mem_child(args.adam_mem_child)
         return
@@ -674,6 +679,83 @@ def load_section(quick):
                     5 if quick else 11)
         print(f"  ad.from_numpy of a read-only 16 MB array: shared {fmt_time(ts[0])}, "
               f"copy=True {fmt_time(ts[1])}")
+
+
+# ---------------------------------------------------------------------------- checkpointing
+def checkpoint_bench(quick=False, layers=20, batch=256, width=512):
+    """Issue 15's row: a 20-layer Linear+GELU MLP (float32) at batch 256, one
+    training step (forward + backward) with nothing checkpointed and with
+    ad.checkpoint around each Linear+GELU block: the saved bytes the graph
+    holds at the end of the forward (ad.memory_stats, counted natively), the
+    peak live bytes over the step, and the median step time."""
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    rng = np.random.default_rng(0)
+    ws = [ad.Var(rng.standard_normal((width, width)) / np.sqrt(width), dtype=ad.float32)
+          for _ in range(layers)]
+    bs = [ad.Var(np.zeros(width), dtype=ad.float32) for _ in range(layers)]
+    x = ad.tensor(rng.standard_normal((batch, width)), dtype=ad.float32)
+
+    def block(w, b):
+        return lambda h: (h @ w + b).gelu()
+
+    def step(mode, measure=False):
+        h = x
+        for w, b in zip(ws, bs):
+            h = ad.checkpoint(block(w, b), h) if mode == "checkpoint" else block(w, b)(h)
+        loss = h.sqr().mean()
+        held = ad.memory_stats()["saved_bytes"]
+        if measure:  # outside the timed steps
+            params[mode] = var_bytes_saved(loss)
+        g = loss.backward()
+        return held, g
+
+    def var_bytes_saved(loss):
+        """The part of saved_bytes that is Vars (weights, alive anyway): what
+        the graph's nodes keep of Vars, by the same rule."""
+        from pyautodiff.memory import _parents
+
+        total = 0
+        for n in loss.sorted_nodes():
+            ps, _, sv = _parents(n)
+            total += sum(p.numel() * p.dtype.itemsize for i, p in enumerate(ps)
+                         if p is not None and p.is_variable and sv & (1 << i))
+        return total
+
+    modes = ("none", "checkpoint")
+    res, params = {}, {}
+    for mode in modes:
+        step(mode)  # warm-up
+        gc.collect()
+        ad.reset_peak_memory()
+        base = ad.memory_stats()
+        held, g = step(mode, measure=True)
+        peak = ad.memory_stats()["peak_bytes"] - base["live_bytes"]
+        del g
+        times = []
+        for _ in range(3 if quick else 7):
+            t0 = time.perf_counter()
+            _, g = step(mode)
+            times.append(time.perf_counter() - t0)
+            del g
+        res[mode] = (held - base["saved_bytes"], peak, statistics.median(times))
+    print(f"{layers}-layer Linear+GELU MLP, batch {batch}, width {width}, float32, "
+          f"{ad.get_num_threads()} thread(s)")
+    print(f"{'mode':<24}{'saved MiB':>11}{'vs none':>9}{'of it Vars':>12}{'activations':>13}"
+          f"{'vs none':>9}{'peak live MiB':>15}{'step ms':>10}{'vs none':>9}")
+    n_saved, _, n_time = res["none"]
+    n_act = n_saved - params["none"]
+    for mode in modes:
+        s, p, tm = res[mode]
+        act = s - params[mode]
+        name = "ad.checkpoint per block" if mode == "checkpoint" else mode
+        print(f"{name:<24}{s / 2**20:>11.2f}{s / n_saved:>9.2f}{params[mode] / 2**20:>12.2f}"
+              f"{act / 2**20:>13.2f}{act / n_act:>9.2f}{p / 2**20:>15.2f}"
+              f"{tm * 1e3:>10.1f}{tm / n_time:>9.2f}")
+    print('(with ad.checkpointing("balanced"): not implemented yet)')
 
 
 if __name__ == "__main__":

@@ -160,9 +160,11 @@ typedef enum ad_op {
     AD_OP_DROPOUT = 90,       /* iargs = {seed}; fargs = {p} */
     AD_OP_CONV2D = 91,        /* (x NCHW, w (O, C/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups} */
     AD_OP_CONV_TRANSPOSE2D = 92, /* (x, w (Cin, Cout/g, kh, kw)); iargs = {sh, sw, ph, pw, dh, dw, groups, oph, opw} */
-    AD_OP_CONV2D_WEIGHT_GRAD = 93, /* (x, gy); iargs = {kh, kw, sh, sw, ph, pw, dh, dw, groups}; untracked */
+    AD_OP_CONV2D_WEIGHT_GRAD = 93, /* (x, gy); iargs = {kh, kw, sh, sw, ph, pw, dh, dw, groups} */
     AD_OP_MAX_POOL2D = 94,    /* x NCHW; iargs = {kh, kw, sh, sw, ph, pw, dh, dw} */
-    AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d; untracked */
+    AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d */
+    AD_OP_MAX_POOL2D_GATHER = 96, /* (x, t x-shaped); iargs as max_pool2d: t read at each window's first maximum of x */
+    AD_OP_CUSTOM = 150,       /* a Python ad.Function: recorded by ad_custom_record only */
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
 
@@ -329,6 +331,13 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain,
                              ad_gradstore **out);
+/* ad_backward with flags: AD_BACKWARD_CREATE_GRAPH records the backward
+   pass itself (grad mode on for the formulas, seeds and sums), so the
+   gradients can be differentiated again. */
+enum { AD_BACKWARD_CREATE_GRAPH = 1 };
+AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
+                                const ad_tensor *const *retain, int n_retain, int flags,
+                                ad_gradstore **out);
 AD_API ad_status ad_gradstore_new(ad_gradstore **out);
 AD_API void ad_gradstore_release(ad_gradstore *g);
 /* *out = new reference to the gradient of t, or NULL when absent. */
@@ -443,6 +452,57 @@ AD_API ad_status ad_tensor_from_mapping(ad_mapping *m, int64_t offset, int dtype
 /* Live tensor handles and live storage bytes in this process. */
 AD_API int64_t ad_live_tensors(void);
 AD_API int64_t ad_live_bytes(void);
+
+
+/* ---- memory report (ABI 1.3) ----------------------------------------------
+   live_bytes: tensor data alive now; peak_bytes: the most live_bytes has been
+   since the process started or the last ad_reset_peak_memory; saved_bytes:
+   what recorded graphs keep for backward: for every live node, the byte size
+   of each distinct storage among the values its backward reads (its saved
+   inputs, its output when the formula reads it, or the tensors a custom op
+   saved), counted once per node however many of those values view it. */
+typedef struct ad_memory_stats_t {
+    int64_t live_bytes;
+    int64_t peak_bytes;
+    int64_t saved_bytes;
+} ad_memory_stats_t;
+AD_API void ad_memory_stats(ad_memory_stats_t *out);
+/* Sets peak_bytes to the current live_bytes. */
+AD_API void ad_reset_peak_memory(void);
+
+/* ---- graph introspection (ABI 1.3) --------------------------------------- */
+/* The inputs of t's recorded node: *n = its input count (0 for a tensor with
+   no node); parents[i] (i < min(*n, cap)) = a new reference to input i, or
+   NULL where the node keeps no reference (an untracked input whose value
+   backward does not read).  *tracked: bit i when input i gets a gradient;
+   *saved: bit i when backward reads input i's value, bit 7 when it reads the
+   output.  parents may be NULL when cap is 0. */
+AD_API ad_status ad_tensor_parents(const ad_tensor *t, ad_tensor **parents, int cap, int *n,
+                                   unsigned *tracked, unsigned *saved);
+/* The name of t's op: the registry's, or a custom op's own name; NULL when
+   t has no node.  Valid while t lives. */
+AD_API const char *ad_tensor_op_name(const ad_tensor *t);
+
+/* ---- custom ops (ABI 1.3) ------------------------------------------------
+   A custom op's forward runs in the caller; ad_custom_record then records one
+   node (op AD_OP_CUSTOM) whose backward calls `backward` with the caller's
+   ctx: given grad (the output's gradient) and out (the output), it stores a
+   new reference (or NULL: no gradient) in grads[i] for each of the n inputs
+   and returns AD_OK, or a failure status (the library then fails backward
+   naming the op).  `release` is called once with ctx when the node is freed.
+   *out: a new tensor viewing `output` (a fresh handle, so that the node never
+   attaches to a tensor the caller holds), tracked when grad mode is on, the
+   output is a float tensor and an input tracks.  saved: tensors the backward
+   will read (version-checked like a built-in op's, counted in saved_bytes).
+   On AD_OK with ad_tensor_op(*out) == AD_OP_CUSTOM the node owns ctx;
+   otherwise ctx stays the caller's and release is never called. */
+typedef ad_status (*ad_custom_backward_fn)(void *ctx, const ad_tensor *grad,
+                                           const ad_tensor *out, ad_tensor **grads, int n);
+typedef void (*ad_custom_release_fn)(void *ctx);
+AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inputs, int n_inputs,
+                                  const ad_tensor *output, const ad_tensor *const *saved,
+                                  int n_saved, ad_custom_backward_fn backward,
+                                  ad_custom_release_fn release, void *ctx, ad_tensor **out);
 
 /* cffi:end */
 

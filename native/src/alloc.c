@@ -127,7 +127,7 @@ void *ad_data_alloc(size_t n) {
     block_cache *c = cache_for(size);
     void *p = c ? cache_take(c, size) : NULL;
     if (!p && posix_memalign(&p, 64, size) != 0) return NULL;
-    atomic_fetch_add_explicit(&ad_live_byte_count, (long long)n, memory_order_relaxed);
+    ad_live_bytes_add((long long)n); /* memory_stats: raises the peak */
     return p;
 }
 

@@ -404,9 +404,26 @@ BACKWARD(permute) {
     for (int i = 0; i < nd; i++) inv[IA[i] < 0 ? IA[i] + nd : IA[i]] = i;
     GRAD(0, call(s, AD_OP_PERMUTE, 1, G, NULL, NULL, inv, (int)nd, NULL, 0));
 }
-/* d slice(x) = zeros like x with g written into the sliced positions */
+/* d slice(x) = zeros like x with g written into the sliced positions.  Under
+   create_graph (g tracks and grad mode is on) the write must be recorded, so
+   it is index_add(zeros, start + step * arange(len), g) along dim instead of
+   the in-place copy, which is faster but leaves no graph. */
 BACKWARD(slice) {
     const ad_tensor *z = zeros_like(s, XS(0));
+    if (ad_grad_enabled && ad_tracks(G)) {
+        slice_args sl;
+        ad_status st = slice_args_decode(IA, XS(0), &sl);
+        if (st) {
+            if (!s->st) s->st = st;
+            return;
+        }
+        ad_tensor *idx = NULL;
+        st = ad_tensor_arange((double)sl.start, (double)sl.step, sl.len, AD_INT64, &idx);
+        const ad_tensor *at = own(s, st, idx);
+        int64_t dim = sl.dim;
+        GRAD(0, call(s, AD_OP_INDEX_ADD, 3, z, at, G, &dim, 1, NULL, 0));
+        return;
+    }
     const ad_tensor *window = call(s, AD_OP_SLICE, 1, z, NULL, NULL, IA, 4, NULL, 0);
     if (window) ad_assign((ad_tensor *)window, G);
     GRAD(0, z);
@@ -573,4 +590,28 @@ BACKWARD(conv_transpose2d) {
    (overlapping windows accumulate) */
 BACKWARD(max_pool2d) {
     GRAD(0, call(s, AD_OP_MAX_POOL2D_BACKWARD, 2, X(0), G, NULL, IA, 8, NULL, 0));
+}
+
+/* conv2d_weight_grad(a, b) is bilinear: <gw, wg(a, b)> = <b, conv2d(a, gw)>,
+   so d/da = conv_transpose2d(b, gw) (output padding restoring a's size, as
+   conv2d's input gradient) and d/db = conv2d(a, gw) */
+BACKWARD(conv2d_weight_grad) {
+    conv_args c;
+    int64_t ia[9];
+    if ((s->st = conv_args_decode(AD_OP_CONV2D_WEIGHT_GRAD, IA, &c))) return;
+    const ad_tensor *a = XS(0);
+    c.oph = (T_SHAPE(a)[2] + 2 * c.ph - c.dh * (c.kh - 1) - 1) % c.sh;
+    c.opw = (T_SHAPE(a)[3] + 2 * c.pw - c.dw * (c.kw - 1) - 1) % c.sw;
+    GRAD(0, CONV(CONV_TRANSPOSE2D, X(1), G, c, G));
+    GRAD(1, CONV(CONV2D, X(0), G, c, G));
+}
+/* max_pool2d_backward(x, gy) is linear in gy and piecewise constant in x
+   (x only chooses the routes), so x gets no gradient and gy the adjoint:
+   g read back at each window's first maximum */
+BACKWARD(max_pool2d_backward) {
+    GRAD(1, call(s, AD_OP_MAX_POOL2D_GATHER, 2, X(0), G, NULL, IA, 8, NULL, 0));
+}
+/* max_pool2d_gather(x, t): the same, the adjoint being max_pool2d_backward */
+BACKWARD(max_pool2d_gather) {
+    GRAD(1, call(s, AD_OP_MAX_POOL2D_BACKWARD, 2, X(0), G, NULL, IA, 8, NULL, 0));
 }

@@ -335,11 +335,41 @@ static ad_status seed_gradient(const ad_tensor *root, const ad_tensor *grad, ad_
     return ad_tensor_full(1.0, root->dtype, T_SHAPE(root), root->ndim, out);
 }
 
+ad_status bw_zero(const ad_node *, const ad_tensor *, const ad_tensor *, ad_tensor **);
+
+/* Under create_graph every gradient the formula gives must track when the
+   incoming one does (a gradient is linear in it); one that does not was
+   computed outside the library's ops and would silently cut the graph. */
+static ad_status check_recorded(const ad_tensor *t, const ad_tensor *g, ad_tensor *const *gr) {
+    const ad_node *n = t->node;
+    if (!ad_tracks(g) || ad_ops[n->op].backward == bw_zero) return AD_OK;
+    for (int i = 0; i < n->n_in; i++)
+        if (gr[i] && (n->tracked & (1u << i)) && !ad_tracks(gr[i]))
+            return ad_fail(AD_ERR_GRAPH,
+                           "backward(create_graph=True): the backward of %s is not "
+                           "differentiable (its gradient for input %d, %s, was not recorded), "
+                           "so the gradient of tensor id %llu (%s) cannot be differentiated "
+                           "again",
+                           ad_tensor_op_name(t), i, ad_tdesc(gr[i]),
+                           (unsigned long long)t->id, ad_tdesc(t));
+    return AD_OK;
+}
+
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain, ad_gradstore **out) {
+    return ad_backward_ex(root, grad, retain, n_retain, 0, out);
+}
+
+AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
+                                const ad_tensor *const *retain, int n_retain, int flags,
+                                ad_gradstore **out) {
     if (!out) return NULL_ARG("backward", "out");
     *out = NULL;
     if (!root) return NULL_ARG("backward", "root");
+    if (flags & ~AD_BACKWARD_CREATE_GRAPH)
+        return ad_fail(AD_ERR_VALUE, "backward: unknown flags 0x%x (known: "
+                       "AD_BACKWARD_CREATE_GRAPH = 1)", (unsigned)flags);
+    bool create = flags & AD_BACKWARD_CREATE_GRAPH;
     if (n_retain < 0)
         return ad_fail(AD_ERR_VALUE, "backward: n_retain is %d, must be >= 0", n_retain);
     if (n_retain > 0 && !retain)
@@ -359,7 +389,9 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
     tvec order = {0};
     id_map grads = {0}, keep = {0};
     ad_gradstore *store = NULL;
-    int mode = ad_set_grad_enabled(0); /* backward records nothing (no create_graph yet) */
+    /* plain backward records nothing; create_graph records the formulas and
+       the sums, whatever the caller's mode (as PyTorch) */
+    int mode = ad_set_grad_enabled(create);
     if ((st = sort_nodes(root, &order))) goto fail;
     if ((st = map_init(&grads, 64)) || (st = map_init(&keep, n_retain + 1))) goto fail;
     for (int i = 0; i < n_retain; i++)
@@ -390,6 +422,7 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
         if (!st) st = check_versions(t);
         if (!st) st = ad_ops[n->op].backward(n, t, g, gr);
         if (!st) st = seq_recheck(t, &seqs);
+        if (!st && create) st = check_recorded(t, g, gr);
         if (!st && (ad_anomaly_enabled || n->site)) st = anomaly_check(t, gr);
         ad_tensor_release(g);
         ad_tensor **in = node_in(n);

@@ -29,6 +29,23 @@ void *ad_data_alloc(size_t n);
 void ad_data_free(void *p, size_t n);
 extern atomic_llong ad_live_tensor_count;
 extern atomic_llong ad_live_byte_count;
+struct ad_node;
+struct op_args;
+/* memory_stats (memory.c): adds n to the live bytes and raises the peak. */
+void ad_live_bytes_add(long long n);
+/* Counts the distinct storages of the values node n keeps for backward (its
+   saved inputs, and out when saves_output) into saved_bytes; stores the
+   amount in n->saved_bytes so that ad_node_finalize takes it back. */
+void ad_node_count_saved(struct ad_node *n, const ad_tensor *out);
+/* Called on a node about to be freed: uncounts it, releases a custom op's
+   context (custom.c). */
+void ad_node_finalize(struct ad_node *n);
+/* memory.c: counts the distinct storages of vals[0..k) as saved and
+   returns that amount; ad_uncount_saved takes an amount back. */
+int64_t ad_count_storages(const ad_tensor *const *vals, int k);
+void ad_uncount_saved(int64_t bytes);
+/* The forward of the CUSTOM row: a custom op is recorded, never called. */
+ad_status fwd_custom(const struct op_args *a, ad_tensor **out);
 
 /* ---- errors (error.c) --------------------------------------------------- */
 ad_status ad_fail(ad_status st, const char *fmt, ...)
@@ -98,6 +115,7 @@ struct ad_node {
     uint8_t saves_output; /* backward reads the output */
     uint64_t out_version;
     const char *site;     /* anomaly mode: where the op was created */
+    int64_t saved_bytes;  /* counted into memory_stats' saved_bytes (memory.c) */
     /* tail: ad_tensor *in[n_in]; uint64_t version[n_in];
              int64_t iargs[n_iargs]; double fargs[n_fargs] */
     uint64_t tail[];

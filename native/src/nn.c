@@ -275,9 +275,10 @@ static int64_t pool_argmax(const pool_geom *g, const void *plane, int dt, int64_
 /* Every max-pooling window of the contiguous x: forward (gy NULL) stores
    its maximum (-inf for a window wholly in the padding) at the window's
    output index of y; backward adds gy there into y (x's shape) at the
-   window's argmax. */
-static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, int dt,
-                          void *y) {
+   window's argmax; gather (gy x-shaped) stores gy's value at the argmax (0
+   for a window wholly in the padding) at the window's output index. */
+static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, bool gather,
+                          int dt, void *y) {
     size_t es = ad_dtype_size_(dt);
     for (int64_t p = 0; p < g->n * g->c; p++) {
         const char *plane = (const char *)px + (size_t)(p * g->h * g->w) * es;
@@ -286,6 +287,8 @@ static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, in
                 int64_t at = pool_argmax(g, plane, dt, i, j), o = (p * g->oh + i) * g->ow + j;
                 if (!gy) {
                     stv(y, dt, o, at < 0 ? -INFINITY : ld(plane, dt, at));
+                } else if (gather) {
+                    stv(y, dt, o, at < 0 ? 0.0 : ld(gy, dt, p * g->h * g->w + at));
                 } else if (at >= 0) {
                     int64_t t = p * g->h * g->w + at;
                     stv(y, dt, t, ld(y, dt, t) + ld(gy, dt, o));
@@ -307,7 +310,7 @@ ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
         ad_tensor_release(tx);
         return st;
     }
-    pool_max_walk(&g, px, NULL, x->dtype, o->storage->data);
+    pool_max_walk(&g, px, NULL, false, x->dtype, o->storage->data);
     ad_tensor_release(tx);
     *out = o;
     return AD_OK;
@@ -328,10 +331,34 @@ ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out) {
     if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(gy, &tg, &pg)) ||
         (st = ad_tensor_zeros(x->dtype, T_SHAPE(x), 4, &o)))
         goto done;
-    pool_max_walk(&g, px, pg, x->dtype, o->storage->data);
+    pool_max_walk(&g, px, pg, false, x->dtype, o->storage->data);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tg);
+    if (!st) *out = o;
+    return st;
+}
+
+/* out[window] = t[first maximum of x in the window]: the adjoint of
+   max_pool2d_backward in its gradient argument (t has x's shape) */
+ad_status fwd_max_pool2d_gather(const op_args *a, ad_tensor **out) {
+    const ad_tensor *x = a->in[0], *t = a->in[1];
+    pool_geom g;
+    ad_status st = pool_geometry(a->op, x, a->iargs, &g);
+    if (st || (st = same_dtype(OP_NAME(a->op), x, t, "the gathered tensor"))) return st;
+    if (t->ndim != 4 || memcmp(T_SHAPE(t), T_SHAPE(x), 4 * sizeof(int64_t)))
+        return ad_fail(AD_ERR_SHAPE, "max_pool2d_gather: the gathered tensor %s should have the "
+                       "input's shape %s", ad_tdesc(t), ad_fmt_shape(T_SHAPE(x), 4));
+    int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
+    ad_tensor *tx = NULL, *tt = NULL, *o = NULL;
+    const void *px, *pt;
+    if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(t, &tt, &pt)) ||
+        (st = ad_tensor_empty(x->dtype, shape, 4, &o)))
+        goto done;
+    pool_max_walk(&g, px, pt, true, x->dtype, o->storage->data);
+done:
+    ad_tensor_release(tx);
+    ad_tensor_release(tt);
     if (!st) *out = o;
     return st;
 }

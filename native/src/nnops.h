@@ -21,6 +21,7 @@ ad_status fwd_conv_transpose2d(const op_args *a, ad_tensor **out);
 ad_status fwd_conv2d_weight_grad(const op_args *a, ad_tensor **out);
 ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out);
 ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out);
+ad_status fwd_max_pool2d_gather(const op_args *a, ad_tensor **out);
 
 /* x's elements in row-major order: x's own memory when contiguous, else a
    contiguous copy in *tmp (release it afterwards; NULL when not needed). */

@@ -69,6 +69,7 @@ static ad_status record(int op, const op_def *def, const op_args *a, unsigned tr
     if (a->n_iargs) memcpy(node_iargs(n), a->iargs, a->n_iargs * sizeof(int64_t));
     if (a->n_fargs) memcpy(node_fargs(n), a->fargs, a->n_fargs * sizeof(double));
     if (n->saves_output) n->out_version = atomic_load(&y->storage->version);
+    ad_node_count_saved(n, y); /* memory_stats: saved_bytes */
     y->node = n;
     return AD_OK;
 }

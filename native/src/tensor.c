@@ -39,7 +39,7 @@ static ad_storage *storage_new(size_t nbytes) {
         if (!s) return NULL;
         s->data = (char *)s + ((sizeof *s + 15) & ~(size_t)15);
         s->inline_data = true;
-        atomic_fetch_add_explicit(&ad_live_byte_count, (long long)nbytes, memory_order_relaxed);
+        ad_live_bytes_add((long long)nbytes); /* raises memory_stats' peak too */
     } else {
         s = ad_malloc(sizeof *s);
         if (!s) return NULL;
@@ -218,6 +218,7 @@ AD_API void ad_tensor_release(ad_tensor *t) {
                 p->storage = (ad_storage *)dying;
                 dying = p;
             }
+            ad_node_finalize(n); /* saved_bytes; a custom op's context (custom.c) */
             ad_mfree((void *)n->site);
             ad_mfree(n);
         }

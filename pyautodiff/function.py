@@ -1,0 +1,196 @@
+"""ad.Function: custom ops written in Python.
+
+    class Exp(ad.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, gy):
+            (y,) = ctx.saved_tensors
+            return gy * y
+
+    z = Exp.apply(x)
+
+apply() runs forward under no_grad and records ONE native node (op
+AD_OP_CUSTOM, named after the class) whose backward calls back into Python
+through a cffi `extern "Python"` callback; the node holds the ctx through a
+cffi handle and releases it (and the saved tensors) when the graph is freed.
+An exception raised in backward leaves loss.backward() as itself, its message
+prefixed with "<Class>.backward: "."""
+import threading
+
+from ._lib import ffi, lib, pending, raise_status
+from .errors import ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError, ShapeError
+from .grad import no_grad
+
+# ctx handles owned by live nodes, keyed by the handle's address: cffi's
+# handle must stay alive while the node may call back with it
+_live = {}
+_live_lock = threading.Lock()
+
+
+class FunctionCtx:
+    """What forward hands to backward: save_for_backward(*tensors),
+    saved_tensors, needs_input_grad (one bool per argument of apply)."""
+
+    def __init__(self, cls, needs_input_grad):
+        self._cls = cls
+        self._saved = ()
+        self._released = False
+        self.needs_input_grad = needs_input_grad
+
+    def save_for_backward(self, *tensors):
+        from .tensor import Tensor
+
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise ArgumentTypeError(f"{self._cls.__name__}: save_for_backward argument {i} "
+                                        f"is a {type(t).__name__}, not a Tensor or None")
+        self._saved = tensors
+
+    @property
+    def saved_tensors(self):
+        if self._released:
+            raise GraphError(f"{self._cls.__name__}: saved_tensors used after the graph was "
+                             f"freed")
+        out = getattr(self, "_tracked_out", None)
+        if out is None:
+            return self._saved
+        # during backward the forward's result reads as the node's own tracked
+        # output (same values), so that a recorded backward (create_graph)
+        # differentiates through it as through the inputs
+        return tuple(out if k in self._out_index else t for k, t in enumerate(self._saved))
+
+
+class Function:
+    """Subclass with static forward(ctx, *args) and backward(ctx, *grads);
+    call MyOp.apply(*args).  forward returns one Tensor; backward returns one
+    gradient (or None) per argument of apply, each of that argument's shape
+    and dtype."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("ad.Function subclasses define a static forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("ad.Function subclasses define a static backward(ctx, *grads)")
+
+    @classmethod
+    def apply(cls, *args):
+        from .tensor import Tensor, _wrap, _NULL
+
+        name = cls.__name__
+        pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        if len(pos) > 8:
+            raise InvalidArgumentError(f"{name}.apply: at most 8 tensor arguments, got "
+                                       f"{len(pos)}")
+        grad_on = lib.ad_is_grad_enabled()
+        needs = tuple(bool(grad_on and isinstance(a, Tensor) and a.track_op
+                           and a.dtype.is_floating_point) for a in args)
+        ctx = FunctionCtx(cls, needs)
+        with no_grad():
+            out = cls.forward(ctx, *args)
+        if not isinstance(out, Tensor):
+            raise ArgumentTypeError(f"{name}.forward returned a {type(out).__name__}; it must "
+                                    f"return one Tensor")
+        if not any(needs):
+            return out
+        ctx._args = [(i, args[i].shape, args[i].dtype) for i in pos]
+        ctx._out_index = {k for k, s in enumerate(ctx._saved) if s is out}
+        ctx._n_args = len(args)
+        saved = [t for t in ctx._saved if t is not None]
+        handle = ffi.new_handle(ctx)
+        res = ffi.new("ad_tensor **")
+        st = lib.ad_custom_record(name.encode("utf-8", "replace"), [args[i]._h for i in pos],
+                                  len(pos), out._h, [t._h for t in saved] or _NULL, len(saved),
+                                  lib._ad_custom_backward, lib._ad_custom_release, handle, res)
+        if st:
+            raise_status(st)
+        if lib.ad_tensor_op(res[0]) == lib.AD_OP_CUSTOM:
+            with _live_lock:
+                _live[int(ffi.cast("uintptr_t", handle))] = handle
+        return _wrap(res[0])
+
+
+def _check_grads(ctx, res):
+    """The gradients backward returned, one per tensor input (None: none), or
+    an error naming the Function and the input."""
+    from .tensor import Tensor
+
+    name = ctx._cls.__name__
+    if not isinstance(res, tuple):
+        res = (res,)
+    if len(res) != ctx._n_args:
+        raise InvalidArgumentError(f"{name}.backward returned {len(res)} gradient"
+                                   f"{'s' if len(res) != 1 else ''}; apply took {ctx._n_args} "
+                                   f"argument{'s' if ctx._n_args != 1 else ''} (return None for "
+                                   f"one without a gradient)")
+    out = []
+    for i, shape, dtype in ctx._args:
+        g = res[i]
+        if g is None or not ctx.needs_input_grad[i]:
+            out.append(None)
+            continue
+        if not isinstance(g, Tensor):
+            raise ArgumentTypeError(f"{name}.backward: the gradient for input {i} is a "
+                                    f"{type(g).__name__}, not a Tensor")
+        if g.shape != shape:
+            raise ShapeError(f"{name}.backward: the gradient for input {i} has shape {g.shape}, "
+                             f"the input has shape {shape} ({dtype})")
+        if g.dtype != dtype:
+            raise DTypeError(f"{name}.backward: the gradient for input {i} is {g.dtype}, the "
+                             f"input is {dtype} (shape {shape})")
+        out.append(g)
+    return out
+
+
+_STATUS = {ShapeError: "AD_ERR_SHAPE", DTypeError: "AD_ERR_DTYPE", GraphError: "AD_ERR_GRAPH"}
+
+
+@ffi.def_extern()
+def _ad_custom_backward(ctxp, grad, out, grads, n):
+    from .tensor import _wrap
+
+    ctx = None
+    try:
+        ctx = ffi.from_handle(ctxp)
+        lib.ad_tensor_retain(grad)  # the wrappers own references of their own
+        lib.ad_tensor_retain(out)
+        ctx._tracked_out = _wrap(out)
+        try:
+            res = ctx._cls.backward(ctx, _wrap(grad))
+        finally:
+            ctx._tracked_out = None
+        gs = _check_grads(ctx, res)
+        for i, g in enumerate(gs):
+            if g is not None:
+                lib.ad_tensor_retain(g._h)
+                grads[i] = g._h
+        return lib.AD_OK
+    except BaseException as e:  # noqa: B036 - handed to the thread that called backward
+        name = ctx._cls.__name__ if ctx is not None else "Function"
+        prefix = f"{name}.backward: "
+        if e.args and isinstance(e.args[0], str):
+            if not e.args[0].startswith(prefix):
+                e.args = (prefix + e.args[0],) + e.args[1:]
+        else:
+            e.args = (prefix.rstrip(": "),) + e.args
+        pending.exc = e
+        return getattr(lib, _STATUS.get(type(e), "AD_ERR_VALUE"))
+
+
+@ffi.def_extern()
+def _ad_custom_release(ctxp):
+    try:
+        with _live_lock:
+            handle = _live.pop(int(ffi.cast("uintptr_t", ctxp)), None)
+        if handle is not None:
+            ctx = ffi.from_handle(handle)
+            ctx._saved = ()
+            ctx._released = True
+    except Exception:  # pragma: no cover - only at interpreter shutdown
+        pass

@@ -1,0 +1,86 @@
+"""The memory report and the graph picture.
+
+memory_stats() reads three native counters: live_bytes (tensor data alive),
+peak_bytes (the most live_bytes has been since start or reset_peak_memory())
+and saved_bytes (what recorded graphs keep for backward: each live node counts
+the distinct storages among the values its backward reads once; two nodes
+keeping one storage both count it)."""
+from ._lib import ffi, lib, raise_status
+
+
+def memory_stats():
+    """{"live_bytes", "peak_bytes", "saved_bytes"}, counted natively."""
+    s = ffi.new("ad_memory_stats_t *")
+    lib.ad_memory_stats(s)
+    return {"live_bytes": s.live_bytes, "peak_bytes": s.peak_bytes,
+            "saved_bytes": s.saved_bytes}
+
+
+def reset_peak_memory():
+    """Sets peak_bytes to the current live_bytes."""
+    lib.ad_reset_peak_memory()
+
+
+def _parents(t):
+    """(parents, tracked mask, saved mask) of t's node: parents[i] a Tensor or
+    None where the node keeps no reference."""
+    from .tensor import Tensor, Var, _wrap
+
+    arr = ffi.new("ad_tensor *[8]")
+    n, tracked, saved = ffi.new("int *"), ffi.new("unsigned *"), ffi.new("unsigned *")
+    st = lib.ad_tensor_parents(t._h, arr, 8, n, tracked, saved)
+    if st:
+        raise_status(st)
+    ps = [None if arr[i] == ffi.NULL else
+          _wrap(arr[i], Var if lib.ad_tensor_is_variable(arr[i]) else Tensor)
+          for i in range(n[0])]
+    return ps, tracked[0], saved[0]
+
+
+def _q(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(root):
+    """Graphviz DOT text of the graph recorded behind root: one node per
+    tensor (op or "Var", shape, dtype), an edge from each input to the op that
+    consumed it (labelled with the input's position).  Vars are boxes; a
+    tensor some backward formula reads (a saved value) is filled orange with
+    a double border; an input that gets no gradient is dashed."""
+    lines = ["digraph pyautodiff {", '  rankdir="BT";',
+             '  node [fontname="Helvetica", fontsize=10, style=filled, fillcolor=white];']
+    seen, order, edges, saved_ids = {}, [], [], set()
+    stack = [root]
+    while stack:
+        t = stack.pop()
+        if t.id in seen:
+            continue
+        seen[t.id] = t
+        order.append(t)
+        ps, tracked, saved = _parents(t)
+        if saved & 0x80:
+            saved_ids.add(t.id)
+        for i, p in enumerate(ps):
+            if p is None:
+                continue
+            if saved & (1 << i):
+                saved_ids.add(p.id)
+            edges.append((p.id, t.id, i, bool(tracked & (1 << i))))
+            if p.id not in seen:
+                stack.append(p)
+    for t in order:
+        kind = "Var" if t.is_variable else (t.op or "tensor")
+        label = f"{kind}\n{t.shape}\n{t.dtype.name}"
+        attrs = {"label": _q(label), "shape": "ellipse"}
+        if t.is_variable:
+            attrs.update(shape="box", fillcolor='"lightblue"')
+        elif not t.track_op:
+            attrs.update(shape="note", fillcolor='"lightgrey"')
+        if t.id in saved_ids:
+            attrs.update(fillcolor='"orange"', peripheries="2")
+        lines.append(f"  t{t.id} [{', '.join(f'{k}={v}' for k, v in attrs.items())}];")
+    for src, dst, i, tracked in edges:
+        style = "" if tracked else ", style=dashed"
+        lines.append(f'  t{src} -> t{dst} [label="{i}"{style}];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
