@@ -527,7 +527,7 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return s[0]
 
-    def __iter__(self) -> Iterator["Tensor"]:
+    def __iter__(self) -> Iterator[Tensor]:
         """Iterate over dim 0, yielding the views t[0], t[1], ...
         Raises TypeError for a 0-d tensor."""
         for i in range(len(self)):
@@ -555,7 +555,7 @@ class Tensor:
         return self.__copy__()
 
     # ---- graph --------------------------------------------------------------------
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """A tensor sharing this one's memory but cut from the graph: backward does
         not flow through it.  A Var detaches to a plain Tensor.
         """
@@ -839,7 +839,7 @@ class Tensor:
             return t
         return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def sum(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def sum(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Sum over `dim` (an int or a tuple of ints; None: all dims).
 
         Args:
@@ -851,11 +851,11 @@ class Tensor:
         """
         return self._reduce(lib.AD_OP_SUM, dim, keepdim)
 
-    def sum_all(self) -> "Tensor":
+    def sum_all(self) -> Tensor:
         """The sum of every element, as a 0-d tensor (sum() with no dim)."""
         return self._reduce(lib.AD_OP_SUM, None, False)
 
-    def mean(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def mean(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Mean over `dim` (an int or a tuple of ints; None: all dims).
 
         Args:
@@ -867,7 +867,7 @@ class Tensor:
         """
         return self._reduce(lib.AD_OP_MEAN, dim, keepdim)
 
-    def max(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def max(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Maximum over `dim` (an int or a tuple of ints; None: all dims).
 
         Args:
@@ -880,7 +880,7 @@ class Tensor:
         """
         return self._reduce(lib.AD_OP_MAX, dim, keepdim)
 
-    def min(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def min(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Minimum over `dim` (an int or a tuple of ints; None: all dims).
 
         Args:
@@ -893,7 +893,7 @@ class Tensor:
         """
         return self._reduce(lib.AD_OP_MIN, dim, keepdim)
 
-    def argmax(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def argmax(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Index (int64) of the first maximum along `dim` (None: of the flattened tensor).
 
         Args:
@@ -905,7 +905,7 @@ class Tensor:
         """
         return _call(lib.AD_OP_ARGMAX, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def argmin(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def argmin(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Index (int64) of the first minimum along `dim` (None: of the flattened tensor).
 
         Args:
@@ -917,11 +917,11 @@ class Tensor:
         """
         return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def prod(self, dim: DimArg = None, keepdim: bool = False) -> "Tensor":
+    def prod(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Product over dims; its gradient is exact where inputs are zero."""
         return self._reduce(lib.AD_OP_PROD, dim, keepdim)
 
-    def logsumexp(self, dim: DimArg, keepdim: bool = False) -> "Tensor":
+    def logsumexp(self, dim: DimArg, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints."""
         dims = _dims_arg(dim)
         if len(dims) == 1:
@@ -940,19 +940,19 @@ class Tensor:
             y = y.reshape(tuple(1 if d in red else s for d, s in enumerate(self.shape)))
         return y
 
-    def softmax(self, dim: int) -> "Tensor":
+    def softmax(self, dim: int) -> Tensor:
         """Softmax along `dim`: exp(x - max) normalised to sum to 1 (same shape).
         Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
         """
         return _call(lib.AD_OP_SOFTMAX, (self,), (operator.index(dim),))
 
-    def log_softmax(self, dim: int) -> "Tensor":
+    def log_softmax(self, dim: int) -> Tensor:
         """log(softmax(x)) along `dim`, computed stably (same shape).
         Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
         """
         return _call(lib.AD_OP_LOG_SOFTMAX, (self,), (operator.index(dim),))
 
-    def var(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> "Tensor":
+    def var(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """sum((x - mean)^2) / (N - correction) over dims (composed of
         differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
         d = self - self.mean(dim, keepdim=True)
@@ -962,18 +962,18 @@ class Tensor:
             n *= self.shape[i]
         return (d * d).sum(dim, keepdim) / builtins.max(n - correction, 0)
 
-    def std(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> "Tensor":
+    def std(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """Standard deviation over `dim`: sqrt(var(dim, correction, keepdim)).
         correction=1 is Bessel's (unbiased) estimate, 0 the population one.
         """
         return self.var(dim, correction, keepdim).sqrt()
 
-    def cumsum(self, dim: int) -> "Tensor":
+    def cumsum(self, dim: int) -> Tensor:
         """Cumulative sum along `dim` (same shape).  Raises OutOfRangeError for a bad dim."""
         return _call(lib.AD_OP_CUMSUM, (self,), (operator.index(dim), 0))
 
     # ---- layout ---------------------------------------------------------------------------
-    def reshape(self, *shape: ShapeArg) -> "Tensor":
+    def reshape(self, *shape: ShapeArg) -> Tensor:
         """The same elements in a new shape: reshape(2, 3) or reshape((2, 3)); one
         size may be -1 (inferred).  A view when the layout allows, else a copy.  `view`
         is an alias.  Raises ShapeError when the element counts differ.
@@ -984,7 +984,7 @@ class Tensor:
 
     view = reshape
 
-    def permute(self, *dims: ShapeArg) -> "Tensor":
+    def permute(self, *dims: ShapeArg) -> Tensor:
         """A view with the dims reordered: permute(1, 0, 2) or permute((1, 0, 2)).
         Raises InvalidArgumentError unless `dims` is a permutation of range(ndim).
         """
@@ -992,7 +992,7 @@ class Tensor:
             dims = dims[0]
         return _call(lib.AD_OP_PERMUTE, (self,), _shape_arg(dims, "dims", "permute"))
 
-    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
         """A view with dims `dim0` and `dim1` swapped.  Raises OutOfRangeError for a bad dim."""
         n = self.ndim
         d0, d1 = _norm_dim(dim0, n, "transpose"), _norm_dim(dim1, n, "transpose")
@@ -1000,18 +1000,18 @@ class Tensor:
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return _call(lib.AD_OP_PERMUTE, (self,), perm)
 
-    def t(self) -> "Tensor":
+    def t(self) -> Tensor:
         """Swaps the last two dims (any tensor of rank >= 2)."""
         if self.ndim < 2:
             raise ShapeError(f"t: needs at least 2 dims, got shape {self.shape}")
         return self.transpose(-2, -1)
 
     @property
-    def T(self) -> "Tensor":
+    def T(self) -> Tensor:
         """A view with every dim reversed (the transpose of a matrix)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
-    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
         """A view of elements start .. start+length-1 of dim `dim` (start may be negative).
         Raises OutOfRangeError when the range falls outside the dim.
         """
@@ -1022,7 +1022,7 @@ class Tensor:
             start += size
         return _call(lib.AD_OP_SLICE, (self,), (d, start, 1, length))
 
-    def broadcast_to(self, *shape: ShapeArg) -> "Tensor":
+    def broadcast_to(self, *shape: ShapeArg) -> Tensor:
         """A view broadcast to `shape` with numpy's rules (size-1 dims repeat at no
         cost).  Its gradient sums back.  Raises ShapeError when the shapes do not broadcast.
         """
@@ -1030,13 +1030,13 @@ class Tensor:
             shape = shape[0]
         return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape, "shape", "broadcast_to"))
 
-    def expand(self, *sizes: ShapeArg) -> "Tensor":
+    def expand(self, *sizes: ShapeArg) -> Tensor:
         """PyTorch's expand: broadcast_to where a size of -1 keeps that dim.
         Raises ShapeError when a non-1 dim would change.
         """
         return _ix.expand(self, *sizes)
 
-    def squeeze(self, dim: DimArg = None) -> "Tensor":
+    def squeeze(self, dim: DimArg = None) -> Tensor:
         """Remove size-1 dims: all of them (dim=None) or those listed in `dim` (an
         int or tuple; a listed dim whose size is not 1 is kept, as in PyTorch).
         """
@@ -1048,14 +1048,14 @@ class Tensor:
             new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
         return _call(lib.AD_OP_RESHAPE, (self,), new)
 
-    def unsqueeze(self, dim: int) -> "Tensor":
+    def unsqueeze(self, dim: int) -> Tensor:
         """Insert a size-1 dim at position `dim` (in range(-ndim-1, ndim+1))."""
         shape = list(self.shape)
         d = _norm_dim(dim, len(shape) + 1, "unsqueeze")
         shape.insert(d, 1)
         return _call(lib.AD_OP_RESHAPE, (self,), shape)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         """Merge dims start_dim .. end_dim into one (a 0-d tensor becomes shape (1,)).
         Raises OutOfRangeError for a bad dim.
         """
@@ -1071,11 +1071,11 @@ class Tensor:
             n *= x
         return _call(lib.AD_OP_RESHAPE, (self,), shape[:s] + (n,) + shape[e + 1:])
 
-    def contiguous(self) -> "Tensor":
+    def contiguous(self) -> Tensor:
         """A row-major copy when the tensor is a strided view, else the same values."""
         return _unary(lib.AD_OP_CONTIGUOUS, self)
 
-    def to_dtype(self, dtype: DTypeLike) -> "Tensor":
+    def to_dtype(self, dtype: DTypeLike) -> Tensor:
         """The values converted to `dtype` (an ad dtype, numpy dtype or name);
         `astype` is an alias.  Float -> float casts are differentiable.
         """
@@ -1083,54 +1083,54 @@ class Tensor:
 
     astype = to_dtype
 
-    def float(self) -> "Tensor":
+    def float(self) -> Tensor:
         """to_dtype(ad.float32)."""
         return self.to_dtype(_dt.float32)
 
-    def double(self) -> "Tensor":
+    def double(self) -> Tensor:
         """to_dtype(ad.float64)."""
         return self.to_dtype(_dt.float64)
 
-    def matmul(self, other: "Tensor") -> "Tensor":
+    def matmul(self, other: Tensor) -> Tensor:
         """self @ other (see __matmul__ for shapes and errors)."""
         return matmul(self, other)
 
     # ---- joining and selecting (indexing.py) ------------------------------------------------
-    def flip(self, dims: DimArg) -> "Tensor":
+    def flip(self, dims: DimArg) -> Tensor:
         """ad.flip(self, dims): reverse the order of elements along `dims`."""
         return _ix.flip(self, dims)
 
-    def repeat(self, *sizes: ShapeArg) -> "Tensor":
+    def repeat(self, *sizes: ShapeArg) -> Tensor:
         """Tile the tensor (PyTorch's repeat): repeat(2, 3) repeats dim -2 twice and
         dim -1 three times."""
         return _ix.repeat(self, *sizes)
 
     def split(self, split_size_or_sections: Union[int, Sequence[int]],
-              dim: int = 0) -> List["Tensor"]:
+              dim: int = 0) -> List[Tensor]:
         """ad.split(self, split_size_or_sections, dim): a list of views along `dim`."""
         return _ix.split(self, split_size_or_sections, dim)
 
-    def chunk(self, chunks: int, dim: int = 0) -> List["Tensor"]:
+    def chunk(self, chunks: int, dim: int = 0) -> List[Tensor]:
         """ad.chunk(self, chunks, dim): `chunks` nearly equal views along `dim`."""
         return _ix.chunk(self, chunks, dim)
 
-    def index_select(self, dim: int, index: Any) -> "Tensor":
+    def index_select(self, dim: int, index: Any) -> Tensor:
         """ad.index_select(self, dim, index): the entries `index` (1-d int64) of dim `dim`."""
         return _ix.index_select(self, dim, index)
 
-    def index_add(self, dim: int, index: Any, source: "Tensor") -> "Tensor":
+    def index_add(self, dim: int, index: Any, source: Tensor) -> Tensor:
         """ad.index_add(self, dim, index, source): self with source's slices added at `index`."""
         return _ix.index_add(self, dim, index, source)
 
-    def gather(self, dim: int, index: Any) -> "Tensor":
+    def gather(self, dim: int, index: Any) -> Tensor:
         """ad.gather(self, dim, index): out[i][j] = self[index[i][j]][j] for dim 0, and so on."""
         return _ix.gather(self, dim, index)
 
-    def scatter_add(self, dim: int, index: Any, src: "Tensor") -> "Tensor":
+    def scatter_add(self, dim: int, index: Any, src: Tensor) -> Tensor:
         """ad.scatter_add(self, dim, index, src): self with src added where `index` says."""
         return _ix.scatter_add(self, dim, index, src)
 
-    def __getitem__(self, key: Any) -> "Tensor":
+    def __getitem__(self, key: Any) -> Tensor:
         """t[key]: numpy-style indexing.  Ints, slices (any step), None, Ellipsis
         give differentiable views; an int or bool tensor/array/list index gathers
         (advanced indexing, a copy).  Raises OutOfRangeError for an index out of range,
@@ -1199,7 +1199,7 @@ class Var(Tensor):
         self._take(out[0])  # (the same native Var when data was one: shared, as from_tensor)
 
     @classmethod
-    def from_tensor(cls, t: Tensor) -> "Var":
+    def from_tensor(cls, t: Tensor) -> Var:
         """A Var holding a copy of t; a Var is returned as it is."""
         if isinstance(t, Var):
             return t
@@ -1212,18 +1212,18 @@ class Var(Tensor):
         return _wrap(out[0], Var)
 
     @classmethod
-    def zeros(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> "Var":
+    def zeros(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Var:
         """A new Var of zeros: Var.zeros(2, 3) or Var.zeros((2, 3)); default dtype float32."""
         return cls.from_tensor(zeros(_shape_varargs(shape, "Var.zeros"), dtype=dtype))
 
     @classmethod
-    def ones(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> "Var":
+    def ones(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Var:
         """A new Var of ones: Var.ones(2, 3) or Var.ones((2, 3)); default dtype float32."""
         return cls.from_tensor(ones(_shape_varargs(shape, "Var.ones"), dtype=dtype))
 
     @classmethod
     def randn(cls, *shape: ShapeArg, seed: Optional[int] = None, dtype: Optional[DTypeLike] = None,
-              std: float = 1.0) -> "Var":
+              std: float = 1.0) -> Var:
         """A new Var of standard-normal samples times `std`.  `seed` makes it
         reproducible (else the ad.manual_seed generator is used).
         """
@@ -1232,7 +1232,7 @@ class Var(Tensor):
 
     @classmethod
     def rand(cls, *shape: ShapeArg, seed: Optional[int] = None,
-             dtype: Optional[DTypeLike] = None) -> "Var":
+             dtype: Optional[DTypeLike] = None) -> Var:
         """A new Var of uniform samples in [0, 1); `seed` as in randn."""
         return cls.from_tensor(rand(_shape_varargs(shape, "Var.rand"), seed=seed, dtype=dtype))
 
@@ -1262,25 +1262,25 @@ class Var(Tensor):
             self.set(new)
         return self
 
-    def __iadd__(self, o: Any) -> "Var":
+    def __iadd__(self, o: Any) -> Var:
         """var += o in place (through Var.set: same id, version bumped), as PyTorch's
         `with no_grad(): w += lr * g`.  o must broadcast to var's shape and keep its dtype.
         """
         return self._inplace(o, operator.add, "+")
 
-    def __isub__(self, o: Any) -> "Var":
+    def __isub__(self, o: Any) -> Var:
         """var -= o in place (through Var.set: same id, version bumped), as PyTorch's
         `with no_grad(): w -= lr * g`.  o must broadcast to var's shape and keep its dtype.
         """
         return self._inplace(o, operator.sub, "-")
 
-    def __imul__(self, o: Any) -> "Var":
+    def __imul__(self, o: Any) -> Var:
         """var *= o in place (through Var.set: same id, version bumped), as PyTorch's
         `with no_grad(): w *= lr * g`.  o must broadcast to var's shape and keep its dtype.
         """
         return self._inplace(o, operator.mul, "*")
 
-    def __itruediv__(self, o: Any) -> "Var":
+    def __itruediv__(self, o: Any) -> Var:
         """var /= o in place (through Var.set: same id, version bumped), as PyTorch's
         `with no_grad(): w /= lr * g`.  o must broadcast to var's shape and keep its dtype.
         """

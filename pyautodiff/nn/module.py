@@ -87,7 +87,12 @@ class Module:
                                  f"(call super().__init__() first in {type(self).__name__})")
         return d, self.__dict__["_buffers"], self.__dict__["_modules"]
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
+        """self.name = value registers a Var as a parameter and a Module as a child
+        (as PyTorch); assigning to a registered buffer keeps it a buffer.  Raises
+        TypeError when the value cannot replace the registered parameter, child or
+        buffer of that name.
+        """
         Tensor, Var = _tensor_types()
         d = self.__dict__
         params = d.get("_parameters")
@@ -128,7 +133,8 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
+        """The parameter, buffer or child registered as `name`.  Raises AttributeError."""
         # only called when normal lookup fails; guarded so that copy/pickle, which
         # probe attributes on an instance without __dict__ contents, see AttributeError
         d = self.__dict__
@@ -138,7 +144,8 @@ class Module:
                 return sub[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
+        """del self.name unregisters a parameter, buffer or child (or deletes an attribute)."""
         d = self.__dict__
         for key in ("_parameters", "_buffers", "_modules"):
             sub = d.get(key)
@@ -149,6 +156,7 @@ class Module:
         object.__delattr__(self, name)
 
     def __setstate__(self, state):
+        """Restores a pickled or deep-copied module (its Vars included)."""
         # pickle and deepcopy restore __dict__ directly: register the new Vars
         # as __setattr__ would have
         self.__dict__.update(state)
@@ -159,6 +167,7 @@ class Module:
                     _remember(v)
 
     def __dir__(self):
+        """The attributes, with the registered parameters, buffers and children."""
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) |
                       set(self._modules))
 

@@ -106,9 +106,9 @@ class LambdaLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def state_dict(self) -> _Dict[str, _Any]:
-        # functions are not saved; a callable object's attributes are
         """As LRScheduler.state_dict, with each lr_lambda saved as its attributes
         (a plain function as None)."""
+        # functions are not saved; a callable object's attributes are
         sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
         sd["lr_lambdas"] = [None if isinstance(f, _types.FunctionType) else dict(f.__dict__)
                             for f in self.lr_lambdas]

@@ -34,8 +34,19 @@ class Identity(Module):
 
 
 class Linear(Module):
-    """y = x @ weight.T + bias; weight (out_features, in_features) and bias
-    drawn from U(-1/sqrt(in_features), 1/sqrt(in_features)) as PyTorch."""
+    """Applies y = x @ weight.T + bias.
+
+    Args:
+        in_features: the size of each input sample (the last dim of x).
+        out_features: the size of each output sample.
+        bias: False leaves out the bias (self.bias is None).
+        dtype: the parameters' dtype (default float32); device must be None or 'cpu'.
+
+    Parameters: weight (out_features, in_features) and bias (out_features,),
+    drawn from U(-1/sqrt(in_features), 1/sqrt(in_features)) as PyTorch.
+
+    Shape: (*, in_features) -> (*, out_features).
+    """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Any = None, dtype: Any = None) -> None:
