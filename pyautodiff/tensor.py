@@ -322,7 +322,24 @@ def _full_like_scalar(s, like, fn="compare"):
 
 class Tensor:
     """An immutable n-d array living in native memory, a node of the graph
-    when it depends on a Var."""
+    when it depends on a Var.
+
+    Tensor(data, dtype=None) copies `data` (nested lists, scalars, a numpy
+    array or a tensor), as ad.tensor does.  Python floats give float32 and
+    ints int64 unless `dtype` says otherwise.
+
+    - Properties: shape, ndim, dtype, strides, is_contiguous, version, id.
+    - Conversion: numpy() (a read-only zero-copy view), item(), tolist(),
+      np.asarray(t), DLPack (__dlpack__, ad.from_dlpack).
+    - Ops: the operators (+ - * / ** @, comparisons) broadcast with numpy's
+      rules; elementwise math (exp, log, relu, ...), reductions (sum, mean,
+      max, ...), layout views (reshape, permute, transpose, t[...]) and
+      joining/selecting (split, gather, index_select, ...).
+    - Differentiation: loss.backward() returns a GradStore holding d loss / d v
+      for every Var v the loss depends on; detach() cuts the graph.
+
+    Every failure is an ad.Error subclass naming the op, the shapes and the dtypes.
+    """
 
     __slots__ = ("_h", "__weakref__")
     __array_priority__ = 1000
@@ -1186,7 +1203,13 @@ class _ArrayView:
 
 class Var(Tensor):
     """A mutable leaf (float dtypes only): its value changes only by `set`,
-    which bumps its version."""
+    which bumps its version.
+
+    Var(data, dtype=None) copies `data` as Tensor does; Var.randn, Var.zeros,
+    Var.ones and Var.rand create one directly.  backward() differentiates
+    with respect to Vars; optimizers update them in place (var -= lr * g under
+    no_grad does the same by hand).
+    """
 
     __slots__ = ()
 

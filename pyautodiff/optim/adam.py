@@ -16,6 +16,15 @@ class Adam(Optimizer):
         m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
         vmax = max(vmax, v)           (amsgrad; then vmax replaces v below)
         w = w - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, betas (beta1, beta2), eps, weight_decay, amsgrad: as in the formulas.
+        decoupled_weight_decay: True gives AdamW's decay.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative lr, eps or weight_decay, or a beta outside [0, 1).
     """
 
     _state_tensors = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")

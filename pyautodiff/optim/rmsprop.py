@@ -17,6 +17,14 @@ class RMSprop(Optimizer):
               avg = sqrt(sq - ga * ga) + eps
         momentum > 0: buf = momentum * buf + g / avg; w = w - lr * buf
         otherwise:    w = w - lr * g / avg
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, alpha, eps, weight_decay, momentum, centered: as in the formulas.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative or out-of-range hyper-parameter.
     """
 
     _state_tensors = ("square_avg", "momentum_buffer", "grad_avg")

@@ -15,6 +15,14 @@ class SGD(Optimizer):
         buf = momentum * buf + (1 - dampening) * g (later steps)
         g = g + momentum * buf if nesterov else buf   (when momentum != 0)
         w = w - lr * g
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, momentum, dampening, weight_decay, nesterov: as in the formulas.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative hyper-parameter, or nesterov without momentum > 0 and dampening 0.
     """
 
     _state_tensors = ("momentum_buffer",)
