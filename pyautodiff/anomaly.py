@@ -11,6 +11,11 @@ import threading
 from ._lib import ffi, lib
 from .grad import _ModeSwitch
 
+__all__ = [
+    "detect_anomaly", "is_anomaly_enabled",
+]
+
+
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _site_buf = threading.local()  # this thread's last site string, alive until C copies it
 
@@ -36,7 +41,8 @@ class detect_anomaly(_ModeSwitch):
         return lib.ad_set_anomaly_enabled(on)
 
 
-def is_anomaly_enabled():
+def is_anomaly_enabled() -> bool:
+    """True inside a detect_anomaly() block (on this thread)."""
     return bool(lib.ad_is_anomaly_enabled())
 
 

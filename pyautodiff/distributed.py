@@ -78,6 +78,12 @@ from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import DTypeError, GraphError, InternalError, InvalidArgumentError, ShapeError
 
+__all__ = [
+    "init", "is_initialized", "rank", "world_size", "barrier", "allreduce_",
+    "broadcast_parameters", "shard",
+]
+
+
 DEFAULT_BUCKET_SIZE = 25 * 2 ** 20
 
 
@@ -144,20 +150,24 @@ def init(comm=None, timeout=None, abort_on_exception=True):
     _state = st
 
 
-def is_initialized():
+def is_initialized() -> bool:
+    """True once init() has run in this process."""
     return _state is not None
 
 
-def rank():
+def rank() -> int:
     """This process's rank in the communicator given to init()."""
     return _need("rank").rank
 
 
-def world_size():
+def world_size() -> int:
+    """The number of processes in the communicator given to init().
+    Raises GraphError before init()."""
     return _need("world_size").size
 
 
-def barrier():
+def barrier() -> None:
+    """Blocks until every process has reached barrier().  Raises GraphError before init()."""
     st = _need("barrier")
     with _guard(st, "barrier"):
         st.comm.Barrier()

@@ -5,8 +5,19 @@ import numpy as np
 
 from .errors import DTypeError
 
+__all__ = [
+    "DType", "float32", "float64", "int64", "int32", "uint8",
+    "bool_", "as_dtype",
+]
+
+
 
 class DType:
+    """An element type: ad.float32, float64, int64, int32, uint8 or bool.
+
+    Attributes: name ("float32"), code (the native ABI's enum value), numpy (the
+    numpy dtype), itemsize (bytes), is_floating_point.  Compare with `is`.
+    """
     __slots__ = ("name", "code", "numpy", "itemsize", "is_floating_point")
 
     def __init__(self, name, code, npdt):

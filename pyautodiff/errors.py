@@ -1,6 +1,11 @@
 """Exception classes.  Each carries the native library's message, which names
 the op, the shapes and the dtypes involved."""
 
+__all__ = [
+    "Error", "ShapeError", "DTypeError", "GraphError", "OutOfRangeError", "InvalidArgumentError",
+    "OutOfMemoryError", "InternalError", "OutOfBoundsError", "ArgumentTypeError",
+]
+
 
 class Error(Exception):
     """Base class of every pyautodiff error."""

@@ -19,6 +19,12 @@ import numpy as np
 
 from .errors import InvalidArgumentError, OutOfRangeError, ShapeError
 
+__all__ = [
+    "cat", "stack", "split", "chunk", "flip", "repeat",
+    "expand", "index_select", "index_add", "gather", "scatter_add",
+]
+
+
 
 def _expand_ellipsis(key, ndim):
     n_ell = sum(1 for k in key if k is Ellipsis)

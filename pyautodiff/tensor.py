@@ -5,10 +5,13 @@ is read from C, every op is one native call.  The op methods are generated
 from the table in ops.py, so an op's Python method, its C forward and its C
 backward all carry the same name.
 """
+from __future__ import annotations
+
 import builtins
 import numbers
 import operator
 import threading
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,6 +20,20 @@ from ._lib import ffi, lib, raise_status
 from . import indexing as _ix
 from .errors import (ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError,
                      OutOfBoundsError, OutOfMemoryError, ShapeError)
+
+# Argument types of the public signatures (for type checkers; nothing checks them
+# at run time).
+DTypeLike = Union[_dt.DType, str, type, np.dtype]
+DimArg = Union[int, Sequence[int], None]
+ShapeArg = Union[int, Sequence[int]]
+
+__all__ = [
+    "Tensor", "Var", "tensor", "from_numpy", "full", "zeros",
+    "ones", "zeros_like", "ones_like", "full_like", "arange", "eye",
+    "manual_seed", "randn", "rand", "maximum", "minimum", "where",
+    "matmul",
+]
+
 
 _new = object.__new__
 _release = lib.ad_tensor_release
@@ -305,7 +322,24 @@ def _full_like_scalar(s, like, fn="compare"):
 
 class Tensor:
     """An immutable n-d array living in native memory, a node of the graph
-    when it depends on a Var."""
+    when it depends on a Var.
+
+    Tensor(data, dtype=None) copies `data` (nested lists, scalars, a numpy
+    array or a tensor), as ad.tensor does.  Python floats give float32 and
+    ints int64 unless `dtype` says otherwise.
+
+    - Properties: shape, ndim, dtype, strides, is_contiguous, version, id.
+    - Conversion: numpy() (a read-only zero-copy view), item(), tolist(),
+      np.asarray(t), DLPack (__dlpack__, ad.from_dlpack).
+    - Ops: the operators (+ - * / ** @, comparisons) broadcast with numpy's
+      rules; elementwise math (exp, log, relu, ...), reductions (sum, mean,
+      max, ...), layout views (reshape, permute, transpose, t[...]) and
+      joining/selecting (split, gather, index_select, ...).
+    - Differentiation: loss.backward() returns a GradStore holding d loss / d v
+      for every Var v the loss depends on; detach() cuts the graph.
+
+    Every failure is an ad.Error subclass naming the op, the shapes and the dtypes.
+    """
 
     __slots__ = ("_h", "__weakref__")
     __array_priority__ = 1000
@@ -350,19 +384,24 @@ class Tensor:
 
     # ---- properties -----------------------------------------------------------
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, ...]:
+        """The sizes of the dims, as a tuple of ints (() for a 0-d tensor)."""
         h = self._h
         n = lib.ad_tensor_ndim(h)
         buf = ffi.new("int64_t[]", n or 1)
         lib.ad_tensor_shape(h, buf)
         return tuple(buf[0:n])
 
-    def size(self, dim=None):
+    def size(self, dim: Optional[int] = None) -> Any:
+        """The shape, or the size of dim `dim` (negative dims count from the end).
+
+        Raises IndexError for a dim out of range.
+        """
         s = self.shape
         return s if dim is None else s[dim]
 
     @property
-    def strides(self):
+    def strides(self) -> Tuple[int, ...]:
         """Strides in elements (may be 0 or negative for views)."""
         h = self._h
         n = lib.ad_tensor_ndim(h)
@@ -371,62 +410,73 @@ class Tensor:
         return tuple(buf[0:n])
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
+        """The number of dims (0 for a scalar tensor)."""
         return lib.ad_tensor_ndim(self._h)
 
-    def dim(self):
+    def dim(self) -> int:
         """The number of dims (PyTorch's method; `ndim` is the property)."""
         return lib.ad_tensor_ndim(self._h)
 
-    def numel(self):
+    def numel(self) -> int:
+        """The number of elements (the product of the shape; 1 for a 0-d tensor)."""
         return lib.ad_tensor_numel(self._h)
 
     def _dtype_code(self):
         return lib.ad_tensor_dtype(self._h)
 
     @property
-    def dtype(self):
+    def dtype(self) -> _dt.DType:
+        """The element type: one of ad.float32, float64, int64, int32, uint8, bool."""
         return _dt.BY_CODE[lib.ad_tensor_dtype(self._h)]
 
     @property
-    def id(self):
+    def id(self) -> int:
+        """The native tensor's unique id (the key a GradStore uses)."""
         return lib.ad_tensor_id(self._h)
 
     @property
-    def is_variable(self):
+    def is_variable(self) -> bool:
+        """True for a Var (a leaf that backward differentiates with respect to)."""
         return bool(lib.ad_tensor_is_variable(self._h))
 
     @property
-    def track_op(self):
+    def track_op(self) -> bool:
+        """True when the tensor records the op that made it (it is on a graph)."""
         return bool(lib.ad_tensor_track_op(self._h))
 
     @property
-    def op(self):
-        name = lib.ad_tensor_op_name(self._h)  # an ad.Function's node: its class name
+    def op(self) -> Optional[str]:
+        """The name of the op that produced this tensor (an ad.Function's
+        class name for a custom op), or None for a leaf."""
+        name = lib.ad_tensor_op_name(self._h)
         return ffi.string(name).decode() if name != _NULL else None
 
-    def to_dot(self):
-        """The recorded graph behind this tensor as Graphviz DOT text."""
+    def to_dot(self) -> str:
+        """The recorded graph behind this tensor as Graphviz DOT text: one node
+        per tracked tensor labelled with its op, shape and dtype; Vars and the
+        values saved for backward marked; edges from inputs."""
         from .memory import to_dot
 
         return to_dot(self)
 
     @property
-    def is_contiguous(self):
+    def is_contiguous(self) -> bool:
+        """True when the elements are laid out row-major without gaps."""
         return bool(lib.ad_tensor_is_contiguous(self._h))
 
     @property
-    def version(self):
+    def version(self) -> int:
         """The storage's version counter (bumped by Var.set)."""
         return lib.ad_tensor_version(self._h)
 
     # ---- conversion ---------------------------------------------------------------
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """A read-only numpy view of the tensor's memory (zero-copy; it keeps
         the storage alive).  A Var's view sees later Var.set writes."""
         return np.asarray(_ArrayView(self))
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
         """numpy 2's protocol: copy=True always copies, copy=False never does
         (ValueError when a dtype change needs one), None copies only when needed.
         Without a copy the array is the read-only zero-copy view of numpy()."""
@@ -459,10 +509,15 @@ class Tensor:
         from .io import reduce_tensor
         return reduce_tensor(self, protocol)
 
-    def tolist(self):
+    def tolist(self) -> Any:
+        """The elements as (nested) Python lists of Python scalars; a 0-d tensor gives a scalar."""
         return self.numpy().tolist()
 
-    def item(self, _fn="item"):
+    def item(self, _fn: str = "item") -> Any:
+        """The value of a one-element tensor as a Python int, float or bool.
+
+        Raises InvalidArgumentError when the tensor has more than one element.
+        """
         if self.numel() != 1:
             raise InvalidArgumentError(
                 f"{_fn}: only a tensor with one element converts to a Python scalar, "
@@ -491,13 +546,16 @@ class Tensor:
                 f"the truth value of a tensor with shape {self.shape} is ambiguous")
         return bool(self.item())
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The size of dim 0.  Raises TypeError for a 0-d tensor."""
         s = self.shape
         if not s:
             raise TypeError("len() of a 0-d tensor")
         return s[0]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tensor]:
+        """Iterate over dim 0, yielding the views t[0], t[1], ...
+        Raises TypeError for a 0-d tensor."""
         for i in range(len(self)):
             yield self[i]
 
@@ -523,7 +581,10 @@ class Tensor:
         return self.__copy__()
 
     # ---- graph --------------------------------------------------------------------
-    def detach(self):
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's memory but cut from the graph: backward does
+        not flow through it.  A Var detaches to a plain Tensor.
+        """
         out = _out()
         st = lib.ad_tensor_detach(self._h, out)
         if st:
@@ -587,6 +648,9 @@ class Tensor:
     __rtruediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_RDIV_SCALAR, reflected=True)
 
     def __pow__(self, o):
+        """self ** o, elementwise: o is a Python number (pow by a scalar) or a tensor
+        (broadcast against self).  Raises ShapeError when the shapes do not broadcast.
+        """
         if _is_scalar(o):
             return _scalar(lib.AD_OP_POW_SCALAR, self, o)
         return self.pow(_as_tensor_like(o, self))
@@ -597,6 +661,10 @@ class Tensor:
         return _as_tensor_like(o, self).pow(self)
 
     def __matmul__(self, o):
+        """self @ o: matrix product with numpy's matmul rules (1-d operands are
+        promoted and the added dim removed; batch dims broadcast).  (..., n, k) @ (..., k, m)
+        -> (..., n, m).  Raises ShapeError on mismatched inner dims, DTypeError on mixed dtypes.
+        """
         if isinstance(o, Tensor):  # fast path: both operands >= 2-d
             try:
                 out = _tls.out
@@ -630,21 +698,45 @@ class Tensor:
         return _binary(op, *_pair(self, o))
 
     def __eq__(self, o):
+        """self == o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_EQ)
 
     def __ne__(self, o):
+        """self != o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_NE)
 
     def __lt__(self, o):
+        """self < o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_LT)
 
     def __le__(self, o):
+        """self <= o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_LE)
 
     def __gt__(self, o):
+        """self > o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_GT)
 
     def __ge__(self, o):
+        """self >= o, elementwise, as a bool tensor of the broadcast shape (not
+        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
+        shapes do not broadcast.
+        """
         return self._cmp(o, lib.AD_OP_GE)
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
@@ -706,32 +798,89 @@ class Tensor:
             return t
         return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def sum(self, dim=None, keepdim=False):
+    def sum(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Sum over `dim` (an int or a tuple of ints; None: all dims).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        Raises OutOfRangeError for a dim out of range.
+        """
         return self._reduce(lib.AD_OP_SUM, dim, keepdim)
 
-    def sum_all(self):
+    def sum_all(self) -> Tensor:
+        """The sum of every element, as a 0-d tensor (sum() with no dim)."""
         return self._reduce(lib.AD_OP_SUM, None, False)
 
-    def mean(self, dim=None, keepdim=False):
+    def mean(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Mean over `dim` (an int or a tuple of ints; None: all dims).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        Integer tensors raise DTypeError.  Raises OutOfRangeError for a dim out of range.
+        """
         return self._reduce(lib.AD_OP_MEAN, dim, keepdim)
 
-    def max(self, dim=None, keepdim=False):
+    def max(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Maximum over `dim` (an int or a tuple of ints; None: all dims).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        The gradient goes to the first maximal element.
+        Raises OutOfRangeError for a dim out of range.
+        """
         return self._reduce(lib.AD_OP_MAX, dim, keepdim)
 
-    def min(self, dim=None, keepdim=False):
+    def min(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Minimum over `dim` (an int or a tuple of ints; None: all dims).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        The gradient goes to the first minimal element.
+        Raises OutOfRangeError for a dim out of range.
+        """
         return self._reduce(lib.AD_OP_MIN, dim, keepdim)
 
-    def argmax(self, dim=None, keepdim=False):
+    def argmax(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Index (int64) of the first maximum along `dim` (None: of the flattened tensor).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        Not differentiable.  Raises OutOfRangeError for a dim out of range.
+        """
         return _call(lib.AD_OP_ARGMAX, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def argmin(self, dim=None, keepdim=False):
+    def argmin(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
+        """Index (int64) of the first minimum along `dim` (None: of the flattened tensor).
+
+        Args:
+            dim: the dims to reduce; negative dims count from the end.
+            keepdim: keep the reduced dims with size 1.
+
+        Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
+        Not differentiable.  Raises OutOfRangeError for a dim out of range.
+        """
         return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
-    def prod(self, dim=None, keepdim=False):
+    def prod(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Product over dims; its gradient is exact where inputs are zero."""
         return self._reduce(lib.AD_OP_PROD, dim, keepdim)
 
-    def logsumexp(self, dim, keepdim=False):
+    def logsumexp(self, dim: DimArg, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints."""
         dims = _dims_arg(dim)
         if len(dims) == 1:
@@ -750,13 +899,19 @@ class Tensor:
             y = y.reshape(tuple(1 if d in red else s for d, s in enumerate(self.shape)))
         return y
 
-    def softmax(self, dim):
+    def softmax(self, dim: int) -> Tensor:
+        """Softmax along `dim`: exp(x - max) normalised to sum to 1 (same shape).
+        Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
+        """
         return _call(lib.AD_OP_SOFTMAX, (self,), (operator.index(dim),))
 
-    def log_softmax(self, dim):
+    def log_softmax(self, dim: int) -> Tensor:
+        """log(softmax(x)) along `dim`, computed stably (same shape).
+        Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
+        """
         return _call(lib.AD_OP_LOG_SOFTMAX, (self,), (operator.index(dim),))
 
-    def var(self, dim=None, correction=1, keepdim=False):
+    def var(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """sum((x - mean)^2) / (N - correction) over dims (composed of
         differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
         d = self - self.mean(dim, keepdim=True)
@@ -766,43 +921,59 @@ class Tensor:
             n *= self.shape[i]
         return (d * d).sum(dim, keepdim) / builtins.max(n - correction, 0)
 
-    def std(self, dim=None, correction=1, keepdim=False):
+    def std(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
+        """Standard deviation over `dim`: sqrt(var(dim, correction, keepdim)).
+        correction=1 is Bessel's (unbiased) estimate, 0 the population one.
+        """
         return self.var(dim, correction, keepdim).sqrt()
 
-    def cumsum(self, dim):
+    def cumsum(self, dim: int) -> Tensor:
+        """Cumulative sum along `dim` (same shape).  Raises OutOfRangeError for a bad dim."""
         return _call(lib.AD_OP_CUMSUM, (self,), (operator.index(dim), 0))
 
     # ---- layout ---------------------------------------------------------------------------
-    def reshape(self, *shape):
+    def reshape(self, *shape: ShapeArg) -> Tensor:
+        """The same elements in a new shape: reshape(2, 3) or reshape((2, 3)); one
+        size may be -1 (inferred).  A view when the layout allows, else a copy.  `view`
+        is an alias.  Raises ShapeError when the element counts differ.
+        """
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
         return _call(lib.AD_OP_RESHAPE, (self,), _shape_arg(shape, "shape", "reshape"))
 
     view = reshape
 
-    def permute(self, *dims):
+    def permute(self, *dims: ShapeArg) -> Tensor:
+        """A view with the dims reordered: permute(1, 0, 2) or permute((1, 0, 2)).
+        Raises InvalidArgumentError unless `dims` is a permutation of range(ndim).
+        """
         if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
             dims = dims[0]
         return _call(lib.AD_OP_PERMUTE, (self,), _shape_arg(dims, "dims", "permute"))
 
-    def transpose(self, dim0, dim1):
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """A view with dims `dim0` and `dim1` swapped.  Raises OutOfRangeError for a bad dim."""
         n = self.ndim
         d0, d1 = _norm_dim(dim0, n, "transpose"), _norm_dim(dim1, n, "transpose")
         perm = list(range(n))
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return _call(lib.AD_OP_PERMUTE, (self,), perm)
 
-    def t(self):
+    def t(self) -> Tensor:
         """Swaps the last two dims (any tensor of rank >= 2)."""
         if self.ndim < 2:
             raise ShapeError(f"t: needs at least 2 dims, got shape {self.shape}")
         return self.transpose(-2, -1)
 
     @property
-    def T(self):
+    def T(self) -> Tensor:
+        """A view with every dim reversed (the transpose of a matrix)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
-    def narrow(self, dim, start, length):
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """A view of elements start .. start+length-1 of dim `dim` (start may be negative).
+        Raises OutOfRangeError when the range falls outside the dim.
+        """
         n = self.ndim
         d = _norm_dim(dim, n, "narrow")
         size = self.shape[d]
@@ -810,15 +981,24 @@ class Tensor:
             start += size
         return _call(lib.AD_OP_SLICE, (self,), (d, start, 1, length))
 
-    def broadcast_to(self, *shape):
+    def broadcast_to(self, *shape: ShapeArg) -> Tensor:
+        """A view broadcast to `shape` with numpy's rules (size-1 dims repeat at no
+        cost).  Its gradient sums back.  Raises ShapeError when the shapes do not broadcast.
+        """
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
         return _call(lib.AD_OP_BROADCAST, (self,), _shape_arg(shape, "shape", "broadcast_to"))
 
-    def expand(self, *sizes):
+    def expand(self, *sizes: ShapeArg) -> Tensor:
+        """PyTorch's expand: broadcast_to where a size of -1 keeps that dim.
+        Raises ShapeError when a non-1 dim would change.
+        """
         return _ix.expand(self, *sizes)
 
-    def squeeze(self, dim=None):
+    def squeeze(self, dim: DimArg = None) -> Tensor:
+        """Remove size-1 dims: all of them (dim=None) or those listed in `dim` (an
+        int or tuple; a listed dim whose size is not 1 is kept, as in PyTorch).
+        """
         shape = self.shape
         if dim is None:
             new = tuple(s for s in shape if s != 1)
@@ -827,13 +1007,17 @@ class Tensor:
             new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
         return _call(lib.AD_OP_RESHAPE, (self,), new)
 
-    def unsqueeze(self, dim):
+    def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a size-1 dim at position `dim` (in range(-ndim-1, ndim+1))."""
         shape = list(self.shape)
         d = _norm_dim(dim, len(shape) + 1, "unsqueeze")
         shape.insert(d, 1)
         return _call(lib.AD_OP_RESHAPE, (self,), shape)
 
-    def flatten(self, start_dim=0, end_dim=-1):
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims start_dim .. end_dim into one (a 0-d tensor becomes shape (1,)).
+        Raises OutOfRangeError for a bad dim.
+        """
         shape = self.shape
         if not shape:
             return self.reshape(1)
@@ -846,54 +1030,79 @@ class Tensor:
             n *= x
         return _call(lib.AD_OP_RESHAPE, (self,), shape[:s] + (n,) + shape[e + 1:])
 
-    def contiguous(self):
+    def contiguous(self) -> Tensor:
+        """A row-major copy when the tensor is a strided view, else the same values."""
         return _unary(lib.AD_OP_CONTIGUOUS, self)
 
-    def to_dtype(self, dtype):
+    def to_dtype(self, dtype: DTypeLike) -> Tensor:
+        """The values converted to `dtype` (an ad dtype, numpy dtype or name);
+        `astype` is an alias.  Float -> float casts are differentiable.
+        """
         return _call(lib.AD_OP_TO_DTYPE, (self,), (_dt.as_dtype(dtype).code,))
 
     astype = to_dtype
 
-    def float(self):
+    def float(self) -> Tensor:
+        """to_dtype(ad.float32)."""
         return self.to_dtype(_dt.float32)
 
-    def double(self):
+    def double(self) -> Tensor:
+        """to_dtype(ad.float64)."""
         return self.to_dtype(_dt.float64)
 
-    def matmul(self, other):
+    def matmul(self, other: Tensor) -> Tensor:
+        """self @ other (see __matmul__ for shapes and errors)."""
         return matmul(self, other)
 
     # ---- joining and selecting (indexing.py) ------------------------------------------------
-    def flip(self, dims):
+    def flip(self, dims: DimArg) -> Tensor:
+        """ad.flip(self, dims): reverse the order of elements along `dims`."""
         return _ix.flip(self, dims)
 
-    def repeat(self, *sizes):
+    def repeat(self, *sizes: ShapeArg) -> Tensor:
+        """Tile the tensor (PyTorch's repeat): repeat(2, 3) repeats dim -2 twice and
+        dim -1 three times."""
         return _ix.repeat(self, *sizes)
 
-    def split(self, split_size_or_sections, dim=0):
+    def split(self, split_size_or_sections: Union[int, Sequence[int]],
+              dim: int = 0) -> List[Tensor]:
+        """ad.split(self, split_size_or_sections, dim): a list of views along `dim`."""
         return _ix.split(self, split_size_or_sections, dim)
 
-    def chunk(self, chunks, dim=0):
+    def chunk(self, chunks: int, dim: int = 0) -> List[Tensor]:
+        """ad.chunk(self, chunks, dim): `chunks` nearly equal views along `dim`."""
         return _ix.chunk(self, chunks, dim)
 
-    def index_select(self, dim, index):
+    def index_select(self, dim: int, index: Any) -> Tensor:
+        """ad.index_select(self, dim, index): the entries `index` (1-d int64) of dim `dim`."""
         return _ix.index_select(self, dim, index)
 
-    def index_add(self, dim, index, source):
+    def index_add(self, dim: int, index: Any, source: Tensor) -> Tensor:
+        """ad.index_add(self, dim, index, source): self with source's slices added at `index`."""
         return _ix.index_add(self, dim, index, source)
 
-    def gather(self, dim, index):
+    def gather(self, dim: int, index: Any) -> Tensor:
+        """ad.gather(self, dim, index): out[i][j] = self[index[i][j]][j] for dim 0, and so on."""
         return _ix.gather(self, dim, index)
 
-    def scatter_add(self, dim, index, src):
+    def scatter_add(self, dim: int, index: Any, src: Tensor) -> Tensor:
+        """ad.scatter_add(self, dim, index, src): self with src added where `index` says."""
         return _ix.scatter_add(self, dim, index, src)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Tensor:
+        """t[key]: numpy-style indexing.  Ints, slices (any step), None, Ellipsis
+        give differentiable views; an int or bool tensor/array/list index gathers
+        (advanced indexing, a copy).  Raises OutOfRangeError for an index out of range,
+        InvalidArgumentError for an unsupported key.
+        """
         from .indexing import getitem
 
         return getitem(self, key)
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Always raises TypeError: a Tensor is immutable.  Hold the value in an ad.Var
+        and write var[key] = value (or Var.set), or build a new tensor.
+        """
         raise TypeError("tensors are immutable: t[idx] = value is not allowed on a Tensor; "
                         "build a new tensor (ad.where, index_add, cat), or hold the value in "
                         "an ad.Var and write it with var[idx] = value or Var.set")
@@ -936,7 +1145,13 @@ class _ArrayView:
 
 class Var(Tensor):
     """A mutable leaf (float dtypes only): its value changes only by `set`,
-    which bumps its version."""
+    which bumps its version.
+
+    Var(data, dtype=None) copies `data` as Tensor does; Var.randn, Var.zeros,
+    Var.ones and Var.rand create one directly.  backward() differentiates
+    with respect to Vars; optimizers update them in place (var -= lr * g under
+    no_grad does the same by hand).
+    """
 
     __slots__ = ()
 
@@ -949,7 +1164,7 @@ class Var(Tensor):
         self._take(out[0])  # (the same native Var when data was one: shared, as from_tensor)
 
     @classmethod
-    def from_tensor(cls, t):
+    def from_tensor(cls, t: Tensor) -> Var:
         """A Var holding a copy of t; a Var is returned as it is."""
         if isinstance(t, Var):
             return t
@@ -962,23 +1177,31 @@ class Var(Tensor):
         return _wrap(out[0], Var)
 
     @classmethod
-    def zeros(cls, *shape, dtype=None):
+    def zeros(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Var:
+        """A new Var of zeros: Var.zeros(2, 3) or Var.zeros((2, 3)); default dtype float32."""
         return cls.from_tensor(zeros(_shape_varargs(shape, "Var.zeros"), dtype=dtype))
 
     @classmethod
-    def ones(cls, *shape, dtype=None):
+    def ones(cls, *shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Var:
+        """A new Var of ones: Var.ones(2, 3) or Var.ones((2, 3)); default dtype float32."""
         return cls.from_tensor(ones(_shape_varargs(shape, "Var.ones"), dtype=dtype))
 
     @classmethod
-    def randn(cls, *shape, seed=None, dtype=None, std=1.0):
+    def randn(cls, *shape: ShapeArg, seed: Optional[int] = None, dtype: Optional[DTypeLike] = None,
+              std: float = 1.0) -> Var:
+        """A new Var of standard-normal samples times `std`.  `seed` makes it
+        reproducible (else the ad.manual_seed generator is used).
+        """
         t = randn(_shape_varargs(shape, "Var.randn"), seed=seed, dtype=dtype)
         return cls.from_tensor(t * std if std != 1.0 else t)
 
     @classmethod
-    def rand(cls, *shape, seed=None, dtype=None):
+    def rand(cls, *shape: ShapeArg, seed: Optional[int] = None,
+             dtype: Optional[DTypeLike] = None) -> Var:
+        """A new Var of uniform samples in [0, 1); `seed` as in randn."""
         return cls.from_tensor(rand(_shape_varargs(shape, "Var.rand"), seed=seed, dtype=dtype))
 
-    def set(self, src):
+    def set(self, src: Any) -> None:
         """Writes src into this Var in place (bumps its version).  src must have
         the Var's shape and dtype and must not share its storage."""
         if getattr(_tls, "no_var_writes", None):  # ad.checkpoint's function is running
@@ -1008,16 +1231,28 @@ class Var(Tensor):
             self.set(new)
         return self
 
-    def __iadd__(self, o):
+    def __iadd__(self, o: Any) -> Var:
+        """var += o in place (through Var.set: same id, version bumped), as PyTorch's
+        `with no_grad(): w += lr * g`.  o must broadcast to var's shape and keep its dtype.
+        """
         return self._inplace(o, operator.add, "+")
 
-    def __isub__(self, o):
+    def __isub__(self, o: Any) -> Var:
+        """var -= o in place (through Var.set: same id, version bumped), as PyTorch's
+        `with no_grad(): w -= lr * g`.  o must broadcast to var's shape and keep its dtype.
+        """
         return self._inplace(o, operator.sub, "-")
 
-    def __imul__(self, o):
+    def __imul__(self, o: Any) -> Var:
+        """var *= o in place (through Var.set: same id, version bumped), as PyTorch's
+        `with no_grad(): w *= lr * g`.  o must broadcast to var's shape and keep its dtype.
+        """
         return self._inplace(o, operator.mul, "*")
 
-    def __itruediv__(self, o):
+    def __itruediv__(self, o: Any) -> Var:
+        """var /= o in place (through Var.set: same id, version bumped), as PyTorch's
+        `with no_grad(): w /= lr * g`.  o must broadcast to var's shape and keep its dtype.
+        """
         return self._inplace(o, operator.truediv, "/")
 
     def __setitem__(self, key, value):
@@ -1036,12 +1271,12 @@ class Var(Tensor):
                              f"{np.shape(value)})") from None
         self.set(from_numpy(a))
 
-    def as_tensor(self):
+    def as_tensor(self) -> Tensor:
         """The Var seen as a Tensor (same id, still tracked)."""
         lib.ad_tensor_retain(self._h)
         return _wrap(self._h)
 
-    def as_detached_tensor(self):
+    def as_detached_tensor(self) -> Tensor:
         """An untracked tensor sharing this Var's storage (new id)."""
         out = _out()
         st = lib.ad_tensor_detach(self._h, out)
@@ -1057,7 +1292,7 @@ def _check_np_dtype(arr, dtype):
     return _dt.as_dtype(arr.dtype)
 
 
-def tensor(data, dtype=None):
+def tensor(data: Any, dtype: Optional[DTypeLike] = None) -> Tensor:
     """A new tensor from nested lists, scalars, numpy arrays or a Tensor (copied).
     Python floats give float32, Python ints int64, unless dtype says otherwise."""
     if isinstance(data, Tensor):
@@ -1079,7 +1314,8 @@ def tensor(data, dtype=None):
     return _from_numpy_copy(arr, dtype)
 
 
-def from_numpy(a, dtype=None, *, copy=None):
+def from_numpy(a: np.ndarray, dtype: Optional[DTypeLike] = None, *,
+               copy: Optional[bool] = None) -> Tensor:
     """A tensor from the numpy array `a` (its dtype kept unless `dtype` is given).
 
     copy=None (default): a read-only array is shared (zero-copy, its strides
@@ -1158,7 +1394,13 @@ def _default_dtype(dtype):
     return _dt.float32 if dtype is None else _dt.as_dtype(dtype)
 
 
-def full(shape, value, dtype=None):
+def full(shape: ShapeArg, value: Union[float, bool], dtype: Optional[DTypeLike] = None) -> Tensor:
+    """A new tensor of `shape` (an int or a tuple) filled with `value`.
+
+    dtype defaults to float32 for a float value, int64 for an int, bool for a
+    bool.  Raises InvalidArgumentError for a negative size, OutOfBoundsError when
+    the value does not fit the dtype.
+    """
     shape = _shape_arg(shape, "shape", "full")
     if dtype is None:
         dtype = (_dt.bool_ if isinstance(value, (bool, np.bool_)) else
@@ -1188,25 +1430,28 @@ def full(shape, value, dtype=None):
     return _wrap(out[0])
 
 
-def zeros(*shape, dtype=None):
+def zeros(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Zeros of the shape given as ints or as one tuple: zeros(2, 3) or zeros((2, 3))."""
     return full(_shape_varargs(shape, "zeros"), 0.0, _default_dtype(dtype))
 
 
-def ones(*shape, dtype=None):
+def ones(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Ones of the shape given as ints or as one tuple: ones(2, 3) or ones((2, 3))."""
     return full(_shape_varargs(shape, "ones"), 1.0, _default_dtype(dtype))
 
 
-def zeros_like(t, dtype=None):
+def zeros_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
+    """Zeros of t's shape, with t's dtype unless `dtype` is given."""
     return zeros(t.shape, dtype=dtype or t.dtype)
 
 
-def ones_like(t, dtype=None):
+def ones_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
+    """Ones of t's shape, with t's dtype unless `dtype` is given."""
     return ones(t.shape, dtype=dtype or t.dtype)
 
 
-def full_like(t, value, dtype=None):
+def full_like(t: Tensor, value: Union[float, bool], dtype: Optional[DTypeLike] = None) -> Tensor:
+    """`value` in t's shape, with t's dtype unless `dtype` is given."""
     return full(t.shape, value, dtype or t.dtype)
 
 
@@ -1218,7 +1463,13 @@ def _int_arg(v, fn, name):
                                 f"({type(v).__name__})") from None
 
 
-def arange(start, stop=None, step=1, dtype=None):
+def arange(start: float, stop: Optional[float] = None, step: float = 1,
+           dtype: Optional[DTypeLike] = None) -> Tensor:
+    """Values start, start+step, ... below stop (arange(n) is 0 .. n-1), as a 1-d tensor.
+
+    dtype defaults to int64 when every argument is an int, else float32.
+    Raises InvalidArgumentError for step == 0.
+    """
     if stop is None:
         start, stop = 0, start
     for name, v in (("start", start), ("end", stop), ("step", step)):
@@ -1261,7 +1512,7 @@ def arange(start, stop=None, step=1, dtype=None):
     return _wrap(out[0])
 
 
-def eye(n, m=None, dtype=None):
+def eye(n: int, m: Optional[int] = None, dtype: Optional[DTypeLike] = None) -> Tensor:
     """The n x m identity (m defaults to n)."""
     n = _int_arg(n, "eye", "n")
     m = n if m is None else _int_arg(m, "eye", "m")
@@ -1286,7 +1537,7 @@ _gen_lock = threading.Lock()
 _gen_state = None  # None until manual_seed: seeds are drawn from os.urandom
 
 
-def manual_seed(seed):
+def manual_seed(seed: int) -> None:
     """Seeds the default generator that rand, randn, dropout and nn.init use
     when no seed= is given: after manual_seed(n) the same calls give the same
     numbers."""
@@ -1328,14 +1579,16 @@ def _random(kind, shape, seed, dtype, fn):
     return _wrap(out[0])
 
 
-def randn(*shape, seed=None, dtype=None):
+def randn(*shape: ShapeArg, seed: Optional[int] = None,
+          dtype: Optional[DTypeLike] = None) -> Tensor:
     """Standard normal values of the shape given as ints or as one tuple; the
     same seed gives the same values (no seed: the default generator, see
     manual_seed)."""
     return _random(0, shape, seed, dtype, "randn")
 
 
-def rand(*shape, seed=None, dtype=None):
+def rand(*shape: ShapeArg, seed: Optional[int] = None,
+         dtype: Optional[DTypeLike] = None) -> Tensor:
     """Uniform values in [0, 1) of the shape given as ints or as one tuple; the
     same seed gives the same values (no seed: the default generator)."""
     return _random(1, shape, seed, dtype, "rand")
@@ -1359,19 +1612,19 @@ def _pair(a, b):
     return (a, conv(b, a)) if isinstance(a, Tensor) else (conv(a, b), b)
 
 
-def maximum(a, b):
+def maximum(a: Any, b: Any) -> Tensor:
     """Elementwise max with broadcasting (NaN propagates); where a and b tie
     each gets half the gradient."""
     return _binary(lib.AD_OP_MAXIMUM, *_pair(a, b))
 
 
-def minimum(a, b):
+def minimum(a: Any, b: Any) -> Tensor:
     """Elementwise min with broadcasting (NaN propagates); where a and b tie
     each gets half the gradient."""
     return _binary(lib.AD_OP_MINIMUM, *_pair(a, b))
 
 
-def where(cond, a, b):
+def where(cond: Any, a: Any, b: Any) -> Tensor:
     """a where cond (a bool tensor) is true, else b; all three broadcast.  The
     gradient is selected, not masked: a non-finite value in the unselected
     branch never reaches it."""
@@ -1381,7 +1634,7 @@ def where(cond, a, b):
     return _call(lib.AD_OP_WHERE, (cond, a, b))
 
 
-def matmul(a, b):
+def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b with numpy's rules: 1-d operands are promoted and the added dim
     removed; batch dims broadcast."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):

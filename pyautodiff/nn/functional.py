@@ -14,18 +14,31 @@ its running statistics (they must be Vars for that).
 Bad arguments raise an ad.Error subclass whose message names the function,
 the argument, and the shapes and dtypes involved.
 """
-import math
-import numbers
-import operator
-import warnings
+from __future__ import annotations
 
-import numpy as np
+import math as _math
+import numbers as _numbers
+import operator as _operator
+import warnings as _warnings
+from typing import Any as _Any, Optional as _Optional, Sequence as _Sequence
 
-from .._lib import lib
+import numpy as _np
+
+from .._lib import lib as _lib
 from ..errors import (DTypeError, Error, InvalidArgumentError, OutOfMemoryError, OutOfRangeError,
                       ShapeError)
-from ..indexing import _as_index, index_select
+from ..indexing import _as_index, index_select as _index_select
 from ..tensor import Tensor as _Tensor
+
+__all__ = [
+    "relu", "gelu", "silu", "tanh", "sigmoid", "softmax",
+    "log_softmax", "one_hot", "pad", "mse_loss", "cross_entropy", "nll_loss",
+    "binary_cross_entropy_with_logits", "smooth_l1_loss", "layer_norm", "batch_norm", "dropout",
+    "scaled_dot_product_attention",
+    "embedding", "linear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
+    "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
+]
+
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 _I64 = 1 << 63
@@ -68,10 +81,10 @@ def _same_dtype(x, other, fn, name):
 def _int(v, fn, name):
     """An int argument as a Python int; anything else (a float, a string, a
     value beyond 64 bits) raises InvalidArgumentError naming fn and name."""
-    if isinstance(v, (bool, np.bool_)):
+    if isinstance(v, (bool, _np.bool_)):
         raise InvalidArgumentError(f"{fn}: {name} must be an int, got {v!r}")
     try:
-        i = operator.index(v)
+        i = _operator.index(v)
     except TypeError:
         raise InvalidArgumentError(f"{fn}: {name} must be an int, got {type(v).__name__} "
                                    f"{v!r}") from None
@@ -83,7 +96,7 @@ def _int(v, fn, name):
 def _float(v, fn, name):
     """A real-number argument as a Python float (a string, None or a tensor of
     several elements raises InvalidArgumentError naming fn and name)."""
-    if isinstance(v, (numbers.Real, np.floating, np.integer)) and not isinstance(v, str):
+    if isinstance(v, (_numbers.Real, _np.floating, _np.integer)) and not isinstance(v, str):
         try:
             return float(v)
         except OverflowError:  # an int beyond the float range
@@ -96,7 +109,7 @@ def _ntuple(v, n, fn, name):
     raises rather than dropping the rest of a longer tuple, and so do we)."""
     if type(v) is int and -_I64 <= v < _I64:  # the common call, kept short
         return (v,) * n
-    if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_)):
+    if isinstance(v, (_numbers.Integral, _np.integer)) and not isinstance(v, (bool, _np.bool_)):
         return (_int(v, fn, name),) * n
     try:
         items = tuple(v)
@@ -136,7 +149,7 @@ def _legacy_reduction(size_average, reduce, reduction, fn):
     sa = True if size_average is None else bool(size_average)
     rd = True if reduce is None else bool(reduce)
     r = "none" if not rd else "mean" if sa else "sum"
-    warnings.warn(f"{fn}: size_average and reduce are deprecated, use reduction='{r}'",
+    _warnings.warn(f"{fn}: size_average and reduce are deprecated, use reduction='{r}'",
                   UserWarning, stacklevel=3)
     return r
 
@@ -166,12 +179,12 @@ def _channel_vec(v, c, x, fn, name):
 
 
 # ---- activations -------------------------------------------------------------------------
-def relu(input, inplace=False):
+def relu(input: _Tensor, inplace: bool = False) -> _Tensor:
     """max(x, 0); its gradient is 0 at 0."""
     return _need_tensor(input, "relu").relu()
 
 
-def gelu(input, approximate="none"):
+def gelu(input: _Tensor, approximate: str = 'none') -> _Tensor:
     """x * Phi(x) (approximate='none', through erf) or PyTorch's tanh form
     (approximate='tanh')."""
     x = _need_tensor(input, "gelu")
@@ -183,28 +196,32 @@ def gelu(input, approximate="none"):
                                f"{approximate!r}")
 
 
-def silu(input, inplace=False):
+def silu(input: _Tensor, inplace: bool = False) -> _Tensor:
     """x * sigmoid(x)."""
     return _need_tensor(input, "silu").silu()
 
 
-def tanh(input):
+def tanh(input: _Tensor) -> _Tensor:
+    """tanh(input) elementwise (same shape).  Raises InvalidArgumentError for a non-tensor."""
     return _need_tensor(input, "tanh").tanh()
 
 
-def sigmoid(input):
+def sigmoid(input: _Tensor) -> _Tensor:
+    """1 / (1 + exp(-input)) elementwise (same shape).
+    Raises InvalidArgumentError for a non-tensor."""
     return _need_tensor(input, "sigmoid").sigmoid()
 
 
 def _softmax_dim(x, dim, fn):
     if dim is None:  # PyTorch's deprecated implicit choice
-        warnings.warn(f"{fn}: implicit dimension choice is deprecated, pass dim",
+        _warnings.warn(f"{fn}: implicit dimension choice is deprecated, pass dim",
                       UserWarning, stacklevel=3)
         return 0 if x.ndim in (0, 1, 3) else 1
     return _int(dim, fn, "dim")
 
 
-def softmax(input, dim=None, _stacklevel=3, dtype=None):
+def softmax(input: _Tensor, dim: _Optional[int] = None,
+            _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """exp(x) / sum(exp(x)) along dim (input cast to dtype first when given)."""
     x = _need_tensor(input, "softmax")
     if dtype is not None:
@@ -212,7 +229,8 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     return x.softmax(_softmax_dim(x, dim, "softmax"))
 
 
-def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+def log_softmax(input: _Tensor, dim: _Optional[int] = None,
+                _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """log(softmax(x)) along dim, computed stably."""
     x = _need_tensor(input, "log_softmax")
     if dtype is not None:
@@ -220,7 +238,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     return x.log_softmax(_softmax_dim(x, dim, "log_softmax"))
 
 
-def one_hot(tensor, num_classes=-1):
+def one_hot(tensor: _Tensor, num_classes: int = -1) -> _Tensor:
     """int64 tensor of shape tensor.shape + (num_classes,) with a 1 at each
     class index; num_classes=-1 takes max + 1.  Not differentiable."""
     from .. import dtypes as _dt
@@ -257,7 +275,8 @@ def one_hot(tensor, num_classes=-1):
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-def pad(input, pad, mode="constant", value=None):
+def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
+        value: _Any = None) -> _Tensor:
     """Pads the last dims: pad = (left, right) for the last dim, then (top,
     bottom) for the one before, ...  mode 'constant' fills with value
     (default 0; negative amounts crop); 'reflect', 'replicate' and 'circular'
@@ -281,7 +300,7 @@ def pad(input, pad, mode="constant", value=None):
                     f"{fn}: padding ({lo}, {hi}) crops more than dim {len(xs) - 1 - i} of "
                     f"input {_desc(x)} holds")
         fill = 0.0 if value is None else _float(value, fn, "value")
-        return _call(lib.AD_OP_PAD, (x,), pads, (fill,))
+        return _call(_lib.AD_OP_PAD, (x,), pads, (fill,))
     if mode not in _PAD_MODES:
         raise InvalidArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, got {mode!r}")
     if value is not None and value != 0:
@@ -307,30 +326,31 @@ def pad(input, pad, mode="constant", value=None):
                 f"{fn}: padding ({lo}, {hi}) of dim {d} of input {_desc(x)} leaves no elements")
         # one gather of source positions per padded dim: its backward sums the
         # gradients of every copy into the element it was copied from
-        idx = np.arange(-lo, n + hi, dtype=np.int64)
+        idx = _np.arange(-lo, n + hi, dtype=_np.int64)
         if mode == "reflect":
-            idx = np.abs(idx)
-            idx = np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
+            idx = _np.abs(idx)
+            idx = _np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
         elif mode == "replicate":
-            idx = np.clip(idx, 0, n - 1)
+            idx = _np.clip(idx, 0, n - 1)
         else:  # PyTorch crops by the negative amounts first, then wraps what is left
-            base = np.arange(max(-lo, 0), n - max(-hi, 0), dtype=np.int64)
+            base = _np.arange(max(-lo, 0), n - max(-hi, 0), dtype=_np.int64)
             m = len(base)
             if m <= 0 or max(lo, 0) > m or max(hi, 0) > m:
                 raise InvalidArgumentError(
                     f"{fn}: circular padding ({lo}, {hi}) must be at most the size of dim {d} "
                     f"after cropping ({m}) of input {_desc(x)}")
-            idx = base[np.arange(-max(lo, 0), m + max(hi, 0)) % m]
-        out = index_select(out, d, idx)
+            idx = base[_np.arange(-max(lo, 0), m + max(hi, 0)) % m]
+        out = _index_select(out, d, idx)
     return out
 
 
 # ---- losses ---------------------------------------------------------------------------
-def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+def mse_loss(input: _Tensor, target: _Tensor, size_average: _Any = None,
+             reduce: _Any = None, reduction: str = 'mean') -> _Tensor:
     """(input - target)^2, averaged, summed or per element."""
     reduction = _legacy_reduction(size_average, reduce, reduction, "mse_loss")
     x = _need_tensor(input, "mse_loss")
-    return _call(lib.AD_OP_MSE_LOSS, (x, _tensor(target, x)),
+    return _call(_lib.AD_OP_MSE_LOSS, (x, _tensor(target, x)),
                  (_reduction(reduction, "mse_loss"),))
 
 
@@ -341,7 +361,7 @@ def _target_tensor(target, x, fn):
 
     if isinstance(target, Tensor):
         return target
-    a = np.asarray(target)
+    a = _np.asarray(target)
     if a.dtype.kind == "f":
         return tensor(a, dtype=x.dtype)
     return _as_index(a, fn)
@@ -351,7 +371,7 @@ def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smooth
     from ..tensor import Tensor
 
     r = _reduction(reduction, fn)
-    op = lib.AD_OP_CROSS_ENTROPY if logits else lib.AD_OP_NLL_LOSS
+    op = _lib.AD_OP_CROSS_ENTROPY if logits else _lib.AD_OP_NLL_LOSS
     if (weight is None and not label_smoothing and type(ignore_index) is int and ignore_index < 0
             and isinstance(input, Tensor) and isinstance(target, Tensor) and input.ndim == 2):
         # the common call, straight to the fused native loss; it refuses any target
@@ -400,7 +420,7 @@ def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smooth
                              f"shape {(n,) + rest})")
         perm = (0,) + tuple(range(2, x.ndim)) + (1,)
         rows, tr, out_shape = x.permute(perm).reshape(-1, c), t.reshape(-1), t.shape
-    tn = np.asarray(tr)
+    tn = _np.asarray(tr)
     ignored = tn == ignore_index
     any_ignored = bool(ignored.any())
     if w is None and eps == 0.0 and not any_ignored:  # the fused native loss
@@ -413,12 +433,12 @@ def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smooth
     if bad.any():
         raise OutOfRangeError(f"{fn}: target {int(tn[bad][0])} is out of range for {c} classes "
                               f"(input {_desc(x)})")
-    safe = tensor(np.where(valid, tn, 0).astype(np.int64), dtype="int64")
+    safe = tensor(_np.where(valid, tn, 0).astype(_np.int64), dtype="int64")
     per = _call(op, (rows, safe), (0,))  # unweighted per-row loss
     keep = tensor(valid.astype(x.dtype.numpy), dtype=x.dtype) if any_ignored else None
     wi = keep
     if w is not None:
-        wi = index_select(w, 0, safe)
+        wi = _index_select(w, 0, safe)
         if keep is not None:
             wi = wi * keep
     nll = per if wi is None else per * wi
@@ -457,8 +477,11 @@ def _prob_cross_entropy(x, t, w, r, eps, cdim, c):
     return total / float(x.numel() // c)
 
 
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0):
+def cross_entropy(input: _Tensor, target: _Tensor,
+                  weight: _Optional[_Tensor] = None,
+                  size_average: _Any = None, ignore_index: int = -100,
+                  reduce: _Any = None, reduction: str = 'mean',
+                  label_smoothing: float = 0.0) -> _Tensor:
     """-log softmax(input)[target] from logits (N, C) (or (C,), or (N, C, d...))
     with integer class targets, or -sum(target * log softmax(input)) with
     class-probability targets of the input's shape.  weight rescales each
@@ -470,8 +493,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                        label_smoothing, True)
 
 
-def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-             reduction="mean"):
+def nll_loss(input: _Tensor, target: _Tensor,
+             weight: _Optional[_Tensor] = None,
+             size_average: _Any = None, ignore_index: int = -100,
+             reduce: _Any = None, reduction: str = 'mean') -> _Tensor:
     """-weight[target] * input[target] for log-probabilities (N, C) (or (C,), or
     (N, C, d...)) and integer class targets, with cross_entropy's weight,
     ignore_index and weighted-mean rules."""
@@ -479,8 +504,12 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, False)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
-                                     reduction="mean", pos_weight=None):
+def binary_cross_entropy_with_logits(input: _Tensor, target: _Tensor,
+                                     weight: _Optional[_Tensor] = None,
+                                     size_average: _Any = None,
+                                     reduce: _Any = None,
+                                     reduction: str = 'mean',
+                                     pos_weight: _Optional[_Tensor] = None) -> _Tensor:
     """-[pos_weight * t * log sigmoid(x) + (1 - t) * log(1 - sigmoid(x))] from
     logits, in the stable form (1 - t) * x + (1 + (pos_weight - 1) * t) *
     softplus(-x); weight rescales each element, pos_weight the positive term
@@ -509,7 +538,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(loss, r)
 
 
-def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+def smooth_l1_loss(input: _Tensor, target: _Tensor,
+                   size_average: _Any = None,
+                   reduce: _Any = None, reduction: str = 'mean',
+                   beta: float = 1.0) -> _Tensor:
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
     beta=0 is the L1 loss."""
     fn = "smooth_l1_loss"
@@ -532,14 +564,16 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 # ---- normalization and dropout -----------------------------------------------------------
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input: _Tensor, normalized_shape: _Any,
+               weight: _Optional[_Tensor] = None,
+               bias: _Optional[_Tensor] = None, eps: float = 1e-05) -> _Tensor:
     """Normalizes over the trailing dims `normalized_shape` (biased variance),
     then scales by weight and shifts by bias when given."""
     from ..tensor import ones
 
     fn = "layer_norm"
     x = _need_float(input, fn)
-    if isinstance(normalized_shape, (numbers.Integral, np.integer)):
+    if isinstance(normalized_shape, (_numbers.Integral, _np.integer)):
         normalized_shape = (normalized_shape,)
     try:
         ns = tuple(_int(n, fn, "normalized_shape") for n in normalized_shape)
@@ -560,11 +594,14 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                 raise ShapeError(f"{fn}: {name} {_desc(t)} must have the normalized shape {ns}")
             _same_dtype(x, t, fn, name)
             ins.append(t)
-    return _call(lib.AD_OP_LAYER_NORM, ins, (len(ns),), (eps,))
+    return _call(_lib.AD_OP_LAYER_NORM, ins, (len(ns),), (eps,))
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5):
+def batch_norm(input: _Tensor, running_mean: _Optional[_Tensor],
+               running_var: _Optional[_Tensor],
+               weight: _Optional[_Tensor] = None,
+               bias: _Optional[_Tensor] = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-05) -> _Tensor:
     """Normalizes each channel (dim 1) of input (N, C, ...).
 
     training=True: with the batch's mean and biased variance; running_mean
@@ -638,12 +675,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return y
 
 
-def dropout(input, p=0.5, training=True, inplace=False, *, seed=None):
+def dropout(input: _Tensor, p: float = 0.5, training: bool = True,
+            inplace: bool = False, *, seed: _Optional[int] = None) -> _Tensor:
     """Zeroes each element with probability p and scales the rest by 1/(1-p).
     The mask is a function of the seed and the element's position (row-major),
     so the same seed drops the same elements; seed None draws one.  inplace
     is accepted for PyTorch's signature; the result is always a new tensor."""
-    if not isinstance(inplace, (bool, np.bool_)):
+    if not isinstance(inplace, (bool, _np.bool_)):
         raise InvalidArgumentError(f"dropout: inplace must be a bool, got {inplace!r} (pass "
                                    f"the seed as seed=)")
     p = _float(p, "dropout", "p")
@@ -653,18 +691,21 @@ def dropout(input, p=0.5, training=True, inplace=False, *, seed=None):
         return input
     from ..tensor import _seed  # the library's seed rule (None: the default generator)
 
-    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(
-            seed, (numbers.Integral, np.integer))):
+    if seed is not None and (isinstance(seed, (bool, _np.bool_)) or not isinstance(
+            seed, (_numbers.Integral, _np.integer))):
         raise InvalidArgumentError(f"dropout: seed must be an int or None, got {seed!r}")
     seed = _seed(seed)
     if seed >= 1 << 63:
         seed -= 1 << 64
-    return _call(lib.AD_OP_DROPOUT, (input,), (seed,), (p,))
+    return _call(_lib.AD_OP_DROPOUT, (input,), (seed,), (p,))
 
 
 # ---- attention ---------------------------------------------------------------------------
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+def scaled_dot_product_attention(query: _Tensor, key: _Tensor, value: _Tensor,
+                                 attn_mask: _Optional[_Tensor] = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: _Optional[float] = None,
+                                 enable_gqa: bool = False) -> _Tensor:
     """softmax(query @ key^T * scale + mask) @ value over (..., L, E), (..., S, E),
     (..., S, Ev), as PyTorch: scale defaults to 1/sqrt(E); a bool attn_mask
     keeps the positions where it is True, a float one is added; is_causal
@@ -691,10 +732,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if hk == 0 or hq % hk or v.ndim < 3 or v.shape[-3] != hk:
             raise ShapeError(f"{fn}: enable_gqa needs the query heads ({hq}) to be a multiple of "
                              f"the key/value heads (key {k.shape}, value {v.shape})")
-        rep = np.arange(hq, dtype=np.int64) // (hq // hk)
-        k, v = index_select(k, k.ndim - 3, rep), index_select(v, v.ndim - 3, rep)
+        rep = _np.arange(hq, dtype=_np.int64) // (hq // hk)
+        k, v = _index_select(k, k.ndim - 3, rep), _index_select(v, v.ndim - 3, rep)
     L, E, S = q.shape[-2], q.shape[-1], k.shape[-2]
-    sc = 1.0 / math.sqrt(E) if scale is None else _float(scale, fn, "scale")
+    sc = 1.0 / _math.sqrt(E) if scale is None else _float(scale, fn, "scale")
     dropout_p = _float(dropout_p, fn, "dropout_p")
     if not 0.0 <= dropout_p <= 1.0:
         raise InvalidArgumentError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
@@ -704,19 +745,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if attn_mask is not None:
             raise InvalidArgumentError(f"{fn}: pass either attn_mask or is_causal=True, not "
                                        f"both")
-        bias_np = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf)
+        bias_np = _np.where(_np.tri(L, S, dtype=bool), 0.0, -_np.inf)
         bias = tensor(bias_np, dtype=q.dtype)
     elif attn_mask is not None:
         m = attn_mask if isinstance(attn_mask, Tensor) else tensor(
-            np.asarray(attn_mask), dtype=_dt.bool_ if np.asarray(attn_mask).dtype == bool
+            _np.asarray(attn_mask), dtype=_dt.bool_ if _np.asarray(attn_mask).dtype == bool
             else q.dtype)
         if m.dtype is _dt.bool_:
-            bias_np = np.where(np.asarray(m), 0.0, -np.inf)
+            bias_np = _np.where(_np.asarray(m), 0.0, -_np.inf)
             bias = tensor(bias_np, dtype=q.dtype)
         elif m.dtype.is_floating_point:
             _same_dtype(q, m, fn, "attn_mask")
             bias = m
-            bias_np = np.asarray(m.detach())
+            bias_np = _np.asarray(m.detach())
         else:
             raise DTypeError(f"{fn}: attn_mask must be bool or the query's float dtype, got "
                              f"{_desc(m)}")
@@ -726,7 +767,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                              f"scores {scores.shape}")
     keep_rows = None
     if bias is not None:
-        dead = np.all(np.isneginf(bias_np), axis=-1, keepdims=True) if S else None
+        dead = _np.all(_np.isneginf(bias_np), axis=-1, keepdims=True) if S else None
         if dead is not None and dead.any():
             # rows masked everywhere: softmax over plain scores (finite), then zeroed,
             # so neither the output nor the gradient sees a NaN (PyTorch gives zeros)
@@ -750,8 +791,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 # ---- embedding and linear ---------------------------------------------------------------
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
-              scale_grad_by_freq=False, sparse=False):
+def embedding(input: _Tensor, weight: _Tensor,
+              padding_idx: _Optional[int] = None,
+              max_norm: _Optional[float] = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> _Tensor:
     """Rows of weight (num, dim) picked by the integer tensor input: shape
     input.shape + (dim,); repeated ids accumulate their gradients.  Rows
     picked at padding_idx get no gradient.  max_norm renormalises, in place
@@ -785,22 +828,22 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         if not isinstance(weight, Var):
             raise InvalidArgumentError(f"{fn}: max_norm renormalises rows of weight in place, "
                                        f"so weight must be a Var, got a plain Tensor")
-        fi = np.asarray(flat)
+        fi = _np.asarray(flat)
         if fi.min() < -num or fi.max() >= num:
             raise OutOfRangeError(f"{fn}: input {_desc(idx)} holds an index out of range for "
                                   f"weight {_desc(weight)}")
-        w = np.array(weight.numpy())
-        rows = np.unique(fi % num)
+        w = _np.array(weight.numpy())
+        rows = _np.unique(fi % num)
         mn = _float(max_norm, fn, "max_norm")
-        norms = np.linalg.norm(w[rows], ord=_float(norm_type, fn, "norm_type"), axis=1)
+        norms = _np.linalg.norm(w[rows], ord=_float(norm_type, fn, "norm_type"), axis=1)
         big = norms > mn
         if big.any():  # PyTorch's rule, including its 1e-7
             w[rows[big]] *= (mn / (norms[big] + 1e-7))[:, None].astype(w.dtype)
             with no_grad():
                 weight.set(w)
-    out = index_select(weight, 0, flat)
+    out = _index_select(weight, 0, flat)
     if padding_idx is not None:
-        pad_rows = np.asarray(flat) == padding_idx
+        pad_rows = _np.asarray(flat) == padding_idx
         if pad_rows.any():  # the padding row's value, selected away from the gradient
             from ..tensor import tensor
 
@@ -808,7 +851,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     return out.reshape(idx.shape + (weight.shape[1],))
 
 
-def linear(input, weight, bias=None):
+def linear(input: _Tensor, weight: _Tensor,
+           bias: _Optional[_Tensor] = None) -> _Tensor:
     """input @ weight.T + bias (weight (out, in), input (..., in))."""
     fn = "linear"
     if not isinstance(input, _Tensor) or not isinstance(weight, _Tensor):
@@ -940,21 +984,25 @@ def _conv(fn, input, weight, bias, stride, padding, dilation, groups, nd):
     w = weight
     if nd == 1:  # conv2d over a height of 1
         x, w, s, p, d = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (0,) + p, (1,) + d
-    y = _native_conv(fn, lib.AD_OP_CONV2D, x, w, s + p + d + (g,))
+    y = _native_conv(fn, _lib.AD_OP_CONV2D, x, w, s + p + d + (g,))
     if nd == 1:
         y = y.squeeze(2)
     y = _bias(y, bias, fn, nd)
     return y.squeeze(0) if added else y
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(input: _Tensor, weight: _Tensor,
+           bias: _Optional[_Tensor] = None, stride: _Any = 1,
+           padding: _Any = 0, dilation: _Any = 1, groups: int = 1) -> _Tensor:
     """2-d convolution (cross-correlation, as PyTorch) of input (N, C, H, W) or
     (C, H, W) with weight (O, C/groups, kh, kw); padding may be 'valid' or
     'same' (stride 1)."""
     return _conv("conv2d", input, weight, bias, stride, padding, dilation, groups, 2)
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv1d(input: _Tensor, weight: _Tensor,
+           bias: _Optional[_Tensor] = None, stride: _Any = 1,
+           padding: _Any = 0, dilation: _Any = 1, groups: int = 1) -> _Tensor:
     """1-d convolution of input (N, C, L) or (C, L) with weight (O, C/groups, k),
     as conv2d over a height of 1."""
     return _conv("conv1d", input, weight, bias, stride, padding, dilation, groups, 1)
@@ -974,15 +1022,17 @@ def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, gr
     if nd == 1:
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op
-    y = _native_conv(fn, lib.AD_OP_CONV_TRANSPOSE2D, x, w, s + p + d + (g,) + op)
+    y = _native_conv(fn, _lib.AD_OP_CONV_TRANSPOSE2D, x, w, s + p + d + (g,) + op)
     if nd == 1:
         y = y.squeeze(2)
     y = _bias(y, bias, fn, nd)
     return y.squeeze(0) if added else y
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                     dilation=1):
+def conv_transpose2d(input: _Tensor, weight: _Tensor,
+                     bias: _Optional[_Tensor] = None, stride: _Any = 1,
+                     padding: _Any = 0, output_padding: _Any = 0, groups: int = 1,
+                     dilation: _Any = 1) -> _Tensor:
     """Transposed 2-d convolution (conv2d's input gradient) of input
     (N, Cin, H, W) with weight (Cin, Cout/groups, kh, kw); output_padding must
     be smaller than the stride or the dilation."""
@@ -990,8 +1040,10 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            output_padding, groups, dilation, 2)
 
 
-def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                     dilation=1):
+def conv_transpose1d(input: _Tensor, weight: _Tensor,
+                     bias: _Optional[_Tensor] = None, stride: _Any = 1,
+                     padding: _Any = 0, output_padding: _Any = 0, groups: int = 1,
+                     dilation: _Any = 1) -> _Tensor:
     """Transposed 1-d convolution, as conv_transpose2d over a height of 1."""
     return _conv_transpose("conv_transpose1d", input, weight, bias, stride, padding,
                            output_padding, groups, dilation, 1)
@@ -1044,9 +1096,9 @@ def _extra_pad(x, extra, value):
 
 
 def _max_pool(fn, x4, k, s, p, d, extra):
-    x4 = _extra_pad(x4, extra, -math.inf)  # as the native padding: never the max
+    x4 = _extra_pad(x4, extra, -_math.inf)  # as the native padding: never the max
     try:
-        return _call(lib.AD_OP_MAX_POOL2D, (x4,), k + s + p + d)
+        return _call(_lib.AD_OP_MAX_POOL2D, (x4,), k + s + p + d)
     except DTypeError:
         _need_float(x4, fn)
         raise
@@ -1058,7 +1110,8 @@ def _pool_stride(stride, k, n, fn):
     return _ntuple(stride, n, fn, "stride")
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
+               padding: _Any = 0, dilation: _Any = 1, ceil_mode: bool = False) -> _Tensor:
     """Max over windows of input (N, C, H, W) or (C, H, W); padding counts as
     -inf; any kernel, stride (default: the kernel), dilation and overlap;
     ceil_mode rounds the output size up (PyTorch's rule).  The gradient goes
@@ -1074,7 +1127,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return y.squeeze(0) if added else y
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool1d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
+               padding: _Any = 0, dilation: _Any = 1, ceil_mode: bool = False) -> _Tensor:
     """Max over windows of input (N, C, L) or (C, L), as max_pool2d over a
     height of 1."""
     fn = "max_pool1d"
@@ -1110,27 +1164,29 @@ def _avg_pool(fn, x4, k, s, p, outs, extra, count_include_pad, divisor_override)
         sizes = []
         for i in range(2):
             n = xs[2 + i]
-            start = np.arange(outs[i], dtype=np.int64) * s[i] - p[i]
-            end = np.minimum(start + k[i], n + p[i])
+            start = _np.arange(outs[i], dtype=_np.int64) * s[i] - p[i]
+            end = _np.minimum(start + k[i], n + p[i])
             if not count_include_pad:
-                start, end = np.maximum(start, 0), np.minimum(end, n)
+                start, end = _np.maximum(start, 0), _np.minimum(end, n)
             sizes.append(end - start)
         if all((z == z[0]).all() for z in sizes):
             uniform = float(sizes[0][0] * sizes[1][0])
         else:
             uniform = 1.0
-            div = np.outer(sizes[0], sizes[1]).astype(np.float64)
+            div = _np.outer(sizes[0], sizes[1]).astype(_np.float64)
     x4 = _extra_pad(x4, extra, 0.0)
     c = x4.shape[1]  # > 0: _pool_geometry refuses empty channels
     w = full((c, 1) + k, 1.0 / uniform, dtype=x4.dtype)
-    y = _call(lib.AD_OP_CONV2D, (x4, w), s + p + (1, 1, c))
+    y = _call(_lib.AD_OP_CONV2D, (x4, w), s + p + (1, 1, c))
     if div is not None:
         y = y / tensor(div, dtype=x4.dtype)
     return y
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
+               padding: _Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True,
+               divisor_override: _Optional[int] = None) -> _Tensor:
     """Mean over windows of input (N, C, H, W) or (C, H, W); padding counts as
     zeros (count_include_pad=False divides by the number of real elements
     instead); ceil_mode rounds the output size up; divisor_override replaces
@@ -1145,8 +1201,9 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     return y.squeeze(0) if added else y
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True):
+def avg_pool1d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
+               padding: _Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> _Tensor:
     """Mean over windows of input (N, C, L) or (C, L), as avg_pool2d over a
     height of 1."""
     fn = "avg_pool1d"

@@ -3,14 +3,20 @@ Var in place (through Var.set, so its id stays and its version is bumped)
 and returns it.  Fans and gains follow PyTorch's rules exactly; random values
 come from the library's default generator (ad.manual_seed seeds it).
 
-    ad.nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5))
+    ad.nn.init.kaiming_uniform_(layer.weight, a=_math.sqrt(5))
 """
-import math
-import numbers
+from __future__ import annotations
 
-import numpy as np
+import math as _math
+import numbers as _numbers
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any, Optional as _Optional
+
+import numpy as _np
 
 from ..errors import InvalidArgumentError
+
+if _TYPE_CHECKING:
+    from ..tensor import Var
 
 
 def _var(tensor, fn):
@@ -52,7 +58,7 @@ def _normal(shape, mean, std, dtype):
     return (z * std + mean).to_dtype(dtype)
 
 
-def calculate_gain(nonlinearity, param=None):
+def calculate_gain(nonlinearity: str, param: _Optional[float] = None) -> float:
     """The recommended gain for a nonlinearity (PyTorch's table)."""
     linear_fns = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                   "conv_transpose2d", "conv_transpose3d"]
@@ -61,16 +67,16 @@ def calculate_gain(nonlinearity, param=None):
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":
-        return math.sqrt(2.0)
+        return _math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
         if param is None:
             slope = 0.01
-        elif isinstance(param, numbers.Real) and not isinstance(param, bool):
+        elif isinstance(param, _numbers.Real) and not isinstance(param, bool):
             slope = param
         else:
             raise InvalidArgumentError(f"calculate_gain: negative_slope {param!r} is not a "
                                        f"valid number")
-        return math.sqrt(2.0 / (1 + slope ** 2))
+        return _math.sqrt(2.0 / (1 + slope ** 2))
     if nonlinearity == "selu":
         return 3.0 / 4
     raise InvalidArgumentError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
@@ -96,64 +102,70 @@ def _calculate_correct_fan(tensor, mode):
     return fan_in if mode == "fan_in" else fan_out
 
 
-def uniform_(tensor, a=0.0, b=1.0):
+def uniform_(tensor: Var, a: float = 0.0, b: float = 1.0) -> Var:
     """Values drawn from U(a, b)."""
     v = _var(tensor, "uniform_")
     return _fill(v, _uniform(v.shape, float(a), float(b), v.dtype))
 
 
-def normal_(tensor, mean=0.0, std=1.0):
+def normal_(tensor: Var, mean: float = 0.0, std: float = 1.0) -> Var:
     """Values drawn from N(mean, std^2)."""
     v = _var(tensor, "normal_")
     return _fill(v, _normal(v.shape, float(mean), float(std), v.dtype))
 
 
-def constant_(tensor, val):
+def constant_(tensor: Var, val: float) -> Var:
+    """Fills the Var `tensor` with `val` in place and returns it.
+    Raises TypeError for a non-Var."""
     return _fill(_var(tensor, "constant_"), val)
 
 
-def zeros_(tensor):
+def zeros_(tensor: Var) -> Var:
+    """Fills the Var `tensor` with 0 in place and returns it."""
     return _fill(_var(tensor, "zeros_"), 0.0)
 
 
-def ones_(tensor):
+def ones_(tensor: Var) -> Var:
+    """Fills the Var `tensor` with 1 in place and returns it."""
     return _fill(_var(tensor, "ones_"), 1.0)
 
 
-def xavier_uniform_(tensor, gain=1.0):
+def xavier_uniform_(tensor: Var, gain: float = 1.0) -> Var:
     """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     v = _var(tensor, "xavier_uniform_")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(v)
-    a = gain * math.sqrt(2.0 / float(fan_in + fan_out)) * math.sqrt(3.0)
+    a = gain * _math.sqrt(2.0 / float(fan_in + fan_out)) * _math.sqrt(3.0)
     return _fill(v, _uniform(v.shape, -a, a, v.dtype))
 
 
-def xavier_normal_(tensor, gain=1.0):
+def xavier_normal_(tensor: Var, gain: float = 1.0) -> Var:
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     v = _var(tensor, "xavier_normal_")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(v)
-    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    std = gain * _math.sqrt(2.0 / float(fan_in + fan_out))
     return _fill(v, _normal(v.shape, 0.0, std, v.dtype))
 
 
-def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_uniform_(tensor: Var, a: float = 0, mode: str = 'fan_in',
+                     nonlinearity: str = 'leaky_relu') -> Var:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan) (He et al.)."""
     v = _var(tensor, "kaiming_uniform_")
     if 0 in v.shape:
         return v
     fan = _calculate_correct_fan(v, mode)
-    std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
-    bound = math.sqrt(3.0) * std
+    std = calculate_gain(nonlinearity, a) / _math.sqrt(fan)
+    bound = _math.sqrt(3.0) * std
     return _fill(v, _uniform(v.shape, -bound, bound, v.dtype))
 
 
-def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_normal_(tensor: Var, a: float = 0, mode: str = 'fan_in',
+                    nonlinearity: str = 'leaky_relu') -> Var:
     """N(0, std^2) with std = gain / sqrt(fan) (He et al.)."""
     v = _var(tensor, "kaiming_normal_")
     if 0 in v.shape:
         return v
     fan = _calculate_correct_fan(v, mode)
-    std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    std = calculate_gain(nonlinearity, a) / _math.sqrt(fan)
     return _fill(v, _normal(v.shape, 0.0, std, v.dtype))
 
 
@@ -162,25 +174,26 @@ def _erfinv(y):
     approximation refined by Newton steps on the library's erf."""
     from ..tensor import from_numpy
 
-    w = -np.log((1.0 - y) * (1.0 + y))
+    w = -_np.log((1.0 - y) * (1.0 + y))
     small = w < 5.0
-    ws = np.where(small, w - 2.5, np.sqrt(np.maximum(w, 5.0)) - 3.0)
+    ws = _np.where(small, w - 2.5, _np.sqrt(_np.maximum(w, 5.0)) - 3.0)
     ca = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
           -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
     cb = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
           -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
-    pa, pb = np.full_like(y, ca[0]), np.full_like(y, cb[0])
+    pa, pb = _np.full_like(y, ca[0]), _np.full_like(y, cb[0])
     for c1, c2 in zip(ca[1:], cb[1:]):
         pa = pa * ws + c1
         pb = pb * ws + c2
-    x = np.where(small, pa, pb) * y
+    x = _np.where(small, pa, pb) * y
     for _ in range(3):
-        err = np.asarray(from_numpy(x).erf()) - y
-        x = x - err / (2.0 / math.sqrt(math.pi) * np.exp(-x * x))
+        err = _np.asarray(from_numpy(x).erf()) - y
+        x = x - err / (2.0 / _math.sqrt(_math.pi) * _np.exp(-x * x))
     return x
 
 
-def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
+def trunc_normal_(tensor: Var, mean: float = 0.0, std: float = 1.0,
+                  a: float = -2.0, b: float = 2.0) -> Var:
     """N(mean, std^2) restricted to [a, b] (inverse-CDF sampling, as PyTorch)."""
     from ..tensor import from_numpy, rand
 
@@ -190,14 +203,14 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
         raise InvalidArgumentError(f"trunc_normal_: a ({a}) must be smaller than b ({b})")
 
     def cdf(x):
-        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+        return (1.0 + _math.erf(x / _math.sqrt(2.0))) / 2.0
 
     lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
-    u = np.asarray(rand(v.shape, dtype="float64"))
+    u = _np.asarray(rand(v.shape, dtype="float64"))
     y = (2 * lo - 1) + u * ((2 * hi - 1) - (2 * lo - 1))
-    tiny = np.finfo(np.float64).eps
-    y = np.clip(y, -1 + tiny, 1 - tiny)
-    x = np.clip(_erfinv(y) * (std * math.sqrt(2.0)) + mean, a, b)
+    tiny = _np.finfo(_np.float64).eps
+    y = _np.clip(y, -1 + tiny, 1 - tiny)
+    x = _np.clip(_erfinv(y) * (std * _math.sqrt(2.0)) + mean, a, b)
     return _fill(v, from_numpy(x))
 
 

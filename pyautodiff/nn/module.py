@@ -15,6 +15,8 @@ are registered in assignment order.  Buffers (register_buffer) are tensors
 saved in the state dict but not returned by parameters(); a float buffer that
 a layer updates in place (BatchNorm's running statistics) is a Var.
 """
+from __future__ import annotations
+
 import collections
 import operator
 import weakref
@@ -22,7 +24,15 @@ from itertools import islice
 
 import numpy as np
 
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Mapping, Optional,
+                    Set, Tuple, TypeVar)
+
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
+
+if TYPE_CHECKING:  # the tensor module imports nn lazily; at run time so does this one
+    from ..tensor import Tensor, Var
+
+_M = TypeVar("_M", bound="Module")
 
 # Every Var ever registered in a Module, by id: clip_grad_norm_ needs the key
 # tensor to replace a GradStore entry and the store only keeps ids.
@@ -61,7 +71,7 @@ class Module:
 
     training: bool
 
-    def __init__(self):
+    def __init__(self) -> None:
         d = self.__dict__
         d["training"] = True
         d["_parameters"] = {}
@@ -77,7 +87,12 @@ class Module:
                                  f"(call super().__init__() first in {type(self).__name__})")
         return d, self.__dict__["_buffers"], self.__dict__["_modules"]
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
+        """self.name = value registers a Var as a parameter and a Module as a child
+        (as PyTorch); assigning to a registered buffer keeps it a buffer.  Raises
+        TypeError when the value cannot replace the registered parameter, child or
+        buffer of that name.
+        """
         Tensor, Var = _tensor_types()
         d = self.__dict__
         params = d.get("_parameters")
@@ -118,7 +133,8 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
+        """The parameter, buffer or child registered as `name`.  Raises AttributeError."""
         # only called when normal lookup fails; guarded so that copy/pickle, which
         # probe attributes on an instance without __dict__ contents, see AttributeError
         d = self.__dict__
@@ -128,7 +144,8 @@ class Module:
                 return sub[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
+        """del self.name unregisters a parameter, buffer or child (or deletes an attribute)."""
         d = self.__dict__
         for key in ("_parameters", "_buffers", "_modules"):
             sub = d.get(key)
@@ -139,6 +156,7 @@ class Module:
         object.__delattr__(self, name)
 
     def __setstate__(self, state):
+        """Restores a pickled or deep-copied module (its Vars included)."""
         # pickle and deepcopy restore __dict__ directly: register the new Vars
         # as __setattr__ would have
         self.__dict__.update(state)
@@ -149,6 +167,7 @@ class Module:
                     _remember(v)
 
     def __dir__(self):
+        """The attributes, with the registered parameters, buffers and children."""
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) |
                       set(self._modules))
 
@@ -161,7 +180,7 @@ class Module:
                 name in self.__dict__[k] for k in ("_parameters", "_buffers", "_modules")):
             raise KeyError(f"attribute {name!r} already exists")
 
-    def register_parameter(self, name, param):
+    def register_parameter(self, name: str, param: Optional[Var]) -> None:
         """Adds a parameter (a Var, or None for an absent one, as a bias=False layer)."""
         _, Var = _tensor_types()
         self._dicts(name)
@@ -175,7 +194,8 @@ class Module:
         if param is not None:
             _remember(param)
 
-    def register_buffer(self, name, tensor, persistent=True):
+    def register_buffer(self, name: str, tensor: Optional[Tensor],
+                        persistent: bool = True) -> None:
         """Adds a buffer: a tensor that is state (saved in state_dict when
         persistent) but not a parameter."""
         Tensor, Var = _tensor_types()
@@ -194,7 +214,10 @@ class Module:
         else:
             self._non_persistent_buffers.add(name)
 
-    def add_module(self, name, module):
+    def add_module(self, name: str, module: Optional[Module]) -> None:
+        """Registers `module` (or None) as the child `name`, as `self.name = module` does.
+        Raises KeyError for an empty, dotted or already-taken name.
+        """
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
         self._dicts(name)
@@ -208,7 +231,10 @@ class Module:
 
     register_module = add_module
 
-    def get_submodule(self, target):
+    def get_submodule(self, target: str) -> Module:
+        """The descendant named by a dotted path ("encoder.layers.0"); "" is self.
+        Raises AttributeError naming the first missing part.
+        """
         mod = self
         if target == "":
             return mod
@@ -221,7 +247,8 @@ class Module:
         return mod
 
     # ---- traversal ---------------------------------------------------------------------
-    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+    def named_modules(self, memo: Optional[Set[Module]] = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[Tuple[str, Module]]:
         """(dotted name, module) for this module and every descendant, preorder."""
         if memo is None:
             memo = set()
@@ -236,18 +263,21 @@ class Module:
             yield from m.named_modules(memo, prefix + ("." if prefix else "") + name,
                                        remove_duplicate)
 
-    def modules(self):
+    def modules(self) -> Iterator[Module]:
+        """This module and every descendant, preorder, each once."""
         for _, m in self.named_modules():
             yield m
 
-    def named_children(self):
+    def named_children(self) -> Iterator[Tuple[str, Module]]:
+        """(name, module) for each direct child, in registration order."""
         seen = set()
         for name, m in self._modules.items():
             if m is not None and id(m) not in seen:
                 seen.add(id(m))
                 yield name, m
 
-    def children(self):
+    def children(self) -> Iterator[Module]:
+        """The direct children, in registration order."""
         for _, m in self.named_children():
             yield m
 
@@ -263,41 +293,53 @@ class Module:
                     seen.add(id(v))
                 yield mprefix + ("." if mprefix else "") + k, v
 
-    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[Tuple[str, Var]]:
         """(dotted name, Var) pairs as PyTorch names them ("layers.0.weight");
         a Var shared by two modules appears once."""
         return self._named_members(lambda m: m._parameters, prefix, recurse, remove_duplicate)
 
-    def parameters(self, recurse=True):
+    def parameters(self, recurse: bool = True) -> Iterator[Var]:
+        """The parameters (Vars) of this module and, with recurse, its descendants,
+        in named_parameters order; a shared Var appears once.  What an optimizer takes.
+        """
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[Tuple[str, Tensor]]:
+        """(dotted name, tensor) for every buffer (e.g. BatchNorm's running_mean)."""
         return self._named_members(lambda m: m._buffers, prefix, recurse, remove_duplicate)
 
-    def buffers(self, recurse=True):
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """The buffers of this module and, with recurse, its descendants."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
     # ---- modes and transforms ------------------------------------------------------------
-    def train(self, mode=True):
+    def train(self: _M, mode: bool = True) -> _M:
+        """Sets training mode (mode=True) or evaluation mode on this module and every
+        descendant (Dropout and BatchNorm behave differently); returns self.
+        Raises ValueError when mode is not a bool.
+        """
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
         for m in self.modules():
             m.__dict__["training"] = mode
         return self
 
-    def eval(self):
+    def eval(self: _M) -> _M:
+        """Evaluation mode: train(False).  Returns self."""
         return self.train(False)
 
-    def apply(self, fn):
+    def apply(self: _M, fn: Callable[[Module], Any]) -> _M:
         """Calls fn on every child (recursively), then on self; returns self."""
         for m in self.children():
             m.apply(fn)
         fn(self)
         return self
 
-    def to_dtype(self, dtype):
+    def to_dtype(self: _M, dtype: Any) -> _M:
         """Casts every floating-point parameter and buffer to dtype (a float
         dtype); parameters become new Vars, so build optimizers afterwards."""
         from .. import dtypes as _dt
@@ -321,7 +363,7 @@ class Module:
                         store[k] = nv
         return self
 
-    def to(self, *args, **kwargs):
+    def to(self: _M, *args: Any, **kwargs: Any) -> _M:
         """PyTorch's module.to for this CPU-only library: a dtype (positional or
         dtype=) converts as to_dtype; a device must be 'cpu'."""
         from .. import dtypes as _dt
@@ -345,18 +387,21 @@ class Module:
                                        f"exists, got {device!r}")
         return self if dtype is None else self.to_dtype(dtype)
 
-    def float(self):
+    def float(self: _M) -> _M:
+        """to_dtype(ad.float32): parameters become new Vars.  Returns self."""
         from .. import dtypes as _dt
 
         return self.to_dtype(_dt.float32)
 
-    def double(self):
+    def double(self: _M) -> _M:
+        """to_dtype(ad.float64): parameters become new Vars.  Returns self."""
         from .. import dtypes as _dt
 
         return self.to_dtype(_dt.float64)
 
     # ---- state dict ----------------------------------------------------------------------
-    def state_dict(self, destination=None, prefix="", keep_vars=False):
+    def state_dict(self, destination: Optional[Dict[str, Any]] = None, prefix: str = "",
+                   keep_vars: bool = False) -> Dict[str, Any]:
         """name -> tensor for every parameter and persistent buffer, ordered
         as PyTorch orders them (each module's parameters, then its buffers,
         then its children).  Values are untracked tensors sharing the
@@ -387,7 +432,7 @@ class Module:
                     slots[pre + k] = (m, "_buffers", k)
         return slots
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
         """Copies values (ad tensors, numpy arrays or anything numpy converts)
         into the parameters and buffers.  Every key, shape and dtype is checked
         before anything is written: on any mismatch nothing changes and the
@@ -462,14 +507,20 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     # ---- calling and printing ---------------------------------------------------------------
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The computation of the module; subclasses define it.  Call the module
+        (module(x)) rather than forward, as in PyTorch.  Raises NotImplementedError
+        on the base class.
+        """
         raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required "
                                   f"\"forward\" function")
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """module(*args) runs forward(*args) and returns its result."""
         return self.forward(*args, **kwargs)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
+        """The layer's own arguments, shown in its repr ("in_features=3, ..."); '' here."""
         return ""
 
     def _get_name(self):
@@ -489,7 +540,7 @@ class Module:
         return main + ")"
 
 
-def Parameter(data, requires_grad=True):
+def Parameter(data: Any, requires_grad: bool = True) -> Any:
     """PyTorch's nn.Parameter spelled for pyautodiff: a Var holding data (a
     Var is returned as it is).  requires_grad=False gives a plain tensor."""
     from ..tensor import Tensor, Var, tensor
@@ -511,7 +562,7 @@ class Sequential(Module):
     """Modules applied in order: Sequential(m1, m2, ...) or
     Sequential(OrderedDict(name=module, ...))."""
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], collections.OrderedDict):
             for k, m in args[0].items():
@@ -523,17 +574,22 @@ class Sequential(Module):
                                     f"Module")
                 self.add_module(str(i), m)
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: Any) -> Any:
+        """The module at position `idx` (negative counts from the end), or a new
+        Sequential of a slice.  Raises IndexError out of range.
+        """
         if isinstance(idx, slice):
             return Sequential(collections.OrderedDict(list(self._modules.items())[idx]))
         i = _index(idx, len(self._modules), "Sequential")
         return next(islice(self._modules.values(), i, None))
 
     def __setitem__(self, idx, module):
+        """Replaces the module at position `idx`.  Raises IndexError out of range."""
         i = _index(idx, len(self._modules), "Sequential")
         self.add_module(list(self._modules)[i], module)
 
     def __delitem__(self, idx):
+        """Removes the module(s) at `idx` (an int or a slice)."""
         if isinstance(idx, slice):
             for k in list(self._modules)[idx]:
                 del self._modules[k]
@@ -545,22 +601,27 @@ class Sequential(Module):
         for i, m in enumerate(items):
             self._modules[str(i)] = m
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The number of modules."""
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Module]:
+        """The modules in order."""
         return iter(self._modules.values())
 
     def append(self, module):
+        """Adds `module` at the end; returns self."""
         self.add_module(str(len(self)), module)
         return self
 
     def extend(self, modules):
+        """Appends every module of the iterable `modules`; returns self."""
         for m in modules:
             self.append(m)
         return self
 
     def insert(self, index, module):
+        """Inserts `module` before position `index` (negative counts from the end)."""
         if not isinstance(module, Module):
             raise TypeError(f"Sequential.insert: {type(module).__name__} is not a Module")
         n = len(self._modules)
@@ -575,7 +636,8 @@ class Sequential(Module):
             self._modules[str(i)] = m
         return self
 
-    def forward(self, input):
+    def forward(self, input: Any) -> Any:
+        """Applies each module in order to `input` and returns the last output."""
         for m in self._modules.values():
             input = m(input)
         return input
@@ -584,20 +646,25 @@ class Sequential(Module):
 class ModuleList(Module):
     """A list of modules whose parameters are registered ("0.weight", ...)."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Optional[Iterable[Module]] = None) -> None:
         super().__init__()
         if modules is not None:
             self.extend(modules)
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: Any) -> Any:
+        """The module at position `idx`, or a new ModuleList of a slice.
+        Raises IndexError out of range.
+        """
         if isinstance(idx, slice):
             return ModuleList(list(self._modules.values())[idx])
         return self._modules[str(_index(idx, len(self._modules), "ModuleList"))]
 
     def __setitem__(self, idx, module):
+        """Replaces the module at position `idx`.  Raises IndexError out of range."""
         self.add_module(str(_index(idx, len(self._modules), "ModuleList")), module)
 
     def __delitem__(self, idx):
+        """Removes the module(s) at `idx` (an int or a slice)."""
         if isinstance(idx, slice):
             for k in list(self._modules)[idx]:
                 del self._modules[k]
@@ -608,23 +675,29 @@ class ModuleList(Module):
         for i, m in enumerate(items):
             self._modules[str(i)] = m
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The number of modules."""
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Module]:
+        """The modules in order."""
         return iter(self._modules.values())
 
     def __iadd__(self, modules):
+        """self += modules: extend; returns self."""
         return self.extend(modules)
 
     def __add__(self, other):
+        """A new ModuleList of self's modules followed by other's."""
         return ModuleList(list(self) + list(other))
 
     def append(self, module):
+        """Adds `module` at the end; returns self."""
         self.add_module(str(len(self)), module)
         return self
 
     def extend(self, modules):
+        """Appends every module of the iterable `modules`; returns self."""
         if isinstance(modules, (Module, str)) or not hasattr(modules, "__iter__"):
             raise TypeError(f"ModuleList.extend should be called with an iterable of modules, "
                             f"got {type(modules).__name__}")
@@ -633,6 +706,7 @@ class ModuleList(Module):
         return self
 
     def insert(self, index, module):
+        """Inserts `module` before position `index` (negative counts from the end)."""
         items = list(self._modules.values())
         items.insert(operator.index(index), module)
         self._modules.clear()
@@ -640,6 +714,7 @@ class ModuleList(Module):
             self.add_module(str(i), m)
 
     def pop(self, idx=-1):
+        """Removes and returns the module at `idx` (default the last)."""
         m = self[idx]
         del self[idx]
         return m
@@ -653,47 +728,59 @@ class ModuleList(Module):
 class ModuleDict(Module):
     """A dict of modules (insertion order), registered under their keys."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Any = None) -> None:
         super().__init__()
         if modules is not None:
             self.update(modules)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Module:
+        """The module registered as `key`.  Raises KeyError."""
         return self._modules[key]
 
-    def __setitem__(self, key, module):
+    def __setitem__(self, key: str, module: Module) -> None:
+        """Registers `module` as `key` (as add_module)."""
         self.add_module(key, module)
 
     def __delitem__(self, key):
+        """Removes the module `key`.  Raises KeyError."""
         del self._modules[key]
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The number of modules."""
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
+        """The keys, in insertion order."""
         return iter(self._modules)
 
-    def __contains__(self, key):
+    def __contains__(self, key: object) -> bool:
+        """True when a module is registered as `key`."""
         return key in self._modules
 
     def keys(self):
+        """The keys, in insertion order."""
         return self._modules.keys()
 
     def values(self):
+        """The modules, in insertion order."""
         return self._modules.values()
 
     def items(self):
+        """(key, module) pairs, in insertion order."""
         return self._modules.items()
 
-    def pop(self, key):
+    def pop(self, key: str) -> Module:
+        """Removes the module `key` and returns it.  Raises KeyError."""
         m = self._modules[key]
         del self._modules[key]
         return m
 
-    def clear(self):
+    def clear(self) -> None:
+        """Removes every module."""
         self._modules.clear()
 
     def update(self, modules):
+        """Adds the (key, module) pairs of a mapping or an iterable of pairs."""
         items = modules.items() if hasattr(modules, "items") else modules
         for j, kv in enumerate(items):
             try:

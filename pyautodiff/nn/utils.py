@@ -1,7 +1,14 @@
 """Training utilities (PyTorch's torch.nn.utils) working on a GradStore."""
-import math
+from __future__ import annotations
+
+import math as _math
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Iterable as _Iterable, Optional as _Optional
 
 from ..errors import InvalidArgumentError
+
+if _TYPE_CHECKING:
+    from ..grad import GradStore
+    from ..tensor import Tensor, Var
 
 
 def _entries(grads, parameters, fn):
@@ -45,7 +52,7 @@ def _total_norm(gs, norm_type, fn):
     from ..indexing import stack
     from ..tensor import tensor
 
-    if norm_type == math.inf:
+    if norm_type == _math.inf:
         norms = [g.abs().max() for g in gs]
     elif norm_type == 2.0:
         norms = [g.sqr().sum().sqrt() for g in gs]
@@ -59,15 +66,16 @@ def _total_norm(gs, norm_type, fn):
         if n.dtype is _dt.float64:
             dt = _dt.float64
     vec = stack([n.to_dtype(dt) for n in norms])
-    if norm_type == math.inf:
+    if norm_type == _math.inf:
         return vec.max()
     if norm_type == 2.0:
         return vec.sqr().sum().sqrt()
     return (vec ** norm_type).sum() ** (1.0 / norm_type)
 
 
-def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=False, *,
-                    parameters=None):
+def clip_grad_norm_(grads: GradStore, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False, *,
+                    parameters: _Optional[_Iterable[Var]] = None) -> Tensor:
     """Scales every gradient in the GradStore in place (entries replaced
     through insert) so that their joint norm is at most max_norm; returns the
     norm before clipping as a 0-d tensor.  As PyTorch: the scale is
@@ -85,7 +93,7 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=False, *,
             return tensor(0.0)
         total = _total_norm([g for _, g in entries], norm_type, fn)
         t = float(total)
-        if error_if_nonfinite and not math.isfinite(t):
+        if error_if_nonfinite and not _math.isfinite(t):
             raise InvalidArgumentError(f"{fn}: the total norm of order {norm_type} of the "
                                        f"gradients is non-finite ({t}), so they cannot be "
                                        f"clipped; pass error_if_nonfinite=False to scale anyway")
@@ -96,7 +104,8 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=False, *,
     return total
 
 
-def clip_grad_value_(grads, clip_value, *, parameters=None):
+def clip_grad_value_(grads: GradStore, clip_value: float, *,
+                     parameters: _Optional[_Iterable[Var]] = None) -> None:
     """Clamps every gradient in the GradStore to [-clip_value, clip_value] in place."""
     from ..grad import no_grad
 

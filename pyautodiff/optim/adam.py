@@ -1,4 +1,8 @@
 """Adam and AdamW (torch.optim.Adam / AdamW), amsgrad included."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Tuple
+
 from .._lib import ffi, lib
 from ..errors import InvalidArgumentError
 from .optimizer import Optimizer, _as_float, _check
@@ -12,12 +16,23 @@ class Adam(Optimizer):
         m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
         vmax = max(vmax, v)           (amsgrad; then vmax replaces v below)
         w = w - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, betas (beta1, beta2), eps, weight_decay, amsgrad: as in the formulas.
+        decoupled_weight_decay: True gives AdamW's decay.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative lr, eps or weight_decay, or a beta outside [0, 1).
     """
 
     _state_tensors = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 amsgrad=False, *, decoupled_weight_decay=False):
+    def __init__(self, params: Iterable[Any], lr: float = 0.001,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-08,
+                 weight_decay: float = 0, amsgrad: bool = False, *,
+                 decoupled_weight_decay: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad,
                                       decoupled_weight_decay=decoupled_weight_decay))
@@ -70,7 +85,8 @@ class AdamW(Adam):
     """Adam with decoupled weight decay (w *= 1 - lr * weight_decay before
     the Adam step), weight_decay 1e-2 by default, as torch.optim.AdamW."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False):
+    def __init__(self, params: Iterable[Any], lr: float = 0.001,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-08,
+                 weight_decay: float = 0.01, amsgrad: bool = False) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad,
                          decoupled_weight_decay=True)

@@ -12,12 +12,18 @@ Constructing a scheduler sets each group's "initial_lr" (when last_epoch is
 -1) and takes the first step (last_epoch becomes 0).  `step()` takes no
 epoch (PyTorch deprecated it).
 """
-import math
-import types
-from collections import Counter
+from __future__ import annotations
+
+from typing import (Any as _Any, Dict as _Dict, Iterable as _Iterable, List as _List,
+                    Mapping as _Mapping, Optional as _Optional, Sequence as _Sequence,
+                    Union as _Union)
+
+import math as _math
+import types as _types
+from collections import Counter as _Counter
 
 from ..errors import InvalidArgumentError
-from .optimizer import Optimizer
+from .optimizer import Optimizer as _Optimizer
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LambdaLR", "LinearLR", "OneCycleLR"]
@@ -28,8 +34,8 @@ class LRScheduler:
 
     _is_initial = False
 
-    def __init__(self, optimizer, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
+    def __init__(self, optimizer: _Optimizer, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, _Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
         if last_epoch == -1:
@@ -49,10 +55,13 @@ class LRScheduler:
         finally:
             self._is_initial = False
 
-    def get_lr(self):
+    def get_lr(self) -> _List[float]:
+        """The rates for the epoch last_epoch, one per parameter group (the
+        subclass's formula).  Called by step(); not meant to be called directly.
+        """
         raise NotImplementedError
 
-    def step(self):
+    def step(self) -> None:
         """Moves to the next epoch (or iteration) and sets each group's lr."""
         self._step_count += 1
         self.last_epoch += 1
@@ -61,25 +70,26 @@ class LRScheduler:
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
-    def get_last_lr(self):
+    def get_last_lr(self) -> _List[float]:
         """The rates the last step() set, one per parameter group."""
         return list(self._last_lr)
 
     def _current(self):
         return [group["lr"] for group in self.optimizer.param_groups]
 
-    def state_dict(self):
+    def state_dict(self) -> _Dict[str, _Any]:
         """Every attribute but the optimizer (plain Python values)."""
         return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: _Mapping[str, _Any]) -> None:
+        """Restores the attributes state_dict() saved (the optimizer is not touched)."""
         self.__dict__.update(state_dict)
 
 
 class LambdaLR(LRScheduler):
     """lr = initial_lr * lr_lambda(last_epoch) (one function, or one per group)."""
 
-    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+    def __init__(self, optimizer: _Optimizer, lr_lambda: _Any, last_epoch: int = -1) -> None:
         self.optimizer = optimizer
         n = len(optimizer.param_groups)
         if not isinstance(lr_lambda, (list, tuple)):
@@ -95,14 +105,17 @@ class LambdaLR(LRScheduler):
                                 f"{type(f).__name__}")
         super().__init__(optimizer, last_epoch)
 
-    def state_dict(self):
+    def state_dict(self) -> _Dict[str, _Any]:
+        """As LRScheduler.state_dict, with each lr_lambda saved as its attributes
+        (a plain function as None)."""
         # functions are not saved; a callable object's attributes are
         sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-        sd["lr_lambdas"] = [None if isinstance(f, types.FunctionType) else dict(f.__dict__)
+        sd["lr_lambdas"] = [None if isinstance(f, _types.FunctionType) else dict(f.__dict__)
                             for f in self.lr_lambdas]
         return sd
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: _Mapping[str, _Any]) -> None:
+        """As LRScheduler.load_state_dict, restoring each callable lr_lambda's attributes."""
         state_dict = dict(state_dict)
         lambdas = state_dict.pop("lr_lambdas")
         self.__dict__.update(state_dict)
@@ -117,7 +130,8 @@ class LambdaLR(LRScheduler):
 class StepLR(LRScheduler):
     """lr *= gamma every step_size epochs."""
 
-    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+    def __init__(self, optimizer: _Optimizer, step_size: int, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
         self.step_size = step_size
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -131,8 +145,9 @@ class StepLR(LRScheduler):
 class MultiStepLR(LRScheduler):
     """lr *= gamma at each milestone (a milestone listed twice counts twice)."""
 
-    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
-        self.milestones = Counter(milestones)
+    def __init__(self, optimizer: _Optimizer, milestones: _Iterable[int],
+                 gamma: float = 0.1, last_epoch: int = -1) -> None:
+        self.milestones = _Counter(milestones)
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
@@ -145,7 +160,7 @@ class MultiStepLR(LRScheduler):
 class ExponentialLR(LRScheduler):
     """lr *= gamma every epoch."""
 
-    def __init__(self, optimizer, gamma, last_epoch=-1):
+    def __init__(self, optimizer: _Optimizer, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
@@ -159,7 +174,8 @@ class CosineAnnealingLR(LRScheduler):
     """Cosine from initial_lr down to eta_min over T_max epochs (and back up
     after, as PyTorch's), computed with PyTorch's recursive formula."""
 
-    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+    def __init__(self, optimizer: _Optimizer, T_max: int, eta_min: float = 0.0,
+                 last_epoch: int = -1) -> None:
         self.T_max = T_max
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
@@ -169,11 +185,11 @@ class CosineAnnealingLR(LRScheduler):
         if self._is_initial:
             return self._current()
         if self._step_count == 1 and e > 0:
-            return [lo + (b - lo) * (1 + math.cos(e * math.pi / T)) / 2 for b in self.base_lrs]
+            return [lo + (b - lo) * (1 + _math.cos(e * _math.pi / T)) / 2 for b in self.base_lrs]
         if (e - 1 - T) % (2 * T) == 0:
-            return [lr + (b - lo) * (1 - math.cos(math.pi / T)) / 2
+            return [lr + (b - lo) * (1 - _math.cos(_math.pi / T)) / 2
                     for b, lr in zip(self.base_lrs, self._current())]
-        return [(1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T))
+        return [(1 + _math.cos(_math.pi * e / T)) / (1 + _math.cos(_math.pi * (e - 1) / T))
                 * (lr - lo) + lo for lr in self._current()]
 
 
@@ -181,8 +197,8 @@ class LinearLR(LRScheduler):
     """The factor goes linearly from start_factor to end_factor over
     total_iters epochs (PyTorch's recursive formula)."""
 
-    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5,
-                 last_epoch=-1):
+    def __init__(self, optimizer: _Optimizer, start_factor: float = 1.0 / 3,
+                 end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1) -> None:
         if start_factor > 1.0 or start_factor <= 0:
             raise InvalidArgumentError("LinearLR: Starting multiplicative factor expected to be "
                                        f"greater than 0 and less or equal to 1, got "
@@ -221,11 +237,14 @@ class OneCycleLR(LRScheduler):
     initial_lr / final_div_factor; momentum (SGD) or beta1 (Adam) cycles the
     other way.  Stepped once per batch."""
 
-    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
-                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85,
-                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
-                 last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
+    def __init__(self, optimizer: _Optimizer, max_lr: _Union[float, _Sequence[float]],
+                 total_steps: _Optional[int] = None, epochs: _Optional[int] = None,
+                 steps_per_epoch: _Optional[int] = None, pct_start: float = 0.3,
+                 anneal_strategy: str = 'cos', cycle_momentum: bool = True,
+                 base_momentum: float = 0.85, max_momentum: float = 0.95,
+                 div_factor: float = 25.0, final_div_factor: float = 10000.0,
+                 three_phase: bool = False, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, _Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
         if total_steps is not None:
@@ -297,7 +316,7 @@ class OneCycleLR(LRScheduler):
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
-            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+            return end + (start - end) / 2.0 * (_math.cos(_math.pi * pct) + 1)
         return (end - start) * pct + start
 
     def get_lr(self):

@@ -5,12 +5,16 @@ backward() returns (nothing hidden holds it), and that optimizers take Vars
 only (a non-leaf: TypeError, where PyTorch raises ValueError).  Each
 parameter's update is one fused native in-place call that bumps its version.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Mapping
+
 from .._lib import raise_status
 from ..errors import InvalidArgumentError, ShapeError
 from ..grad import GradStore
 from ..tensor import Tensor, Var, tensor, zeros
 
-_NO_GRADS = object()
+_NO_GRADS: Any = object()
 
 
 def _as_float(name, v):
@@ -27,7 +31,7 @@ class Optimizer:
 
     _state_tensors = ()
 
-    def __init__(self, params, defaults):
+    def __init__(self, params: Iterable[Any], defaults: Dict[str, Any]) -> None:
         self.defaults = dict(defaults)
         self.param_groups = []
         self._state = {}  # Var -> {"step": int, name: Tensor}; the tensors are private
@@ -47,7 +51,7 @@ class Optimizer:
             self.add_param_group(g)
 
     # ---- groups ---------------------------------------------------------------------
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Adds a group: a dict with "params" (Vars) and any hyper-parameter
         that differs from the optimizer's defaults."""
         if not isinstance(param_group, dict):
@@ -85,7 +89,7 @@ class Optimizer:
         raise NotImplementedError
 
     # ---- stepping --------------------------------------------------------------------
-    def step(self, grads=_NO_GRADS):
+    def step(self, grads: GradStore = _NO_GRADS) -> None:
         """One update of every parameter that has a gradient in `grads` (the
         GradStore that loss.backward() returns).  A parameter without one is
         skipped and its state (its step count included) is not advanced."""
@@ -104,7 +108,7 @@ class Optimizer:
                     state = self._state[p] = {}
                 self._update(p, g, group, state)
 
-    def backward_step(self, loss):
+    def backward_step(self, loss: Tensor) -> GradStore:
         """opt.step(loss.backward()); returns the GradStore."""
         if not isinstance(loss, Tensor):
             raise TypeError(f"{type(self).__name__}.backward_step takes the loss tensor, got "
@@ -128,7 +132,7 @@ class Optimizer:
         return b
 
     # ---- state dicts -----------------------------------------------------------------
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """{"state": {index: {"step": 0-d float32 tensor, name: Tensor}},
         "param_groups": [{hyper-parameters, "params": [index, ...]}]}, with the
         parameters numbered in group order, as PyTorch's.  The tensors are
@@ -153,7 +157,7 @@ class Optimizer:
                 state[index[id(p)]] = out
         return {"state": state, "param_groups": groups}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Loads a state_dict() of an optimizer of the same kind over
         parameters of the same shapes (PyTorch's, converted to numpy, loads
         too).  Atomic: on any error nothing changes."""

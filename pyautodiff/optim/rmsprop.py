@@ -1,4 +1,8 @@
 """RMSprop (torch.optim.RMSprop), centered and momentum variants included."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
 from .._lib import ffi, lib
 from ..errors import InvalidArgumentError
 from .optimizer import Optimizer, _as_float, _check
@@ -13,12 +17,21 @@ class RMSprop(Optimizer):
               avg = sqrt(sq - ga * ga) + eps
         momentum > 0: buf = momentum * buf + g / avg; w = w - lr * buf
         otherwise:    w = w - lr * g / avg
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, alpha, eps, weight_decay, momentum, centered: as in the formulas.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative or out-of-range hyper-parameter.
     """
 
     _state_tensors = ("square_avg", "momentum_buffer", "grad_avg")
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
-                 centered=False):
+    def __init__(self, params: Iterable[Any], lr: float = 0.01, alpha: float = 0.99,
+                 eps: float = 1e-08, weight_decay: float = 0, momentum: float = 0,
+                 centered: bool = False) -> None:
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                                       momentum=momentum, centered=centered))
 

@@ -1,4 +1,8 @@
 """SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD)."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
 from .._lib import ffi, lib
 from .optimizer import Optimizer, _as_float, _check
 
@@ -11,12 +15,20 @@ class SGD(Optimizer):
         buf = momentum * buf + (1 - dampening) * g (later steps)
         g = g + momentum * buf if nesterov else buf   (when momentum != 0)
         w = w - lr * g
+
+    Args:
+        params: an iterable of Vars (model.parameters()), or of dicts
+            {"params": [...], "lr": ...} that override the defaults per group.
+        lr, momentum, dampening, weight_decay, nesterov: as in the formulas.
+
+    Raises TypeError for a non-Var parameter, InvalidArgumentError for a
+    negative hyper-parameter, or nesterov without momentum > 0 and dampening 0.
     """
 
     _state_tensors = ("momentum_buffer",)
 
-    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
-                 nesterov=False):
+    def __init__(self, params: Iterable[Any], lr: float = 0.001, momentum: float = 0,
+                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov))
 

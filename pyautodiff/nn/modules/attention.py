@@ -1,7 +1,10 @@
 """MultiheadAttention with PyTorch's parameters (in_proj_weight, in_proj_bias,
 out_proj.weight, out_proj.bias; q/k/v_proj_weight when kdim/vdim differ;
 bias_k/bias_v), masks and returned attention weights."""
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -11,6 +14,11 @@ from .. import init
 from ..module import Module
 from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
 from .basic import Linear
+
+if TYPE_CHECKING:
+    from ...tensor import Tensor
+
+_Size = Union[int, Tuple[int, ...]]
 
 
 def _softmax_last(s):
@@ -34,9 +42,11 @@ class MultiheadAttention(Module):
     batch_first=True, or unbatched (L, E).  Boolean masks are True where
     attention is not allowed; float masks are added to the scores."""
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
-                 dtype=None):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True, add_bias_kv: bool = False,
+                 add_zero_attn: bool = False, kdim: Optional[int] = None,
+                 vdim: Optional[int] = None, batch_first: bool = False,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         from ...tensor import Var
 
@@ -113,8 +123,17 @@ class MultiheadAttention(Module):
                              f"{dtype.name}")
         return m
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
-                attn_mask=None, average_attn_weights=True, is_causal=False):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor,
+                key_padding_mask: Optional[Tensor] = None, need_weights: bool = True,
+                attn_mask: Optional[Tensor] = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        """Attention of `query` over `key`/`value`.
+
+        Returns (output, weights): output like query ((L, N, E), batch_first (N, L, E)
+        or unbatched (L, E)); weights (N, L, S) averaged over heads, (N, num_heads,
+        L, S) with average_attn_weights=False, or None when need_weights=False.
+        Raises ShapeError when the shapes or masks do not fit.
+        """
         from ...indexing import cat
         from ...tensor import from_numpy, where, zeros
 
@@ -229,5 +248,5 @@ class MultiheadAttention(Module):
             weights = weights.squeeze(0)
         return out, weights
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return ""

@@ -1,5 +1,8 @@
 """Linear, Embedding, Dropout, Identity, Flatten and the activation layers."""
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 import warnings
 
 import numpy as np
@@ -10,6 +13,11 @@ from .. import init
 from ..module import Module
 from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
 
+if TYPE_CHECKING:
+    from ...tensor import Tensor
+
+_Size = Union[int, Tuple[int, ...]]
+
 _ANY_RANK = range(1, 65)
 _ANY_RANK_0 = range(0, 65)
 
@@ -17,18 +25,31 @@ _ANY_RANK_0 = range(0, 65)
 class Identity(Module):
     """Returns its input (any arguments are accepted and ignored, as PyTorch)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Any:
+        """Returns `input` unchanged."""
         return input
 
 
 class Linear(Module):
-    """y = x @ weight.T + bias; weight (out_features, in_features) and bias
-    drawn from U(-1/sqrt(in_features), 1/sqrt(in_features)) as PyTorch."""
+    """Applies y = x @ weight.T + bias.
 
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+    Args:
+        in_features: the size of each input sample (the last dim of x).
+        out_features: the size of each output sample.
+        bias: False leaves out the bias (self.bias is None).
+        dtype: the parameters' dtype (default float32); device must be None or 'cpu'.
+
+    Parameters: weight (out_features, in_features) and bias (out_features,),
+    drawn from U(-1/sqrt(in_features), 1/sqrt(in_features)) as PyTorch.
+
+    Shape: (*, in_features) -> (*, out_features).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         from ...tensor import Var
 
@@ -43,7 +64,8 @@ class Linear(Module):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features)
@@ -53,7 +75,12 @@ class Linear(Module):
     def _tag(self):
         return f"Linear(in_features={self.in_features})"
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """input @ weight.T + bias.
+
+        Shape: (*, in_features) -> (*, out_features).  Raises ShapeError when the
+        last dim is not in_features, DTypeError when the dtype is not the weight's.
+        """
         params = self._parameters
         w, b = params["weight"], params["bias"]
         x = float_input(self, input, w.dtype, _ANY_RANK)
@@ -62,7 +89,7 @@ class Linear(Module):
         y = x @ w.t()
         return y if b is None else y + b
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
 
@@ -72,9 +99,11 @@ class Embedding(Module):
     row padding_idx starts at zero and gets no gradient.  max_norm renormalises
     the looked-up rows in place (as PyTorch)."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
-                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 _freeze=False, device=None, dtype=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int,
+                 padding_idx: Optional[int] = None, max_norm: Optional[float] = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, _weight: Optional[Tensor] = None,
+                 _freeze: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         from ...tensor import Tensor, Var
 
@@ -112,7 +141,8 @@ class Embedding(Module):
             else:
                 self.weight = w
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
         init.normal_(self.weight)
         self._zero_padding_row()
 
@@ -123,8 +153,10 @@ class Embedding(Module):
             self.weight.set(w)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
-                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True,
+                        padding_idx: Optional[int] = None,
+                        max_norm: Optional[float] = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, sparse: bool = False) -> Embedding:
         """An Embedding holding a copy of embeddings (2-d); freeze=True keeps
         it out of parameters() (a buffer), as requires_grad=False does in PyTorch."""
         tensor_arg("Embedding.from_pretrained", embeddings, "embeddings")
@@ -151,7 +183,12 @@ class Embedding(Module):
             with no_grad():
                 self.weight.set(w)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """The rows of weight that `input` (an int tensor of indices) names.
+
+        Shape: (*) -> (*, embedding_dim).  Raises OutOfRangeError for an index
+        outside [0, num_embeddings), DTypeError for a non-integer input.
+        """
         from ...tensor import where
 
         tensor_arg(self, input)
@@ -176,7 +213,7 @@ class Embedding(Module):
             out = where(mask, F.embedding(input, self.weight.detach()), out)
         return out
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
@@ -191,7 +228,7 @@ class Dropout(Module):
     """Zeroes elements with probability p in training mode (scaling the rest by
     1/(1-p)); the identity in eval mode."""
 
-    def __init__(self, p=0.5, inplace=False):
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
         self.p = float_arg("Dropout", "p", p, 0.0, 1.0)
         self.inplace = bool(inplace)
@@ -200,23 +237,25 @@ class Dropout(Module):
     def _tag(self):
         return f"Dropout(p={self.p})"
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Dropout in training mode, the identity in eval mode.  Shape: any, unchanged."""
         float_input(self, input, None, _ANY_RANK_0)
         return F.dropout(input, self.p, self.training)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
 
 
 class Flatten(Module):
     """Flattens dims start_dim..end_dim (default: all but the batch dim)."""
 
-    def __init__(self, start_dim=1, end_dim=-1):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
         self.start_dim = int_arg("Flatten", "start_dim", start_dim, minimum=-(1 << 62))
         self.end_dim = int_arg("Flatten", "end_dim", end_dim, minimum=-(1 << 62))
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """input.flatten(start_dim, end_dim).  Shape: (N, *dims) -> (N, prod(dims)) by default."""
         tag = f"Flatten(start_dim={self.start_dim}, end_dim={self.end_dim})"
         tensor_arg(tag, input)
         n = max(input.ndim, 1)
@@ -227,7 +266,7 @@ class Flatten(Module):
                              f"{self.end_dim} to flatten")
         return input.flatten(self.start_dim, self.end_dim)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
@@ -241,54 +280,69 @@ class _Activation(Module):
 
 
 class ReLU(_Activation):
-    def __init__(self, inplace=False):
+    """max(x, 0) elementwise.  `inplace` is accepted for PyTorch code (tensors
+    are never mutated)."""
+
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = bool(inplace)  # accepted for PyTorch code; tensors are never mutated
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """max(input, 0) elementwise.  Shape: any, unchanged."""
         return self._check(input).relu()
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
 
 class GELU(_Activation):
     """approximate='none' (exact, through erf) or 'tanh'."""
 
-    def __init__(self, approximate="none"):
+    def __init__(self, approximate: str = 'none') -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise InvalidArgumentError(f"GELU: approximate must be 'none' or 'tanh', got "
                                        f"{approximate!r}")
         self.approximate = approximate
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """GELU elementwise (exact through erf, or the tanh approximation).
+        Shape: any, unchanged."""
         x = self._check(input)
         return x.gelu() if self.approximate == "tanh" else x.gelu_erf()
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
 
 class SiLU(_Activation):
-    def __init__(self, inplace=False):
+    """x * sigmoid(x) elementwise (a.k.a. swish)."""
+
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = bool(inplace)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """input * sigmoid(input) elementwise.  Shape: any, unchanged."""
         return self._check(input).silu()
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
 
 class Tanh(_Activation):
-    def forward(self, input):
+    """tanh(x) elementwise."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        """tanh elementwise.  Shape: any, unchanged."""
         return self._check(input).tanh()
 
 
 class Sigmoid(_Activation):
-    def forward(self, input):
+    """1 / (1 + exp(-x)) elementwise."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        """1 / (1 + exp(-input)) elementwise.  Shape: any, unchanged."""
         return self._check(input).sigmoid()
 
 
@@ -300,7 +354,10 @@ def _softmax_dim(name, ndim):
 
 
 class Softmax(_Activation):
-    def __init__(self, dim=None):
+    """Softmax along `dim` (each slice sums to 1).  dim=None uses PyTorch's
+    legacy rule (dim 0 for 0-, 1- and 3-d input, else 1) with its warning."""
+
+    def __init__(self, dim: Optional[int] = None) -> None:
         super().__init__()
         self.dim = None if dim is None else int_arg("Softmax", "dim", dim, minimum=-(1 << 62))
 
@@ -312,15 +369,19 @@ class Softmax(_Activation):
                                   f"no dim {d}")
         return d
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Softmax along self.dim (the legacy choice when None).  Shape: unchanged."""
         x = self._check(input)
         return x.softmax(self._dim(x, "softmax"))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
 
 class LogSoftmax(Softmax):
-    def forward(self, input):
+    """log(softmax(x)) along `dim`, computed stably."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        """log_softmax along self.dim (the legacy choice when None).  Shape: unchanged."""
         x = self._check(input)
         return x.log_softmax(self._dim(x, "log_softmax"))

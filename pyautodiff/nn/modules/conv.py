@@ -1,6 +1,9 @@
 """Convolution and pooling layers (PyTorch's constructor arguments, weight
 layouts and default initialisation)."""
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -9,6 +12,11 @@ from .. import functional as F
 from .. import init
 from ..module import Module
 from ._common import desc, factory, float_input, int_arg, tuple_arg
+
+if TYPE_CHECKING:
+    from ...tensor import Tensor
+
+_Size = Union[int, Tuple[int, ...]]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -93,7 +101,8 @@ class _ConvNd(Module):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
@@ -128,7 +137,7 @@ class _ConvNd(Module):
                 raise ShapeError(f"{self._tag}: input {desc(x)} (padded size {n}) is smaller "
                                  f"than the kernel (effective size {d * (k - 1) + 1})")
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = ("{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}")
         if self.padding != (0,) * len(self.kernel_size):
             s += ", padding={padding}"
@@ -161,12 +170,19 @@ class Conv1d(_ConvNd):
     """1-d convolution: weight (out_channels, in_channels/groups, kernel_size)."""
     _nd = 1
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size,
+                 stride: _Size = 1, padding: Union[_Size, str] = 0,
+                 dilation: _Size = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = 'zeros', device: Any = None, dtype: Any = None) -> None:
         super().__init__("Conv1d", in_channels, out_channels, kernel_size, stride, padding,
                          dilation, groups, bias, padding_mode, 0, device, dtype)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Cross-correlation of `input` with weight, plus bias.
+
+        Shape: (N, C_in, L) or (C_in, L) -> (N, C_out, L_out).  Raises ShapeError
+        when the channels or a size do not fit, DTypeError on mixed dtypes.
+        """
         return self._conv_forward(input, F.conv1d)
 
 
@@ -174,12 +190,19 @@ class Conv2d(_ConvNd):
     """2-d convolution: weight (out_channels, in_channels/groups, kh, kw)."""
     _nd = 2
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size,
+                 stride: _Size = 1, padding: Union[_Size, str] = 0,
+                 dilation: _Size = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = 'zeros', device: Any = None, dtype: Any = None) -> None:
         super().__init__("Conv2d", in_channels, out_channels, kernel_size, stride, padding,
                          dilation, groups, bias, padding_mode, 0, device, dtype)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Cross-correlation of `input` with weight, plus bias.
+
+        Shape: (N, C_in, H, W) or (C_in, H, W) -> (N, C_out, H_out, W_out).  Raises
+        ShapeError when the channels or a size do not fit, DTypeError on mixed dtypes.
+        """
         return self._conv_forward(input, F.conv2d)
 
 
@@ -189,9 +212,11 @@ class ConvTranspose2d(_ConvNd):
     _nd = 2
     _transposed = True
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
-                 device=None, dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _Size,
+                 stride: _Size = 1, padding: Union[_Size, str] = 0,
+                 output_padding: _Size = 0, groups: int = 1, bias: bool = True,
+                 dilation: _Size = 1, padding_mode: str = 'zeros', device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__("ConvTranspose2d", in_channels, out_channels, kernel_size, stride,
                          padding, dilation, groups, bias, padding_mode, output_padding, device,
                          dtype)
@@ -221,7 +246,13 @@ class ConvTranspose2d(_ConvNd):
             out.append(size[j] - lo)
         return tuple(out)
 
-    def forward(self, input, output_size=None):
+    def forward(self, input: Tensor, output_size: Any = None) -> Tensor:
+        """Transposed convolution (the gradient of conv2d with respect to its input).
+
+        Shape: (N, C_in, H, W) or (C_in, H, W) -> (N, C_out, H_out, W_out);
+        `output_size` (the last two or all dims) picks the output_padding that yields
+        it.  Raises ShapeError for a size that cannot be reached.
+        """
         x, _ = self._check(input)
         op = self._output_padding(x, output_size)
         for j in range(self._nd):
@@ -268,8 +299,13 @@ class _Pool2d(Module):
 
 
 class MaxPool2d(_Pool2d):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False):
+    """2-d max pooling over kernel_size windows (stride defaults to kernel_size),
+    with padding by -inf, dilation and ceil_mode as PyTorch.
+    """
+
+    def __init__(self, kernel_size: _Size, stride: Optional[_Size] = None,
+                 padding: Union[_Size, str] = 0, dilation: _Size = 1,
+                 return_indices: bool = False, ceil_mode: bool = False) -> None:
         super().__init__()
         if return_indices:
             raise InvalidArgumentError("MaxPool2d: return_indices=True is not supported")
@@ -277,19 +313,29 @@ class MaxPool2d(_Pool2d):
         self.return_indices = False
         self._init("MaxPool2d", kernel_size, stride, padding, ceil_mode, dilation)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Any:
+        """Maximum over each window.
+
+        Shape: (N, C, H, W) or (C, H, W) -> (N, C, H_out, W_out).  With
+        return_indices=True returns (output, indices into each flattened H*W plane).
+        """
         x = self._check(input)
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                             ceil_mode=self.ceil_mode)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class AvgPool2d(_Pool2d):
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True, divisor_override=None):
+    """2-d average pooling over kernel_size windows (stride defaults to kernel_size),
+    with zero padding, ceil_mode, count_include_pad and divisor_override as PyTorch.
+    """
+
+    def __init__(self, kernel_size: _Size, stride: Optional[_Size] = None,
+                 padding: Union[_Size, str] = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, divisor_override: Optional[int] = None) -> None:
         super().__init__()
         self._init("AvgPool2d", kernel_size, stride, padding, ceil_mode)
         self.count_include_pad = bool(count_include_pad)
@@ -298,13 +344,17 @@ class AvgPool2d(_Pool2d):
                                        "divisor_override", divisor_override)
         self.divisor_override = divisor_override
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Average over each window (padding counted unless count_include_pad=False).
+
+        Shape: (N, C, H, W) or (C, H, W) -> (N, C, H_out, W_out).
+        """
         x = self._check(input)
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
                             ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad,
                             divisor_override=self.divisor_override)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
@@ -322,7 +372,7 @@ class AdaptiveAvgPool2d(Module):
     """Average pooling to a fixed output size (an int, or a pair whose None
     entries keep the input size)."""
 
-    def __init__(self, output_size):
+    def __init__(self, output_size: Any) -> None:
         super().__init__()
         tag = f"AdaptiveAvgPool2d(output_size={output_size})"
         if isinstance(output_size, (tuple, list)):
@@ -339,7 +389,11 @@ class AdaptiveAvgPool2d(Module):
     def _tag(self):
         return f"AdaptiveAvgPool2d(output_size={self.output_size})"
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Average pooling whose windows cover the input evenly to give output_size.
+
+        Shape: (N, C, H, W) or (C, H, W) -> (N, C, *output_size).
+        """
         from ...tensor import from_numpy
 
         tag = self._tag
@@ -356,5 +410,5 @@ class AdaptiveAvgPool2d(Module):
         y = x if ow == w else x @ from_numpy(_adaptive_matrix(w, ow, x.dtype).T.copy())
         return y if oh == h else from_numpy(_adaptive_matrix(h, oh, x.dtype)) @ y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"output_size={self.output_size}"

@@ -1,18 +1,27 @@
 """LayerNorm and BatchNorm1d/2d with PyTorch's parameters, buffers and
 running-statistics rules."""
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 from ...errors import InvalidArgumentError, ShapeError
 from .. import functional as F
 from ..module import Module
 from ._common import desc, factory, float_arg, float_input, int_arg
 
+if TYPE_CHECKING:
+    from ...tensor import Tensor
+
+_Size = Union[int, Tuple[int, ...]]
+
 
 class LayerNorm(Module):
     """Normalises over the trailing dims normalized_shape; weight ones, bias zeros."""
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
-                 device=None, dtype=None):
+    def __init__(self, normalized_shape: _Size, eps: float = 1e-05,
+                 elementwise_affine: bool = True, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         from ...tensor import Var
 
@@ -45,7 +54,11 @@ class LayerNorm(Module):
     def _tag(self):
         return f"LayerNorm({self.normalized_shape})"
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """(input - mean) / sqrt(var + eps) * weight + bias over the trailing
+        normalized_shape dims.  Shape: unchanged.  Raises ShapeError when the trailing
+        dims are not normalized_shape.
+        """
         dt = self.weight.dtype if self.weight is not None else None
         x = float_input(self, input, dt, range(len(self.normalized_shape), 65))
         ns = self.normalized_shape
@@ -54,7 +67,7 @@ class LayerNorm(Module):
                              f"shape {ns}")
         return F.layer_norm(x, ns, self.weight, self.bias, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
 
@@ -62,8 +75,10 @@ class LayerNorm(Module):
 class _BatchNorm(Module):
     _ndims = (2, 3)
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None, *, bias=True):
+    def __init__(self, num_features: int, eps: float = 1e-05,
+                 momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device: Any = None,
+                 dtype: Any = None, *, bias: bool = True) -> None:
         super().__init__()
         from ... import dtypes as _dt
         from ...tensor import Var, zeros
@@ -99,7 +114,8 @@ class _BatchNorm(Module):
     def _tag(self):
         return f"{type(self).__name__}({self.num_features})"
 
-    def reset_running_stats(self):
+    def reset_running_stats(self) -> None:
+        """Resets running_mean to 0, running_var to 1 and num_batches_tracked to 0."""
         from ... import dtypes as _dt
         from ...tensor import zeros
 
@@ -108,7 +124,13 @@ class _BatchNorm(Module):
             self.running_var.set(zeros(self.running_var.shape, dtype=self.running_var.dtype) + 1)
             self.num_batches_tracked = zeros((), dtype=_dt.int64)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
+        """Normalises each channel (dim 1) with the batch statistics in training mode
+        (updating running_mean and running_var) or the running ones in eval mode.
+
+        Shape: unchanged ((N, C), (N, C, L) or (N, C, H, W)).  Raises ShapeError when
+        the channels are not num_features or a training batch has one value per channel.
+        """
         from ...grad import no_grad
 
         # PyTorch's rules: batch statistics in training mode or without running
@@ -135,7 +157,7 @@ class _BatchNorm(Module):
                             self.running_var if update or not use_batch else None,
                             self.weight, self.bias, use_batch, factor, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, bias={self.bias is not None}, "
                 f"track_running_stats={self.track_running_stats}")

@@ -1,7 +1,10 @@
 """LSTM with PyTorch's parameters (weight_ih_l{k}[_reverse], weight_hh_l{k},
 bias_ih_l{k}, bias_hh_l{k}, weight_hr_l{k} with proj_size), gate order
 (input, forget, cell, output) and initialisation U(-1/sqrt(H), 1/sqrt(H))."""
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 from ...errors import InvalidArgumentError, ShapeError
 from .. import functional as F
@@ -9,14 +12,21 @@ from .. import init
 from ..module import Module
 from ._common import desc, factory, float_arg, float_input, int_arg
 
+if TYPE_CHECKING:
+    from ...tensor import Tensor
+
+_Size = Union[int, Tuple[int, ...]]
+
 
 class LSTM(Module):
     """forward(input, hx=None) -> (output, (h_n, c_n)).  input is (L, N, H_in),
     (N, L, H_in) with batch_first=True, or unbatched (L, H_in); hx is
     (h_0, c_0), each (D * num_layers, N, H_out) (D = 2 when bidirectional)."""
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         from ...tensor import Var
 
@@ -50,7 +60,8 @@ class LSTM(Module):
                     setattr(self, n, Var.zeros(s, dtype=dt))
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
         stdv = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
             init.uniform_(p, -stdv, stdv)
@@ -64,7 +75,14 @@ class LSTM(Module):
         g = lambda n: getattr(self, n + sfx) if (n + sfx) in self._parameters else None  # noqa
         return g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh"), g("weight_hr")
 
-    def forward(self, input, hx=None):
+    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
+                ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """Runs the LSTM over the sequence.
+
+        Returns (output, (h_n, c_n)): output (L, N, D * H_out) (batch_first: (N, L, .)),
+        h_n and c_n (D * num_layers, N, H_out) (c_n's last dim is hidden_size).
+        Raises ShapeError for an input or hx of the wrong shape.
+        """
         from ...indexing import stack
         from ...tensor import Tensor, zeros
 
@@ -137,7 +155,7 @@ class LSTM(Module):
             output = output.transpose(0, 1)
         return output, (hn, cn)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size:
             s += f", proj_size={self.proj_size}"
