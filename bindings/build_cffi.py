@@ -32,11 +32,25 @@ def cdef_from_header(path=HEADER):
 # object's memory.  They run without Python code, so they are safe in any
 # thread and during interpreter shutdown.
 PY_HELPERS_CDEF = """
+void _ad_custom_release_guarded(void *ctx);
+void _ad_custom_shutdown(void);
 void _ad_capsule_destructor(void *capsule);
 void _ad_pyobject_release(void *obj);
 const char *_ad_capsule_name(int which);
 """
 PY_HELPERS_SOURCE = r"""
+/* An ad.Function node's release when its graph dies: into Python
+   (function.py), unless the interpreter is already shutting down (an atexit
+   hook of function.py calls _ad_custom_shutdown), when cffi can no longer
+   reach the callback and the process is ending anyway. */
+static void _ad_custom_release(void *);
+static volatile int _ad_custom_exiting;
+static void _ad_custom_shutdown(void) { _ad_custom_exiting = 1; }
+static void _ad_custom_release_guarded(void *ctx) {
+    if (_ad_custom_exiting || !Py_IsInitialized()) return;
+    _ad_custom_release(ctx);
+}
+
 static const char *const _ad_capsule_names[4] = {
     "dltensor", "dltensor_versioned", "used_dltensor", "used_dltensor_versioned"};
 

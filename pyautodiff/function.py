@@ -20,6 +20,7 @@ through a cffi `extern "Python"` callback; the node holds the ctx through a
 cffi handle and releases it (and the saved tensors) when the graph is freed.
 An exception raised in backward leaves loss.backward() as itself, its message
 prefixed with "<Class>.backward: "."""
+import atexit as _atexit
 import threading
 
 from ._lib import ffi, lib, pending, raise_status
@@ -107,7 +108,8 @@ class Function:
         res = ffi.new("ad_tensor **")
         st = lib.ad_custom_record(name.encode("utf-8", "replace"), [args[i]._h for i in pos],
                                   len(pos), out._h, [t._h for t in saved] or _NULL, len(saved),
-                                  lib._ad_custom_backward, lib._ad_custom_release, handle, res)
+                                  lib._ad_custom_backward, lib._ad_custom_release_guarded, handle,
+                                  res)
         if st:
             raise_status(st)
         if lib.ad_tensor_op(res[0]) == lib.AD_OP_CUSTOM:
@@ -194,3 +196,8 @@ def _ad_custom_release(ctxp):
             ctx._released = True
     except Exception:  # pragma: no cover - only at interpreter shutdown
         pass
+
+
+# Graphs still alive at interpreter exit release their nodes after cffi has
+# gone: from here on the native release skips the Python callback.
+_atexit.register(lib._ad_custom_shutdown)

@@ -76,9 +76,13 @@ void ad_node_finalize(ad_node *n) {
     ad_mfree(get_ptr(&ia[CX_NAME]));
 }
 
+const char *ad_node_name(const ad_node *n) {
+    return n->op == AD_OP_CUSTOM ? custom_name(n) : ad_ops[n->op].name;
+}
+
 AD_API const char *ad_tensor_op_name(const ad_tensor *t) {
     if (!t || !t->node) return NULL;
-    return t->node->op == AD_OP_CUSTOM ? custom_name(t->node) : ad_ops[t->node->op].name;
+    return ad_node_name(t->node);
 }
 
 AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inputs, int n_inputs,

@@ -80,7 +80,7 @@ static ad_status anomaly_check(const ad_tensor *t, ad_tensor *const *gr) {
         return ad_fail(AD_ERR_GRAPH,
                        "backward: the backward of %s (inputs %s; output %s) produced a "
                        "non-finite gradient for input %d; the op was created at %s",
-                       ad_ops[n->op].name, shapes, ad_tdesc(t), i,
+                       ad_node_name(n), shapes, ad_tdesc(t), i,
                        n->site ? n->site : "an unknown site (created outside detect_anomaly)");
     }
     return AD_OK;
@@ -228,7 +228,7 @@ static ad_status check_versions(const ad_tensor *t) {
                            "backward: a value saved by %s (input %d: tensor id %llu, %s) was "
                            "modified in place after it was saved (version %llu at save, now "
                            "%llu); recompute the forward after Var.set",
-                           ad_ops[n->op].name, i, (unsigned long long)in[i]->id,
+                           ad_node_name(n), i, (unsigned long long)in[i]->id,
                            ad_tdesc(in[i]), (unsigned long long)ver[i],
                            (unsigned long long)now);
     }
@@ -238,7 +238,7 @@ static ad_status check_versions(const ad_tensor *t) {
             return ad_fail(AD_ERR_GRAPH,
                            "backward: the output of %s (tensor id %llu, %s) saved for backward "
                            "was modified in place (version %llu at save, now %llu)",
-                           ad_ops[n->op].name, (unsigned long long)t->id, ad_tdesc(t),
+                           ad_node_name(n), (unsigned long long)t->id, ad_tdesc(t),
                            (unsigned long long)n->out_version, (unsigned long long)now);
     }
     return AD_OK;
@@ -265,7 +265,7 @@ static ad_status seq_fail(const ad_node *n, const ad_tensor *t, int input, const
                    "backward: a value saved by %s (%s: tensor id %llu, %s) was being written in "
                    "place %s backward read it (Var.set or an in-place update from another "
                    "thread); finish the writes before backward, or recompute the forward",
-                   ad_ops[n->op].name, what, (unsigned long long)t->id, ad_tdesc(t), when);
+                   ad_node_name(n), what, (unsigned long long)t->id, ad_tdesc(t), when);
 }
 
 static ad_status seq_take(const ad_tensor *t, seq_snapshot *s) {

@@ -164,6 +164,9 @@ ad_status ad_check_fill_value(const char *op, int dtype, double v);
 ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,
                          int64_t *numel);
 const char *ad_tdesc(const ad_tensor *t); /* "float32 (2, 3)" */
+/* The name of a node's op for messages: an ad.Function's class name for a
+   custom node (custom.c). */
+const char *ad_node_name(const ad_node *n);
 
 /* ---- grad mode (graph.c) ------------------------------------------------ */
 extern _Thread_local int ad_grad_enabled;
