@@ -64,6 +64,9 @@ __all__ = [
     # differentiation
     "GradStore", "grad", "no_grad", "enable_grad", "is_grad_enabled", "detect_anomaly",
     "is_anomaly_enabled",
+    "Function", "FunctionCtx", "checkpoint",
+    # memory
+    "memory_stats", "reset_peak_memory",
     # files
     "save", "load",
     # subpackages

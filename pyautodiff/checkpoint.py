@@ -5,14 +5,22 @@ once without keeping its intermediates, and again during backward, with the
 default generator put back where it was, so dropout draws the same masks.
 The recomputed block is differentiated on its own and its gradients handed to
 the outer backward: they are the same numbers as without checkpointing."""
-import importlib
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING, Callable
 
 from .errors import ArgumentTypeError
-from .function import Function
-from .grad import enable_grad
+from .function import Function as _Function
+from .grad import enable_grad as _enable_grad
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["checkpoint"]
 
 # the module (the package's `tensor` attribute is the ad.tensor function)
-_t = importlib.import_module(".tensor", __package__)
+_t = _importlib.import_module(".tensor", __package__)
 
 
 class _NoVarWrites:
@@ -56,7 +64,7 @@ def _run(fn, args, seed_state):
     return out
 
 
-class _Checkpoint(Function):
+class _Checkpoint(_Function):
     @staticmethod
     def forward(ctx, fn, n_args, *inputs):
         raise AssertionError("unreachable: checkpoint records through _record")
@@ -66,7 +74,7 @@ class _Checkpoint(Function):
         fn, args, n_args, seed = ctx.fn, ctx.saved_tensors, ctx.n_args, ctx.seed
         now = _gen_state()
         try:
-            with enable_grad():
+            with _enable_grad():
                 # fresh leaves carrying the saved values: the recomputed block
                 # is differentiated on its own, its Vars read as they are
                 xs = []
@@ -87,10 +95,16 @@ class _Checkpoint(Function):
         return tuple(res)
 
 
-def checkpoint(fn, *args):
+def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     """fn(*args) whose intermediates are not kept for backward but recomputed
-    there (dropout masks reproduced; gradients bit-identical).  fn returns
-    one Tensor and must not write any Var (GraphError)."""
+    there (dropout masks reproduced; gradients bit-identical).
+
+    args are Tensors (close over other values); fn returns one Tensor, of
+    whatever shape, and must not write any Var.  The graph keeps only args
+    and the Vars fn reads, so memory for fn's activations is traded for a
+    second forward pass during backward.  Under no_grad it is just fn(*args).
+    Raises ArgumentTypeError when fn is not callable, an argument is not a
+    Tensor or fn does not return one; GraphError when fn writes a Var."""
     if not callable(fn):
         raise ArgumentTypeError(f"checkpoint: fn is a {type(fn).__name__}, not callable")
     for i, a in enumerate(args):

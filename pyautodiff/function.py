@@ -20,30 +20,56 @@ through a cffi `extern "Python"` callback; the node holds the ctx through a
 cffi handle and releases it (and the saved tensors) when the graph is freed.
 An exception raised in backward leaves loss.backward() as itself, its message
 prefixed with "<Class>.backward: "."""
+from __future__ import annotations
+
 import atexit as _atexit
-import threading
+import threading as _threading
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ._lib import ffi, lib, pending, raise_status
 from .errors import ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError, ShapeError
-from .grad import no_grad
+from .grad import no_grad as _no_grad
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["Function", "FunctionCtx"]
 
 # ctx handles owned by live nodes, keyed by the handle's address: cffi's
 # handle must stay alive while the node may call back with it
-_live = {}
-_live_lock = threading.Lock()
+_live: Dict[int, Any] = {}
+_live_lock = _threading.Lock()
 
 
 class FunctionCtx:
     """What forward hands to backward: save_for_backward(*tensors),
-    saved_tensors, needs_input_grad (one bool per argument of apply)."""
+    saved_tensors, needs_input_grad (one bool per argument of apply).
+    forward and backward may also set and read attributes of their own on it
+    (ctx.scale = 2.0).  Function.apply creates it; users do not."""
 
-    def __init__(self, cls, needs_input_grad):
+    needs_input_grad: Tuple[bool, ...]
+    # set by apply when it records a node, read by the backward callback
+    _args: List[Tuple[int, Tuple[int, ...], Any]]
+    _out_index: Set[int]
+    _n_args: int
+    _tracked_out: Optional[Tensor]
+
+    def __init__(self, cls: type, needs_input_grad: Tuple[bool, ...]) -> None:
         self._cls = cls
-        self._saved = ()
+        self._saved: Tuple[Optional[Tensor], ...] = ()
         self._released = False
         self.needs_input_grad = needs_input_grad
 
-    def save_for_backward(self, *tensors):
+    if TYPE_CHECKING:
+        # forward's own attributes (ctx.scale) are Any to a type checker, as
+        # in PyTorch; at run time a missing one raises AttributeError as usual
+        def __getattr__(self, name: str) -> Any: ...
+
+    def save_for_backward(self, *tensors: Optional[Tensor]) -> None:
+        """Keeps tensors (or None) for backward, which reads them back from
+        ctx.saved_tensors in the same order.  Call it from forward; saving
+        forward's result is allowed.  Raises ArgumentTypeError for anything
+        else than a Tensor or None."""
         from .tensor import Tensor
 
         for i, t in enumerate(tensors):
@@ -53,7 +79,9 @@ class FunctionCtx:
         self._saved = tensors
 
     @property
-    def saved_tensors(self):
+    def saved_tensors(self) -> Tuple[Any, ...]:
+        """The tuple given to save_for_backward (Tensors, or None where None
+        was saved).  Raises GraphError once the graph has been freed."""
         if self._released:
             raise GraphError(f"{self._cls.__name__}: saved_tensors used after the graph was "
                              f"freed")
@@ -67,21 +95,36 @@ class FunctionCtx:
 
 
 class Function:
-    """Subclass with static forward(ctx, *args) and backward(ctx, *grads);
-    call MyOp.apply(*args).  forward returns one Tensor; backward returns one
+    """A custom differentiable op written in Python.
+
+    Subclass with static forward(ctx, *args) and backward(ctx, *grads); call
+    MyOp.apply(*args).  forward returns one Tensor; backward returns one
     gradient (or None) per argument of apply, each of that argument's shape
-    and dtype."""
+    and dtype (a tuple when apply takes several arguments).  At most 8 of
+    apply's arguments may be tensors; the others are passed through.  Errors
+    raised in backward reach loss.backward() as themselves, their message
+    prefixed with "<Class>.backward: "."""
 
     @staticmethod
-    def forward(ctx, *args):
+    def forward(ctx: FunctionCtx, *args: Any) -> Tensor:
+        """Computes the op's result from apply's arguments (run under
+        no_grad: nothing inside is recorded).  Subclasses must define it."""
         raise NotImplementedError("ad.Function subclasses define a static forward(ctx, *args)")
 
     @staticmethod
-    def backward(ctx, *grads):
+    def backward(ctx: FunctionCtx, *grads: Tensor) -> Any:
+        """Gets the gradient of the result (of its shape and dtype) and
+        returns the gradient of each argument of apply, or None for one
+        without a gradient.  Subclasses must define it."""
         raise NotImplementedError("ad.Function subclasses define a static backward(ctx, *grads)")
 
     @classmethod
-    def apply(cls, *args):
+    def apply(cls, *args: Any) -> Tensor:
+        """Runs forward(ctx, *args) under no_grad and, when a floating-point
+        tensor argument is tracked and grad mode is on, records one graph node
+        whose backward calls cls.backward.  Returns forward's Tensor.  Raises
+        InvalidArgumentError for more than 8 tensor arguments,
+        ArgumentTypeError when forward does not return one Tensor."""
         from .tensor import Tensor, _wrap, _NULL
 
         name = cls.__name__
@@ -93,7 +136,7 @@ class Function:
         needs = tuple(bool(grad_on and isinstance(a, Tensor) and a.track_op
                            and a.dtype.is_floating_point) for a in args)
         ctx = FunctionCtx(cls, needs)
-        with no_grad():
+        with _no_grad():
             out = cls.forward(ctx, *args)
         if not isinstance(out, Tensor):
             raise ArgumentTypeError(f"{name}.forward returned a {type(out).__name__}; it must "

@@ -1,7 +1,28 @@
-"""GradStore, grad modes."""
-import functools
+"""Differentiation: the GradStore that backward() returns, ad.grad() for
+gradients of chosen inputs (create_graph=True for higher orders), and the
+grad-mode switches no_grad / enable_grad / is_grad_enabled.
+
+    grads = loss.backward()          # GradStore: grads[w] is d loss / d w
+    (gw,) = ad.grad(loss, [w], create_graph=True)
+    with ad.no_grad():               # nothing recorded inside (this thread)
+        ...
+"""
+from __future__ import annotations
+
+import functools as _functools
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, Tuple,
+                    TypeVar, Union, overload)
+from typing import Literal
 
 from ._lib import ffi, lib, raise_status
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+__all__ = ["GradStore", "grad", "no_grad", "enable_grad", "is_grad_enabled"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_Switch = TypeVar("_Switch", bound="_ModeSwitch")
 
 
 class GradStore:
@@ -10,7 +31,7 @@ class GradStore:
 
     __slots__ = ("_h",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         out = ffi.new("ad_gradstore **")
         st = lib.ad_gradstore_new(out)
         if st:
@@ -29,7 +50,9 @@ class GradStore:
             self._h = None
             lib.ad_gradstore_release(h)
 
-    def get(self, t, default=None):
+    def get(self, t: Tensor, default: Optional[Tensor] = None) -> Optional[Tensor]:
+        """The gradient of tensor t, or `default` (None) when the store has
+        none.  Raises TypeError when t is not a Tensor."""
         from .tensor import Tensor, _wrap
 
         if not isinstance(t, Tensor):
@@ -40,20 +63,29 @@ class GradStore:
             raise_status(st)
         return default if out[0] == ffi.NULL else _wrap(out[0])
 
-    def __getitem__(self, t):
+    def __getitem__(self, t: Tensor) -> Tensor:
+        """store[t]: the gradient of t, of t's shape and dtype.  Raises
+        KeyError when t has none (not a Var the root depends on, nor retained
+        with backward(retain=[...])); store.get(t) returns None instead."""
         g = self.get(t)
         if g is None:
             raise KeyError(f"no gradient for tensor id {t.id} (shape {t.shape}): it is not a "
                            f"Var the root depends on, nor retained with backward(retain=[...])")
         return g
 
-    def __contains__(self, t):
+    def __contains__(self, t: Tensor) -> bool:
+        """`t in store`: whether the store holds a gradient for tensor t."""
         return self.get(t) is not None
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The number of tensors with a gradient in the store."""
         return lib.ad_gradstore_len(self._h)
 
-    def insert(self, t, grad):
+    def insert(self, t: Tensor, grad: Any) -> None:
+        """Sets t's gradient to `grad` (replacing any): a Tensor of t's shape,
+        or anything ad.tensor() accepts, converted to t's dtype.  Also spelled
+        store[t] = grad.  Raises ShapeError / DTypeError when grad does not
+        match t's shape / dtype."""
         from .tensor import Tensor, tensor
 
         if not isinstance(grad, Tensor):
@@ -62,9 +94,11 @@ class GradStore:
         if st:
             raise_status(st)
 
-    __setitem__ = insert
+    def __setitem__(self, t: Tensor, grad: Any) -> None:
+        """store[t] = grad: the same as store.insert(t, grad)."""
+        self.insert(t, grad)
 
-    def remove(self, t):
+    def remove(self, t: Tensor) -> Optional[Tensor]:
         """Removes and returns t's gradient (None when absent)."""
         from .tensor import _wrap
 
@@ -74,8 +108,11 @@ class GradStore:
             raise_status(st)
         return None if out[0] == ffi.NULL else _wrap(out[0])
 
-    def extend(self, other):
-        """Adds other's gradients into this store (summing where both have one)."""
+    def extend(self, other: GradStore) -> GradStore:
+        """Adds other's gradients into this store (summing where both have
+        one) and returns this store.  Raises TypeError when other is not a
+        GradStore, ShapeError / DTypeError when two gradients of one tensor
+        disagree."""
         if not isinstance(other, GradStore):
             raise TypeError("GradStore.extend takes a GradStore")
         st = lib.ad_gradstore_extend(self._h, other._h)
@@ -83,16 +120,16 @@ class GradStore:
             raise_status(st)
         return self
 
-    def ids(self):
+    def ids(self) -> List[int]:
         """The ids of the tensors that have a gradient here (one native call:
         a consistent snapshot even while other threads change the store)."""
         return [i for i, _ in self._snapshot(False)]
 
-    def items(self):
+    def items(self) -> List[Tuple[int, Tensor]]:
         """(id, gradient) pairs, from one consistent snapshot."""
-        return self._snapshot(True)
+        return self._snapshot(True)  # type: ignore[return-value]
 
-    def _snapshot(self, with_grads):
+    def _snapshot(self, with_grads: bool) -> List[Tuple[int, Optional[Tensor]]]:
         from .tensor import _wrap
 
         ids = ffi.new("uint64_t **")
@@ -113,7 +150,7 @@ class GradStore:
             if with_grads:
                 lib.ad_free(grads[0])
 
-    def _item(self, i):
+    def _item(self, i: int) -> Tuple[int, Tensor]:
         from .tensor import _wrap
 
         idp = ffi.new("uint64_t *")
@@ -123,11 +160,11 @@ class GradStore:
             raise_status(st)
         return idp[0], _wrap(out[0])
 
-    def __copy__(self):
+    def __copy__(self) -> GradStore:
         # a new store holding the same (immutable) gradients
         return GradStore().extend(self)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"GradStore({len(self)} gradients)"
 
 
@@ -139,58 +176,88 @@ class _ModeSwitch:
     enabled = True
 
     @staticmethod
-    def _set(on):
-        return lib.ad_set_grad_enabled(on)
+    def _set(on: int) -> int:
+        return int(lib.ad_set_grad_enabled(on))
 
-    def __enter__(self):
+    def __enter__(self: _Switch) -> _Switch:
+        """Switches the mode on entry (this thread only) and remembers the
+        previous one."""
         self._prev = self._set(1 if self.enabled else 0)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
+        """Puts the previous mode back, also when the block raised (the
+        exception propagates)."""
         self._set(self._prev)
         return False
 
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*a, **k):
+    def __call__(self, fn: _F) -> _F:
+        """Used as a decorator: fn runs with the mode switched, on every call."""
+        @_functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
             with type(self)():
                 return fn(*a, **k)
 
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
 
 class no_grad(_ModeSwitch):
-    """Nothing is recorded inside, even from Vars (this thread only)."""
+    """Nothing is recorded inside, even from Vars (this thread only): results
+    are constants and cost no graph memory.  A context manager
+    (`with ad.no_grad(): ...`) and a decorator (`@ad.no_grad()`)."""
 
     enabled = False
 
 
 class enable_grad(_ModeSwitch):
-    """Recording on inside (e.g. within a no_grad block)."""
+    """Recording on inside (e.g. within a no_grad block), this thread only.
+    A context manager and a decorator, like no_grad."""
 
     enabled = True
 
 
-def is_grad_enabled():
+def is_grad_enabled() -> bool:
+    """Whether ops record the graph on this thread (False inside no_grad)."""
     return bool(lib.ad_is_grad_enabled())
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
-    """Gradients of outputs with respect to inputs, one per input, in order.
+_Tensors = Union["Tensor", Sequence["Tensor"]]
 
-    inputs may be Vars or intermediate tensors of the graph.  An input the
-    outputs do not depend on raises ad.GraphError unless allow_unused=True
-    (then its entry is None).  grad_outputs seeds each output (needed for
-    outputs with more than one element).  create_graph=True records the
-    backward pass, so the gradients are tracked and can be differentiated
-    again (Hessian-vector products, gradient penalties)."""
+
+@overload
+def grad(outputs: _Tensors, inputs: _Tensors, grad_outputs: Any = ...,
+         create_graph: bool = ..., allow_unused: Literal[False] = ...) -> List[Tensor]: ...
+
+
+@overload
+def grad(outputs: _Tensors, inputs: _Tensors, grad_outputs: Any = ...,
+         create_graph: bool = ..., allow_unused: bool = ...) -> List[Optional[Tensor]]: ...
+
+
+def grad(outputs: Union[Tensor, Sequence[Tensor]], inputs: Union[Tensor, Sequence[Tensor]],
+         grad_outputs: Any = None, create_graph: bool = False,
+         allow_unused: bool = False) -> Any:
+    """Gradients of outputs with respect to inputs: a list with one gradient
+    per input, in order, each of that input's shape and dtype (a list also
+    for a single input).
+
+    outputs: a Tensor or a sequence of them; their gradients add up.
+    inputs: a Tensor or a sequence; Vars or intermediate tensors of the graph.
+    grad_outputs: the seed of each output (a Tensor of the output's shape, a
+    number, or None); one per output, needed for outputs with more than one
+    element.  create_graph=True records the backward pass, so the gradients
+    are tracked and can be differentiated again (Hessian-vector products,
+    gradient penalties); otherwise they are constants.  An input the outputs
+    do not depend on raises ad.GraphError unless allow_unused=True (then its
+    entry is None).  Raises ValueError when grad_outputs and outputs differ in
+    number, ShapeError when a seed is missing for an output of more than one
+    element, ShapeError / DTypeError for a seed that does not match its
+    output, GraphError for an output that depends on no Var."""
     from .errors import GraphError
     from .tensor import Tensor, tensor
 
-    single_out = isinstance(outputs, Tensor)
-    outputs = [outputs] if single_out else list(outputs)
-    single_in = isinstance(inputs, Tensor)
-    inputs = [inputs] if single_in else list(inputs)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
     elif isinstance(grad_outputs, Tensor):
@@ -198,7 +265,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=Fa
     grad_outputs = list(grad_outputs)
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
-    sums = [None] * len(inputs)
+    sums: List[Any] = [None] * len(inputs)
     for out, g in zip(outputs, grad_outputs):
         if g is not None and not isinstance(g, Tensor):
             g = tensor(g, dtype=out.dtype)

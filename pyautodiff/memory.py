@@ -4,19 +4,31 @@ memory_stats() reads three native counters: live_bytes (tensor data alive),
 peak_bytes (the most live_bytes has been since start or reset_peak_memory())
 and saved_bytes (what recorded graphs keep for backward: each live node counts
 the distinct storages among the values its backward reads once; two nodes
-keeping one storage both count it)."""
+keeping one storage both count it).  Tensor.to_dot() draws the graph behind
+a tensor (to_dot here), marking what it saves."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict
+
 from ._lib import ffi, lib, raise_status
 
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
-def memory_stats():
-    """{"live_bytes", "peak_bytes", "saved_bytes"}, counted natively."""
+__all__ = ["memory_stats", "reset_peak_memory", "to_dot"]
+
+
+def memory_stats() -> Dict[str, int]:
+    """{"live_bytes", "peak_bytes", "saved_bytes"}, counted natively for the
+    whole process (all threads): tensor data alive, the most it has been since
+    start or reset_peak_memory(), and what recorded graphs keep for backward."""
     s = ffi.new("ad_memory_stats_t *")
     lib.ad_memory_stats(s)
     return {"live_bytes": s.live_bytes, "peak_bytes": s.peak_bytes,
             "saved_bytes": s.saved_bytes}
 
 
-def reset_peak_memory():
+def reset_peak_memory() -> None:
     """Sets peak_bytes to the current live_bytes."""
     lib.ad_reset_peak_memory()
 
@@ -41,7 +53,7 @@ def _q(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(root):
+def to_dot(root: Tensor) -> str:
     """Graphviz DOT text of the graph recorded behind root: one node per
     tensor (op or "Var", shape, dtype), an edge from each input to the op that
     consumed it (labelled with the input's position).  Vars are boxes; a

@@ -11,7 +11,8 @@ import builtins
 import numbers
 import operator
 import threading
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 
@@ -26,6 +27,12 @@ from .errors import (ArgumentTypeError, DTypeError, GraphError, InvalidArgumentE
 DTypeLike = Union[_dt.DType, str, type, np.dtype]
 DimArg = Union[int, Sequence[int], None]
 ShapeArg = Union[int, Sequence[int]]
+# An operand of arithmetic: a tensor, a Python/numpy number, or anything
+# ad.tensor() accepts (a numpy array, nested lists)
+Operand = Any
+
+if TYPE_CHECKING:
+    from .grad import GradStore
 
 __all__ = [
     "Tensor", "Var", "tensor", "from_numpy", "full", "zeros",
@@ -237,14 +244,20 @@ def _check_int_scalar(o, r, code, fn):
 _ad_dtype = lib.ad_tensor_dtype
 
 
-def _operator(op, scalar_op, reflected=False, negate_scalar=False):
+_OPERATOR_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_OPERATOR_DUNDER = {"add": "add", "sub": "sub", "mul": "mul", "div": "truediv"}
+
+
+def _operator(op: int, scalar_op: int, reflected: bool = False,
+              negate_scalar: bool = False) -> Callable[[Tensor, Operand], Tensor]:
     """An arithmetic operator method: tensor operands go to the binary op,
     Python scalars to the tensor-scalar op (which never changes the dtype),
     except an int beyond 2**53 with an int64 tensor, which goes exactly as a
-    0-d int64 tensor to the binary op."""
+    0-d int64 tensor to the binary op.  Its name and docstring come from the
+    binary op's registry name."""
     fn = _op_name(scalar_op)
 
-    def method(self, o):
+    def method(self: Tensor, o: Operand) -> Tensor:
         try:
             out = _tls.out
         except AttributeError:
@@ -278,6 +291,16 @@ def _operator(op, scalar_op, reflected=False, negate_scalar=False):
         t._h = out[0]
         return t
 
+    name = _op_name(op)
+    sym = _OPERATOR_SYMBOL[name]
+    expr = f"o {sym} self" if reflected else f"self {sym} o"
+    method.__name__ = f"__{'r' if reflected else ''}{_OPERATOR_DUNDER[name]}__"
+    method.__qualname__ = "Tensor." + method.__name__
+    method.__doc__ = (
+        f"{expr}, elementwise ({name}), broadcasting the shapes as numpy does.  o is a "
+        f"Tensor, a Python or numpy number (kept in self's dtype; an int out of an integer "
+        f"dtype's range raises OutOfBoundsError) or anything ad.tensor() accepts.  Raises "
+        f"ShapeError when the shapes do not broadcast, DTypeError on mixed tensor dtypes.")
     return method
 
 
@@ -608,12 +631,21 @@ class Tensor:
         finally:
             lib.ad_free(items)
 
-    def backward(self, grad=None, retain=(), create_graph=False):
+    def backward(self, grad: Optional[Operand] = None, retain: Iterable[Tensor] = (),
+                 create_graph: bool = False) -> GradStore:
         """Backpropagates from this tensor and returns an ad.GradStore with the
-        gradient of every Var it depends on (and of the tensors in `retain`).
-        create_graph=True records the backward pass itself (whatever the
-        grad mode), so the gradients track and can be differentiated again."""
-        from .grad import GradStore
+        gradient of every Var it depends on (and of the tensors in `retain`),
+        each of that tensor's shape and dtype.
+
+        grad seeds the backward pass: a Tensor of this tensor's shape (or
+        anything ad.tensor() accepts, converted to its dtype); None means 1 and
+        needs a one-element tensor.  create_graph=True records the backward
+        pass itself (whatever the grad mode), so the gradients track and can
+        be differentiated again.  Raises GraphError when this tensor depends
+        on no Var, ShapeError when grad is None for more than one element,
+        ShapeError / DTypeError when grad does not match this tensor's shape /
+        dtype, ArgumentTypeError when retain holds a non-Tensor."""
+        from .grad import GradStore as _GradStore
 
         if grad is not None and not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=self.dtype)
@@ -635,7 +667,7 @@ class Tensor:
         del retain
         if st:
             raise_status(st)
-        return GradStore._from_handle(out[0])
+        return _GradStore._from_handle(out[0])
 
     # ---- operators ----------------------------------------------------------------
     __add__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR)
@@ -647,7 +679,7 @@ class Tensor:
     __truediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_DIV_SCALAR)
     __rtruediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_RDIV_SCALAR, reflected=True)
 
-    def __pow__(self, o):
+    def __pow__(self, o: Operand) -> Tensor:
         """self ** o, elementwise: o is a Python number (pow by a scalar) or a tensor
         (broadcast against self).  Raises ShapeError when the shapes do not broadcast.
         """
@@ -655,12 +687,13 @@ class Tensor:
             return _scalar(lib.AD_OP_POW_SCALAR, self, o)
         return self.pow(_as_tensor_like(o, self))
 
-    def __rpow__(self, o):
+    def __rpow__(self, o: Operand) -> Tensor:
+        """o ** self, elementwise (o a number or a tensor broadcast against self)."""
         if _is_scalar(o):
             return _scalar(lib.AD_OP_POW_RSCALAR, self, o)
         return _as_tensor_like(o, self).pow(self)
 
-    def __matmul__(self, o):
+    def __matmul__(self, o: Operand) -> Tensor:
         """self @ o: matrix product with numpy's matmul rules (1-d operands are
         promoted and the added dim removed; batch dims broadcast).  (..., n, k) @ (..., k, m)
         -> (..., n, m).  Raises ShapeError on mismatched inner dims, DTypeError on mixed dtypes.
@@ -679,16 +712,20 @@ class Tensor:
                 raise_status(st)
         return matmul(self, _as_tensor_like(o, self))
 
-    def __rmatmul__(self, o):
+    def __rmatmul__(self, o: Operand) -> Tensor:
+        """o @ self, with numpy's matmul rules (see __matmul__)."""
         return matmul(_as_tensor_like(o, self), self)
 
-    def __neg__(self):
+    def __neg__(self) -> Tensor:
+        """-self, elementwise."""
         return _unary(lib.AD_OP_NEG, self)
 
-    def __pos__(self):
+    def __pos__(self) -> Tensor:
+        """+self: self itself."""
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> Tensor:
+        """abs(self), elementwise (as self.abs())."""
         return self.abs()
 
     def _cmp(self, o, op):
@@ -742,16 +779,20 @@ class Tensor:
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
 
     # ---- elementwise methods ---------------------------------------------------------
-    def add(self, o):
+    def add(self, o: Operand) -> Tensor:
+        """self + o, elementwise with broadcasting (see __add__)."""
         return self + o
 
-    def sub(self, o):
+    def sub(self, o: Operand) -> Tensor:
+        """self - o, elementwise with broadcasting (see __sub__)."""
         return self - o
 
-    def mul(self, o):
+    def mul(self, o: Operand) -> Tensor:
+        """self * o, elementwise with broadcasting (see __mul__)."""
         return self * o
 
-    def div(self, o):
+    def div(self, o: Operand) -> Tensor:
+        """self / o, elementwise with broadcasting (see __truediv__)."""
         return self / o
 
     # One method per UNARY row of native/src/ops.def (t.exp(), t.gelu(), ...)
@@ -762,7 +803,10 @@ class Tensor:
     locals().update(_tensor_methods(_unary, _scalar))
     del _tensor_methods
 
-    def pow(self, exponent):
+    def pow(self, exponent: Operand) -> Tensor:
+        """self ** exponent, elementwise: exponent is a Python number or a
+        tensor broadcast against self.  Raises ShapeError when the shapes do
+        not broadcast, DTypeError on mixed tensor dtypes."""
         if _is_scalar(exponent):
             return _scalar(lib.AD_OP_POW_SCALAR, self, exponent)
         return _binary(lib.AD_OP_POW, self, _as_tensor_like(exponent, self))

@@ -1,19 +1,15 @@
 """A user's training script, type-checked with `mypy --strict` by
 tests/test_typing.py (and run by it): build a model with ad.nn, train it with
-Adam and a scheduler, checkpoint it, evaluate under no_grad and read
-gradients from the GradStore.
-
-The call to Tensor.backward carries a `type: ignore` until it gets its
-annotations (another branch owns it); mypy's warn_unused_ignores (part of
---strict) fails this script as soon as it is annotated, so the ignore cannot
-outlive its reason.
+Adam and a scheduler, checkpoint it, evaluate under no_grad, read gradients
+from the GradStore, take a second derivative with ad.grad(create_graph=True)
+and define a custom op with ad.Function.
 """
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,6 +31,41 @@ class MLP(nn.Module):
         # Module.__call__ returns Any (as torch's does): name the type here.
         out: ad.Tensor = self.fc2(self.act(self.fc1(x)))
         return out
+
+
+class Square(ad.Function):
+    """x ** 2 with a hand-written backward."""
+
+    @staticmethod
+    def forward(ctx: ad.FunctionCtx, x: ad.Tensor) -> ad.Tensor:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: ad.FunctionCtx, *grads: ad.Tensor) -> ad.Tensor:
+        (x,) = ctx.saved_tensors
+        out: ad.Tensor = grads[0] * 2.0 * x
+        return out
+
+
+def second_derivative() -> float:
+    """d2/dx2 of sum(x ** 3) at x = 2 is 6 * 2, through create_graph."""
+    x = ad.Var.from_tensor(ad.tensor([2.0], dtype=ad.float64))
+    y = (x * x * x).sum()
+    (gx,) = ad.grad(y, [x], create_graph=True)
+    (gxx,) = ad.grad(gx.sum(), [x])
+    maybe: List[Optional[ad.Tensor]] = ad.grad(y, [x], allow_unused=True)
+    assert maybe[0] is not None
+    return float(gxx.item())
+
+
+def custom_op() -> float:
+    x = ad.Var.from_tensor(ad.tensor([3.0], dtype=ad.float64))
+    y = Square.apply(x)
+    grads = y.sum().backward()
+    gx = grads.get(x)
+    assert gx is not None and x in grads and len(grads) >= 1
+    return float(gx.item())
 
 
 def make_data(n: int, seed: int) -> Tuple[ad.Tensor, ad.Tensor]:
@@ -62,7 +93,7 @@ def train(steps: int) -> List[float]:
 
     # The same model, stepped by hand from the GradStore.
     loss = F.mse_loss(model(x).softmax(-1), F.one_hot(y, 2).double().float())
-    grads = loss.backward()  # type: ignore[no-untyped-call]
+    grads = loss.backward()
     opt.step(grads)
 
     with tempfile.TemporaryDirectory() as d:
@@ -85,6 +116,10 @@ def train(steps: int) -> List[float]:
 
 def main() -> int:
     losses = train(30)
+    assert second_derivative() == 12.0
+    assert custom_op() == 6.0
+    stats: Dict[str, int] = ad.memory_stats()
+    assert stats["live_bytes"] >= 0
     print("loss %.4f -> %.4f" % (losses[0], losses[-1]))
     return 0 if losses[-1] < losses[0] else 1
 

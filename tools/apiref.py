@@ -154,4 +154,10 @@ def main(out=sys.stdout):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `apiref.py | head`: the reader closed the pipe, having read enough;
+        # stdout is pointed at devnull so that the exit flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
