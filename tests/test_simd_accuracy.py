@@ -123,3 +123,58 @@ def test_pow_scalar_fast_paths(threads, dtype, e):
     with np.errstate(over="ignore"):  # spacing of float max
         err = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]))
     assert err.max() <= (0.0 if e in (0.0, 1.0, 2.0, -1.0, 0.5) else 1.0)
+
+
+# ---- the softmax family on the SIMD exp ---------------------------------------------
+def _softmax64(a, ax):
+    e = np.exp(a - a.max(ax, keepdims=True))
+    return e / e.sum(ax, keepdims=True)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_softmax_family_float32_ulps(axis, layout):
+    """float32 softmax / log_softmax / logsumexp (SIMD exp per lane, odd lane
+    lengths for the block tails) within a few ulps of float64 numpy."""
+    rng = np.random.default_rng(7)
+    base = (rng.standard_normal((37, 1100)) * 6).astype(np.float32)
+    base[3, :] = 0.0  # equal elements: uniform softmax
+    base[5, 7] = 80.0  # one dominant element: e^(x - m) underflows for the rest
+    if layout == "contiguous":
+        x, t = base, ad.from_numpy(base)
+    elif layout == "transposed":
+        x, t = base, ad.from_numpy(np.ascontiguousarray(base.T)).t()
+    else:
+        big = np.repeat(base, 2, axis=1)
+        x, t = big[:, ::2], ad.from_numpy(big)[:, ::2]
+    xd = x.astype(np.float64)
+    ref = _softmax64(xd, axis)
+    got = t.softmax(axis).numpy()
+    tiny = np.finfo(np.float32).tiny
+    normal = ref >= tiny
+    assert ulps(got[normal], ref[normal]).max() <= 4
+    np.testing.assert_allclose(got[~normal], ref[~normal], rtol=0, atol=4 * 2.0 ** -149)
+    lref = xd - xd.max(axis, keepdims=True) - np.log(
+        np.exp(xd - xd.max(axis, keepdims=True)).sum(axis, keepdims=True))
+    # log_softmax: x - lse, whose float64 error is below float32's; a few
+    # ulps of the result, or of the max-shifted input where x - lse cancels
+    lgot = t.log_softmax(axis).numpy().astype(np.float64)
+    scale = np.maximum(np.abs(lref), np.abs(xd - xd.max(axis, keepdims=True)))
+    assert (np.abs(lgot - lref) / np.spacing(scale.astype(np.float32))).max() <= 4
+    lse_ref = xd.max(axis) + np.log(np.exp(xd - xd.max(axis, keepdims=True)).sum(axis))
+    lse = t.logsumexp(axis).numpy()
+    assert ulps(lse, lse_ref).max() <= 4
+
+
+def test_softmax_float32_nonfinite_lanes():
+    """Lanes with inf, -inf, NaN keep the double loop's answers."""
+    x = np.array([[0.0, -np.inf, 1.0], [np.inf, 1.0, 2.0], [np.nan, 1.0, 2.0],
+                  [-np.inf, -np.inf, -np.inf]], np.float32)
+    with np.errstate(all="ignore"):
+        sm = ad.from_numpy(x).softmax(1).numpy()
+        lse = ad.from_numpy(x).logsumexp(1).numpy()
+    e = np.exp([0.0, 1.0]) / np.exp([0.0, 1.0]).sum()
+    np.testing.assert_allclose(sm[0], [e[0], 0.0, e[1]], rtol=1e-6)
+    assert np.isnan(sm[2]).all()
+    assert lse[1] == np.inf and np.isnan(lse[2]) and lse[3] == -np.inf
+    np.testing.assert_allclose(lse[0], np.log(np.exp(0.0) + np.exp(1.0)), rtol=1e-6)
