@@ -47,7 +47,7 @@ static float lane_max_f32(const float *X, int64_t sx, int64_t len) {
 static inline void split_diff(float x, float m, float *d, float *dl) {
     float s = x - m, bv = s - x, err = (x - (s - bv)) + (-m - bv);
     *d = s;
-    *dl = isfinite(s) ? err : 0.0f;
+    *dl = s - s == 0.0f ? err : 0.0f; /* s - s: 0 when finite, NaN for inf / NaN */
 }
 
 /* sum over the lane of e^(x - m) (m finite), the terms also written to Y when
@@ -55,7 +55,7 @@ static inline void split_diff(float x, float m, float *d, float *dl) {
 static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, int64_t len,
                             float m) {
     float d[EXP_BLOCK], dl[EXP_BLOCK], e[EXP_BLOCK];
-    double acc0 = 0, acc1 = 0;
+    double acc[8] = {0};
     for (int64_t b = 0; b < len; b += EXP_BLOCK) {
         int n = len - b < EXP_BLOCK ? (int)(len - b) : EXP_BLOCK;
         const float *xb = X + b * sx;
@@ -64,20 +64,22 @@ static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, in
         else
             for (int i = 0; i < n; i++) split_diff(xb[i * sx], m, &d[i], &dl[i]);
         simd_exp(n, d, 1, e);
+        for (int i = 0; i < n; i++) e[i] += e[i] * dl[i];
+        /* eight double partial sums: vector adds, no float32 rounding of the sum */
         int i = 0;
-        for (; i + 2 <= n; i += 2) { /* two chains: the adds overlap */
-            float t0 = e[i] + e[i] * dl[i], t1 = e[i + 1] + e[i + 1] * dl[i + 1];
-            acc0 += t0;
-            acc1 += t1;
-            if (Y) Y[(b + i) * sy] = t0, Y[(b + i + 1) * sy] = t1;
-        }
-        if (i < n) {
-            float t0 = e[i] + e[i] * dl[i];
-            acc0 += t0;
-            if (Y) Y[(b + i) * sy] = t0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += (double)e[i + j];
+        for (; i < n; i++) acc[0] += (double)e[i];
+        if (Y) {
+            if (sy == 1)
+                memcpy(Y + b, e, (size_t)n * sizeof(float));
+            else
+                for (i = 0; i < n; i++) Y[(b + i) * sy] = e[i];
         }
     }
-    return acc0 + acc1;
+    double sum = 0;
+    for (int j = 0; j < 8; j++) sum += acc[j];
+    return sum;
 }
 
 /* float32 lanes on the SIMD exp; 0 when the lane needs the double loop (the
