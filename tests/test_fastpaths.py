@@ -184,7 +184,8 @@ from test_fastpaths import special_inputs
 x = special_inputs()
 t, u = ad.from_numpy(x), ad.from_numpy(np.roll(x, 7))
 with np.errstate(all="ignore"):
-    maps = [getattr(t, n)() for n in ("exp", "tanh", "sigmoid", "silu", "gelu", "log")]
+    maps = [getattr(t, n)() for n in ("exp", "tanh", "sigmoid", "silu", "gelu", "log", "erf",
+                                      "gelu_erf")]
 with np.errstate(all="ignore"):
     kernels = [t + u, t - u, t * u, t / u, ad.maximum(t, u), ad.minimum(t, u), t.sqrt(), t.relu(),
                t.abs(), -t, t * 1.5, 2.0 - t, t / 3.0, t.clamp(-1.0, 2.0), t.floor(), t.sqr(),

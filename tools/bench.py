@@ -2,8 +2,17 @@
 """pyautodiff beside numpy (and PyTorch when installed), in one run.
 
     python tools/bench.py            # everything (several minutes)
-    python tools/bench.py --quick    # about a minute: fewer sizes, fewer repeats
+    python tools/bench.py --quick    # under two minutes: fewer sizes and repeats,
+                                     # no memory children, no load section
     python tools/bench.py --only matmul,overhead
+    python tools/bench.py --profile [--threads 2]   # one MLP step, broken down
+
+The header names pyautodiff's ISA level (PYAUTODIFF_ISA=avx2 caps it), the
+thread counts and the BLAS numpy and torch call (threadpoolctl when installed).
+Elementwise rows come twice: allocating (a + b), and kernel-only, where numpy
+and torch write into a preallocated out= and pyautodiff's row is the same
+allocating call, whose output block the block cache hands back in a loop.
+numpy's elementwise ops are single-threaded, which the 2-thread rows say.
 
 Every row times the libraries interleaved (a, b, c, a, b, c, ...) and reports
 medians; the ratio columns are other_time / pyautodiff_time, so > 1.0 means
@@ -36,8 +45,12 @@ SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train", "models")
 SETTLE = 0.0
 
 
-def timeit(fns, repeat, number=None, budget=0.05):
+BUDGET = 0.05  # seconds per sample (--quick: less)
+
+
+def timeit(fns, repeat, number=None, budget=None):
     """Interleaved medians of seconds per call for each fn."""
+    budget = BUDGET if budget is None else budget
     for f in fns:
         f()
     if number is None:
@@ -89,9 +102,11 @@ def child(args):
         torch = None
     ad.set_num_threads(args.threads)
     global SETTLE
-    SETTLE = 0.2 if args.threads > 1 else 0.0
+    SETTLE = (0.05 if args.quick else 0.2) if args.threads > 1 else 0.0
     quick = args.quick
-    rep = 5 if quick else 11
+    rep = 3 if quick else 11
+    global BUDGET
+    BUDGET = 0.02 if quick else 0.05
     out = []
     only = set(args.only.split(",")) if args.only else set(SECTIONS)
     rng = np.random.default_rng(0)
@@ -110,7 +125,7 @@ def child(args):
     if "matmul" in only:
         sizes = [64, 256, 1024] if quick else [64, 128, 256, 512, 1024, 2048]
         cases = [(n, n, n, "float32") for n in sizes]
-        cases += [(n, n, n, "float64") for n in ([1024] if quick else [512, 1024])]
+        cases += [(n, n, n, "float64") for n in ([512] if quick else [512, 1024])]
         for m, k, n, dt in cases:
             a = rng.standard_normal((m, k)).astype(dt)
             b = rng.standard_normal((k, n)).astype(dt)
@@ -158,6 +173,65 @@ def child(args):
                     ("relu", lambda: np.maximum(a, 0), lambda: ta.relu(), lambda: A.relu())):
                 run("elementwise", f"{name} float32 n={n:.0e}",
                     libs_for(f_np, f_ad, f_t if torch else None))
+            # kernel-only: numpy and torch write into a preallocated out=;
+            # pyautodiff has no out=, but in a loop its output block comes
+            # back from the block cache, so its row is the same call as above
+            o = np.empty_like(a)
+            O = torch.empty_like(A) if torch else None
+            for name, f_np, f_t in (
+                    ("add", lambda: np.add(a, b, out=o), lambda: torch.add(A, B, out=O)),
+                    ("mul", lambda: np.multiply(a, b, out=o), lambda: torch.mul(A, B, out=O)),
+                    ("exp", lambda: np.exp(a, out=o), lambda: torch.exp(A, out=O)),
+                    ("tanh", lambda: np.tanh(a, out=o), lambda: torch.tanh(A, out=O)),
+                    ("sigmoid", lambda: np.divide(1, np.add(1, np.exp(np.negative(a, out=o),
+                                                                       out=o), out=o), out=o),
+                     lambda: torch.sigmoid(A, out=O))):
+                f_ad = {"add": lambda: ta + tb, "mul": lambda: ta * tb, "exp": lambda: ta.exp(),
+                        "tanh": lambda: ta.tanh(), "sigmoid": lambda: ta.sigmoid()}[name]
+                thr = "" if args.threads == 1 else ", numpy 1 thread"
+                run("elementwise", f"{name} float32 n={n:.0e} kernel-only (out=; ad cached{thr})",
+                    libs_for(f_np, f_ad, f_t if torch else None))
+        # the activations and the softmax family of real models
+        n = 1_000_000
+        a = rng.standard_normal(n).astype("float32")
+        ta = ad.from_numpy(a)
+        A = torch.from_numpy(a) if torch else None
+        fns = {"pyautodiff": lambda: ta.gelu_erf()}
+        if torch:
+            fns["torch"] = lambda: torch.nn.functional.gelu(A)
+        run("elementwise", "gelu (erf form, nn.GELU default) float32 n=1e6", fns)
+        fns = {"pyautodiff": lambda: ta.gelu()}
+        if torch:
+            fns["torch"] = lambda: torch.nn.functional.gelu(A, approximate="tanh")
+        run("elementwise", "gelu (tanh form) float32 n=1e6", fns)
+        tv = ad.Var(a[:262144])
+        fns = {"pyautodiff": lambda: tv.gelu().sum().backward()}
+        if torch:
+            Av = torch.from_numpy(a[:262144].copy()).requires_grad_()
+
+            def gelu_bw():
+                torch.nn.functional.gelu(Av, approximate="tanh").sum().backward()
+                Av.grad = None
+            fns["torch"] = gelu_bw
+        run("elementwise", "gelu (tanh) fwd+bwd float32 n=262144", fns)
+        s2 = rng.standard_normal((512, 1024)).astype("float32")
+        ts2 = ad.from_numpy(s2)
+        S2 = torch.from_numpy(s2) if torch else None
+
+        def np_softmax():
+            e = np.exp(s2 - s2.max(1, keepdims=True))
+            return e / e.sum(1, keepdims=True)
+        for name, f_np, f_ad, f_t in (
+                ("softmax", np_softmax, lambda: ts2.softmax(1),
+                 lambda: torch.softmax(S2, 1)),
+                ("log_softmax", lambda: s2 - s2.max(1, keepdims=True) - np.log(np.exp(
+                    s2 - s2.max(1, keepdims=True)).sum(1, keepdims=True)),
+                 lambda: ts2.log_softmax(1), lambda: torch.log_softmax(S2, 1)),
+                ("logsumexp", lambda: s2.max(1) + np.log(np.exp(
+                    s2 - s2.max(1, keepdims=True)).sum(1)),
+                 lambda: ts2.logsumexp(1), lambda: torch.logsumexp(S2, 1))):
+            run("elementwise", f"{name} float32 512x1024 dim 1",
+                libs_for(f_np, f_ad, f_t if torch else None))
         m = rng.standard_normal((1024, 1024)).astype("float32")
         v = rng.standard_normal(1024).astype("float32")
         tm, tv = ad.from_numpy(m), ad.from_numpy(v)
@@ -220,7 +294,7 @@ def child(args):
         if torch:
             fns["torch"] = mlp_step_torch(np, ad, torch, rng)
         run("train", "MLP 784-512-512-10 batch 128 SGD step", fns, repeat=rep, number=5)
-        if args.threads == 1:
+        if args.threads == 1 and not quick:
             mem = {}
             for lib_ in fns:
                 r = subprocess.run([sys.executable, __file__, "--train-mem-child", lib_],
@@ -235,7 +309,7 @@ def child(args):
             run("train", "Adam step over the 784-512-512-10 MLP's parameters" +
                 (" (torch foreach=True)" if foreach else ""),
                 adam_step_fns(np, ad, torch, foreach), repeat=rep)
-        if args.threads == 1:
+        if args.threads == 1 and not quick:
             mem = {}
             for lib_ in ["pyautodiff"] + (["torch"] if torch else []):
                 r = subprocess.run([sys.executable, __file__, "--adam-mem-child", lib_],
@@ -251,7 +325,7 @@ def child(args):
         model_rows(np, ad, torch, run, rep)
 
     if "chain" in only and args.threads == 1:
-        n = 200_000 if quick else 1_000_000
+        n = 100_000 if quick else 1_000_000
         for lib in (["pyautodiff", "torch"] if torch else ["pyautodiff"]):
             r = subprocess.run([sys.executable, __file__, "--chain-child", lib, str(n)],
                                capture_output=True, text=True, env=os.environ.copy())
@@ -552,6 +626,9 @@ def main():
     ap.add_argument("--adam-mem-child")
     ap.add_argument("--checkpoint", action="store_true",
                     help="only the checkpointing row (saved bytes, step time)")
+    ap.add_argument("--profile", action="store_true",
+                    help="break one MLP training step down (GEMM, bias/relu, softmax-CE, "
+                         "optimizer, Python overhead); --threads sets the thread count")
     args = ap.parse_args()
     if args.checkpoint:
         checkpoint_bench(args.quick)
@@ -570,22 +647,10 @@ def main():
         return
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    try:
-        import numpy as np  # noqa: F401
-
-        info = subprocess.run([sys.executable, "-c",
-                               "import numpy, json; c = numpy.show_config(mode='dicts');"
-                               "print(c['Build Dependencies']['blas'].get('openblas configuration',''))"],
-                              capture_output=True, text=True, env=env).stdout.strip()
-        print("numpy BLAS:", info)
-    except Exception:
-        pass
-    try:
-        import torch
-
-        print("torch", torch.__version__)
-    except ImportError:
-        print("torch not installed: pip install torch==2.13.0 to add it to the comparison")
+    if args.profile:
+        profile(args.threads or 1)
+        return
+    print_environment(env)
     rows = []
     for threads in (1, 2):
         cenv = dict(env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
@@ -605,8 +670,168 @@ def main():
                 rows.append(json.loads(line))
     rows.sort(key=lambda r: (SECTIONS.index(r["section"]), r["threads"]))
     report(rows)
-    if not args.only or "load" in args.only.split(","):
+    if (not args.only and not args.quick) or "load" in args.only.split(","):
         load_section(args.quick)
+
+
+# ---------------------------------------------------------------------------- environment
+def print_environment(env):
+    """The ISA level pyautodiff dispatches to, the thread counts, and the BLAS
+    numpy and torch call (threadpoolctl's view when it is installed), from a
+    child with the benchmark's environment."""
+    code = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import numpy
+from pyautodiff._lib import ffi, lib
+info = {"isa": ffi.string(lib.ad_gemm_kernel()).decode(), "cpus": os.cpu_count(),
+        "cap": os.environ.get("PYAUTODIFF_ISA", "")}
+try:
+    import torch
+    info["torch"] = torch.__version__
+    cfg = torch.__config__.show()
+    import re
+    info["torch_blas"] = ", ".join(re.findall(r"(?:BLAS_INFO|LAPACK_INFO|USE_MKLDNN)=\w+",
+                                              cfg)) or "?"
+except ImportError:
+    torch = None
+try:
+    from threadpoolctl import threadpool_info
+    info["pools"] = [{k: d.get(k) for k in ("user_api", "internal_api", "version",
+                                            "architecture", "filepath")}
+                     for d in threadpool_info()]
+except ImportError:
+    c = numpy.show_config(mode="dicts")
+    info["numpy_blas"] = c["Build Dependencies"]["blas"].get("openblas configuration", "")
+print(json.dumps(info))
+'''
+    r = subprocess.run([sys.executable, "-c", code, ROOT], capture_output=True, text=True,
+                       env=env)
+    if r.returncode:
+        sys.stderr.write(r.stderr)
+        return
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    cap = f" (capped by PYAUTODIFF_ISA={info['cap']})" if info["cap"] else ""
+    print(f"pyautodiff ISA level: {info['isa']}{cap}")
+    print(f"threads: each section runs at 1 and at 2 threads (this machine: "
+          f"{info['cpus']} CPUs); numpy's elementwise ops are single-threaded at both")
+    for d in info.get("pools", []):
+        lib_ = os.path.basename(d["filepath"] or "")
+        who = "torch" if "torch" in (d["filepath"] or "") else "numpy"
+        print(f"  {who}: {d['user_api']} {d['internal_api']} {d['version'] or ''} "
+              f"{d['architecture'] or ''} ({lib_})")
+    if "numpy_blas" in info:
+        print("numpy BLAS:", info["numpy_blas"], "(pip install threadpoolctl for more)")
+    if "torch" in info:
+        print(f"  torch {info['torch']} build: {info['torch_blas']} "
+              f"(MKL is linked in statically: threadpoolctl does not list it)")
+    else:
+        print("torch not installed: pip install torch==2.13.0 to add it to the comparison")
+
+
+# ---------------------------------------------------------------------------- profile
+def profile(threads):
+    """One SGD step of the 784-512-512-10 MLP (batch 128), broken down: each
+    part timed alone on the step's shapes (forward and backward products,
+    bias + relu forward and backward, softmax cross-entropy forward and
+    backward, the optimizer), the whole step, and the Python/graph overhead
+    per op measured as the same step on 4-wide layers (batch 4), whose
+    kernels cost next to nothing."""
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    import pyautodiff as ad
+
+    ad.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    B, dims = 128, (784, 512, 512, 10)
+    xs = [rng.standard_normal((B, d)).astype(np.float32) for d in dims]
+    ws = [rng.standard_normal((dims[i], dims[i + 1])).astype(np.float32) * 0.05
+          for i in range(3)]
+    T = {k: ad.from_numpy(v) for k, v in
+         [(f"x{i}", x) for i, x in enumerate(xs)] + [(f"w{i}", w) for i, w in enumerate(ws)]}
+    rep = 7
+    parts = []
+
+    def part(name, fn, n_ops):
+        parts.append((name, timeit([fn], rep)[0], n_ops))
+
+    def gemms():
+        for i in range(3):
+            x, w = T[f"x{i}"], T[f"w{i}"]
+            g = T[f"x{i + 1}"]
+            x @ w          # forward
+            x.t() @ g      # weight gradient
+            if i:
+                g @ w.t()  # input gradient (none for the data)
+    part("GEMM (3 forward, 3 weight-grad, 2 input-grad)", gemms, 8)
+    bs = [ad.from_numpy(np.zeros(d, np.float32)) for d in dims[1:]]
+
+    def bias_relu():
+        for i in range(2):
+            h = T[f"x{i + 1}"]
+            y = (h + bs[i]).relu()
+            g = T[f"x{i + 1}"]
+            ad.where(y > 0.0, g, 0.0) if hasattr(ad, "where") else g * (y > 0.0)
+            g.sum(0)  # bias gradient
+        (T["x3"] + bs[2])
+        T["x3"].sum(0)
+    part("bias + relu, forward and backward (incl. bias grads)", bias_relu, 11)
+    labels = ad.from_numpy(rng.integers(0, 10, B).astype(np.int64))
+    ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
+    lv = ad.Var(xs[3])
+
+    def softmax_ce():
+        loss = ce(lv, labels) if ce else ((lv - T["x3"]) ** 2).mean()
+        loss.backward()
+    part("softmax cross-entropy, forward and backward", softmax_ce, 4)
+    params = [ad.Var(w) for w in ws] + [ad.Var(np.zeros(d, np.float32)) for d in dims[1:]]
+    opt = ad.optim.SGD(params, lr=0.01)
+    total_sum = params[0].sum()
+    for p_ in params[1:]:
+        total_sum = total_sum + p_.sum()
+    grads = total_sum.backward()  # the same GradStore, stepped with repeatedly
+
+    def optimizer():
+        opt.step(grads)
+    part("SGD optimizer update (6 parameters)", optimizer, 6)
+    step = mlp_step_ad(np, ad, rng)
+    total = timeit([step], rep, number=5)[0]
+    n_ops = 22  # 3 matmul + 3 bias add + 2 relu + loss, and their backward ops
+    tiny = tiny_mlp_step(np, ad, rng)
+    overhead = timeit([tiny], rep, number=50)[0]
+    print(f"\n[profile] MLP 784-512-512-10, batch 128, SGD, {threads} thread(s), "
+          f"medians of {rep}")
+    print(f"{'part':<58}{'time':>10}{'share':>8}{'per op':>10}")
+    for name, t, k in parts:
+        print(f"{name:<58}{fmt_time(t):>10}{t / total:>8.0%}{fmt_time(t / k):>10}")
+    print(f"{'Python + graph overhead (same step, 4-wide layers)':<58}{fmt_time(overhead):>10}"
+          f"{overhead / total:>8.0%}{fmt_time(overhead / n_ops):>10}")
+    rest = total - sum(t for _, t, _ in parts) - overhead
+    sign = "-" if rest < 0 else ""  # < 0: parts timed alone ran slower than in the step
+    print(f"{'unaccounted (allocation, caches between parts)':<58}{sign + fmt_time(abs(rest)).strip():>10}"
+          f"{rest / total:>8.0%}")
+    print(f"{'whole step':<58}{fmt_time(total):>10}{1:>8.0%}")
+
+
+def tiny_mlp_step(np, ad, rng):
+    """The MLP step's ops on 4-wide layers: what the step costs besides its kernels."""
+    ws = [ad.Var.randn((4, 4), seed=1, std=0.05), ad.Var.zeros(4),
+          ad.Var.randn((4, 4), seed=2, std=0.05), ad.Var.zeros(4),
+          ad.Var.randn((4, 4), seed=3, std=0.05), ad.Var.zeros(4)]
+    x = ad.randn((4, 4), seed=4)
+    ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
+    tlab = ad.from_numpy(rng.integers(0, 4, 4).astype(np.int64))
+    target = ad.from_numpy(np.eye(4, dtype=np.float32))
+    opt = ad.optim.SGD(ws, lr=0.01)
+
+    def step():
+        h = (x @ ws[0] + ws[1]).relu()
+        h = (h @ ws[2] + ws[3]).relu()
+        logits = h @ ws[4] + ws[5]
+        loss = ce(logits, tlab) if ce else ((logits - target) ** 2).mean()
+        opt.step(loss.backward())
+    return step
 
 
 # ---------------------------------------------------------------------------- load (issue 13)

@@ -1,7 +1,7 @@
 /* elementwise.c - the binary, comparison, unary and tensor-scalar ops:
  * broadcasting, output allocation and threading around the kernels of
  * ew_kernels.h, whose tables for the CPU's ISA level are picked once here
- * (the float32 exp/tanh/sigmoid/silu/gelu/log entries replaced by the SIMD maps
+ * (the float32 exp/tanh/sigmoid/silu/gelu/log/erf/gelu_erf entries replaced by the SIMD maps
  * of simd_avx*.c).
  */
 #include <math.h>
@@ -16,8 +16,8 @@
 #include "strided.h"
 
 /* ---- run-time dispatch ----------------------------------------------------
- * The kernel tables of the level cpu.c picks, and for float32 exp, tanh,
- * sigmoid, silu, gelu and log the AVX-512 or AVX2/FMA maps of simd_avx*.c (same
+ * The kernel tables of the level cpu.c picks, and for float32 simd.h's
+ * SIMD_MAPS (exp, tanh, sigmoid, silu, gelu, log, erf, gelu_erf) the AVX-512 or AVX2/FMA maps of simd_avx*.c (same
  * results at both levels); PYAUTODIFF_PORTABLE=1 keeps the portable loops. */
 typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
 #define SIMD_PTR(OP, OPU) static f32_map simd_##OP##_f32;

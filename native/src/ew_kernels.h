@@ -93,6 +93,42 @@
 #define DEF_UN_NUM(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR) INT_TYPES(INST_UN, OP, EXPR)
 #define DEF_UN_FLOAT(OP, EXPR) FLOAT_TYPES(INST_UN, OP, EXPR)
 
+/* kdtypes POWS (pow_scalar): FLOAT, with the exponents backward and user code
+   use most (0, 1, 2, 3, -1, 0.5) picked once per call instead of a pow per
+   element.  x^0, x^1, x^2, x^-1 are exact like pow's; x^3 comes from x^2
+   split exactly into hi + lo (FMA; float32 through double), within 1 ulp of
+   pow; x^0.5 keeps pow's +0 for -0 and +inf for -inf. */
+static inline float cube_f32(float x) {
+    double d = x;
+    return (float)(d * d * d);
+}
+static inline double cube_f64(double x) {
+    if (!(fabs(x) < 0x1p340)) return x * x * x; /* overflows anyway; NaN, inf */
+    double hi = x * x, lo = fma(x, x, -hi);
+    return fma(hi, x, lo * x);
+}
+#define INST_POWS(T, SUF, OP, EXPR)                                                     \
+    DEF_UNARY(un_##OP##_any_##SUF, T, EXPR)                                             \
+    DEF_UNARY(un_##OP##_p2_##SUF, T, x * x)                                             \
+    DEF_UNARY(un_##OP##_p3_##SUF, T, cube_##SUF(x))                                     \
+    DEF_UNARY(un_##OP##_m1_##SUF, T, 1 / x)                                             \
+    DEF_UNARY(un_##OP##_half_##SUF, T, x == -INFINITY ? INFINITY : sqrt(x) + 0)         \
+    DEF_UNARY(un_##OP##_p1_##SUF, T, x)                                                 \
+    DEF_UNARY(un_##OP##_p0_##SUF, T, ((void)x, 1))                                               \
+    static void un_##OP##_##SUF(int64_t n, const void *px, int64_t sx, void *py,         \
+                                const double *s_) {                                     \
+        double e = s_[0];                                                               \
+        un_kernel k = e == 2     ? un_##OP##_p2_##SUF                                   \
+                      : e == 3   ? un_##OP##_p3_##SUF                                   \
+                      : e == -1  ? un_##OP##_m1_##SUF                                   \
+                      : e == 0.5 ? un_##OP##_half_##SUF                                 \
+                      : e == 1   ? un_##OP##_p1_##SUF                                   \
+                      : e == 0   ? un_##OP##_p0_##SUF                                   \
+                                 : un_##OP##_any_##SUF;                                 \
+        k(n, px, sx, py, s_);                                                           \
+    }
+#define DEF_UN_POWS(OP, EXPR) FLOAT_TYPES(INST_POWS, OP, EXPR)
+
 /* unsigned negation and relu comparisons are intended (uint8 wraps) */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wtype-limits"
@@ -105,6 +141,7 @@
 
 /* ---- tables ------------------------------------------------------------------- */
 #define ROW_FLOAT(P, OP) {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64}
+#define ROW_POWS ROW_FLOAT
 #define ROW_NUM(P, OP)                                                          \
     {[AD_FLOAT32] = P##OP##_f32, [AD_FLOAT64] = P##OP##_f64, [AD_INT64] = P##OP##_i64, \
      [AD_INT32] = P##OP##_i32, [AD_UINT8] = P##OP##_u8}

@@ -4,12 +4,111 @@
  * shared n-d iterator and hands each lane (pointer, stride, length) to a typed
  * kernel, so any layout works without a copy.  The softmax family subtracts
  * the lane's maximum before exponentiating (numerically stable) and
- * accumulates in double.
+ * accumulates in double.  float32 lanes with a finite maximum exponentiate
+ * with the SIMD exp map (simd.h) in blocks: d = x - max is rounded to float32,
+ * its rounding error dl (TwoSum, exact) restored as e^d (1 + dl), so the terms
+ * carry only the map's ~1 ulp; softmax stores the terms in y and scales them
+ * by 1 / sum, so each element is exponentiated once.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "cpu.h"
+#include "simd.h"
 #include "strided.h"
+
+typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
+static f32_map simd_exp; /* NULL at the portable level: the double loops */
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static void simd_init(void) {
+    int isa = ad_cpu_isa();
+    simd_exp = isa == AD_ISA_AVX512 ? ad_exp_f32_avx512 : isa == AD_ISA_AVX2 ? ad_exp_f32_avx2 : NULL;
+}
+
+enum { EXP_BLOCK = 512 };
+
+/* the lane's maximum, NaN skipped (x > m is false for NaN); eight running
+   maxima on a contiguous lane so the compiler can keep them in a vector */
+static float lane_max_f32(const float *X, int64_t sx, int64_t len) {
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t i = 0;
+    if (sx == 1)
+        for (; i + 8 <= len; i += 8)
+            for (int j = 0; j < 8; j++) m8[j] = X[i + j] > m8[j] ? X[i + j] : m8[j];
+    for (; i < len; i++) m8[0] = X[i * sx] > m8[0] ? X[i * sx] : m8[0];
+    float m = m8[0];
+    for (int j = 1; j < 8; j++) m = m8[j] > m ? m8[j] : m;
+    return m;
+}
+
+/* d = x - m rounded, dl its exact error (TwoSum; 0 where d is not finite) */
+static inline void split_diff(float x, float m, float *d, float *dl) {
+    float s = x - m, bv = s - x, err = (x - (s - bv)) + (-m - bv);
+    *d = s;
+    *dl = s - s == 0.0f ? err : 0.0f; /* s - s: 0 when finite, NaN for inf / NaN */
+}
+
+/* sum over the lane of e^(x - m) (m finite), the terms also written to Y when
+   Y is not NULL; each term is e^d (1 + dl) with d + dl = x - m exactly */
+static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, int64_t len,
+                            float m) {
+    float d[EXP_BLOCK], dl[EXP_BLOCK], e[EXP_BLOCK];
+    double acc[8] = {0};
+    for (int64_t b = 0; b < len; b += EXP_BLOCK) {
+        int n = len - b < EXP_BLOCK ? (int)(len - b) : EXP_BLOCK;
+        const float *xb = X + b * sx;
+        if (sx == 1)
+            for (int i = 0; i < n; i++) split_diff(xb[i], m, &d[i], &dl[i]);
+        else
+            for (int i = 0; i < n; i++) split_diff(xb[i * sx], m, &d[i], &dl[i]);
+        simd_exp(n, d, 1, e);
+        for (int i = 0; i < n; i++) e[i] += e[i] * dl[i];
+        /* eight double partial sums: vector adds, no float32 rounding of the sum */
+        int i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += (double)e[i + j];
+        for (; i < n; i++) acc[0] += (double)e[i];
+        if (Y) {
+            if (sy == 1)
+                memcpy(Y + b, e, (size_t)n * sizeof(float));
+            else
+                for (i = 0; i < n; i++) Y[(b + i) * sy] = e[i];
+        }
+    }
+    double sum = 0;
+    for (int j = 0; j < 8; j++) sum += acc[j];
+    return sum;
+}
+
+/* float32 lanes on the SIMD exp; 0 when the lane needs the double loop (the
+   portable level, or a lane whose maximum is not finite: its inf / NaN
+   arithmetic stays the double loop's) */
+static int lse_simd(const float *X, int64_t sx, float *y, int64_t len) {
+    pthread_once(&simd_once, simd_init);
+    if (!simd_exp) return 0;
+    float m = lane_max_f32(X, sx, len);
+    if (!isfinite(m)) return 0;
+    *y = (float)((double)m + log(exp_terms_f32(X, sx, NULL, 0, len, m)));
+    return 1;
+}
+
+static int softmax_simd(const float *X, int64_t sx, float *Y, int64_t sy, int64_t len,
+                        int flag) {
+    pthread_once(&simd_once, simd_init);
+    if (!simd_exp) return 0;
+    float m = lane_max_f32(X, sx, len);
+    if (!isfinite(m)) return 0;
+    if (flag) {
+        double lz = (double)m + log(exp_terms_f32(X, sx, NULL, 0, len, m));
+        for (int64_t i = 0; i < len; i++) Y[i * sy] = (float)((double)X[i * sx] - lz);
+    } else {
+        double inv = 1.0 / exp_terms_f32(X, sx, Y, sy, len, m);
+        for (int64_t i = 0; i < len; i++) Y[i * sy] = (float)((double)Y[i * sy] * inv);
+    }
+    return 1;
+}
 
 /* One lane: x[i * sx] for i < len into y (y[0] only for a reduction). */
 typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t len, int flag);
@@ -26,6 +125,7 @@ typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t 
                           int flag) {                                                   \
         const T *X = px;                                                                \
         (void)sy, (void)flag;                                                           \
+        if (SIMD_LANE_##SUF(lse_simd(px, sx, py, len))) return;                         \
         LANE_MAX(T)                                                                     \
         double acc = 0;                                                                 \
         for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);        \
@@ -36,6 +136,7 @@ typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t 
                               int64_t len, int flag) {                                  \
         const T *X = px;                                                                \
         T *Y = py;                                                                      \
+        if (SIMD_LANE_##SUF(softmax_simd(px, sx, py, sy, len, flag))) return;           \
         LANE_MAX(T)                                                                     \
         double acc = 0;                                                                 \
         for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);        \
@@ -60,6 +161,9 @@ typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t 
         }                                                                               \
     }
 
+/* the float32 lanes try the SIMD path first; float64 stays double libm */
+#define SIMD_LANE_f32(call) (call)
+#define SIMD_LANE_f64(call) 0
 LANE_KERNELS(float, f32)
 LANE_KERNELS(double, f64)
 

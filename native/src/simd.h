@@ -9,7 +9,8 @@
    input value, never on the element's position, length or stride (tails go
    through the same vector code), so any split of a loop gives the same bits. */
 #define SIMD_MAPS(X) \
-    X(exp, EXP) X(tanh, TANH) X(sigmoid, SIGMOID) X(silu, SILU) X(gelu, GELU) X(log, LOG)
+    X(exp, EXP) X(tanh, TANH) X(sigmoid, SIGMOID) X(silu, SILU) X(gelu, GELU) X(log, LOG) \
+    X(erf, ERF) X(gelu_erf, GELU_ERF)
 #define SIMD_DECLARE(OP, OPU)                                                            \
     void ad_##OP##_f32_avx2(int64_t n, const float *x, int64_t sx, float *y);           \
     void ad_##OP##_f32_avx512(int64_t n, const float *x, int64_t sx, float *y);

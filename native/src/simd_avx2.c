@@ -15,6 +15,7 @@ typedef __m256 M;
 #define V_MIN _mm256_min_ps
 #define V_MAX _mm256_max_ps
 #define V_FMADD _mm256_fmadd_ps
+#define V_FMSUB _mm256_fmsub_ps
 #define V_FNMADD _mm256_fnmadd_ps
 #define V_AND _mm256_and_ps
 #define V_OR _mm256_or_ps

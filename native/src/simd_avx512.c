@@ -14,6 +14,7 @@ typedef __mmask16 M;
 #define V_MIN _mm512_min_ps
 #define V_MAX _mm512_max_ps
 #define V_FMADD _mm512_fmadd_ps
+#define V_FMSUB _mm512_fmsub_ps
 #define V_FNMADD _mm512_fnmadd_ps
 #define V_AND _mm512_and_ps
 #define V_OR _mm512_or_ps

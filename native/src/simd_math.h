@@ -4,7 +4,7 @@
  * same operations in the same order, so they give the same bits.
  *
  * The layer: V (float vector), VI (int32 vector), M (lane mask);
- *   V_SET1 V_ZERO V_ADD V_SUB V_MUL V_DIV V_MIN V_MAX V_FMADD V_FNMADD
+ *   V_SET1 V_ZERO V_ADD V_SUB V_MUL V_DIV V_MIN V_MAX V_FMADD V_FNMADD V_FMSUB
  *   V_AND V_OR V_ANDNOT (bitwise on floats) V_ROUND (to nearest integer)
  *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
@@ -17,7 +17,15 @@
  * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
  * sigmoid, silu (from e^-|x|) and the tanh-form gelu as x / (1 + e^(-2u)),
  * u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u) without its
- * cancellation for negative x.  log: Cephes logf. */
+ * cancellation for negative x.  log: Cephes logf.
+ * erf: x P(x^2) below |x| = 0.9, else 1 - erfc(|x|) with the sign restored;
+ * erfc(z) for z >= 0.5 as t e^Q(t) e^(-z^2), t = 1/(1 + z/2), Q a degree-9
+ * polynomial fitted (minimax, float32 coefficients) to log(erfc(z) e^(z^2) / t)
+ * on [0.5, 10.5] to 1.6e-8, and z^2 split exactly into hi + lo by an FMA so
+ * e^(-z^2) carries no error from rounding z^2 (the form of Numerical Recipes'
+ * erfcc, refitted).  gelu_erf = x Phi(x), Phi(x) = erfc(-x/sqrt 2) / 2: for
+ * x/sqrt 2 below -0.5 straight from erfc with z^2 = x^2/2 split from x itself
+ * (no cancellation, accurate far into the tail), else 1/2 (1 + erf). */
 #include <math.h>
 
 #include "simd.h"
@@ -146,4 +154,71 @@ static inline V v_silu(V x) {
 static inline V v_gelu(V x) { /* -2u = x (-2c - 2ck x^2) */
     V w = V_FMADD(V_MUL(x, x), V_SET1(GELU_M2CK_F), V_SET1(GELU_M2C_F));
     return logistic_div(x, V_MUL(w, x));
+}
+
+/* erf(x) / x for s = x^2 <= 0.81 */
+static inline V erf_small(V s) {
+    V p = V_SET1(-6.090653478167951e-4f);
+    p = V_FMADD(p, s, V_SET1(5.012028384953737e-3f));
+    p = V_FMADD(p, s, V_SET1(-2.6778962463140488e-2f));
+    p = V_FMADD(p, s, V_SET1(1.1282142996788025e-1f));
+    p = V_FMADD(p, s, V_SET1(-3.761252462863922e-1f));
+    return V_FMADD(p, s, V_SET1(1.1283791065216064f));
+}
+
+/* erfc(z) for 0.5 <= z <= 10.5, z^2 = hi + lo exactly */
+static inline V erfc_big(V z, V hi, V lo) {
+    const V one = V_SET1(1.0f);
+    V t = V_DIV(one, V_FMADD(z, V_SET1(0.5f), one));
+    V q = V_SET1(2.53020316362381e-1f);
+    q = V_FMADD(q, t, V_SET1(-1.190372109413147f));
+    q = V_FMADD(q, t, V_SET1(2.193493366241455f));
+    q = V_FMADD(q, t, V_SET1(-1.8877677917480469f));
+    q = V_FMADD(q, t, V_SET1(7.694945931434631e-1f));
+    q = V_FMADD(q, t, V_SET1(-3.8752391934394836e-1f));
+    q = V_FMADD(q, t, V_SET1(1.4836956560611725e-1f));
+    q = V_FMADD(q, t, V_SET1(3.661649525165558e-1f));
+    q = V_FMADD(q, t, V_SET1(1.0006853342056274f));
+    q = V_FMADD(q, t, V_SET1(-1.2655352354049683f));
+    /* q - lo lies in [-1.3, -0.2]: exp_mid's range; e^-hi may be denormal,
+       so it is the last factor (one rounding into the denormal range) */
+    V r = V_MUL(t, exp_mid(V_SUB(q, lo)));
+    return V_MUL(r, v_exp(V_SUB(V_ZERO(), hi)));
+}
+
+static inline V v_erf(V x) {
+    const V sign = V_SET1(-0.0f);
+    V s = V_MUL(x, x);
+    V y = V_MUL(x, erf_small(s));
+    M is_small = V_CMP(V_ANDNOT(sign, x), V_SET1(0.9f), _CMP_LT_OQ);
+    if (!M_ALL(is_small)) {
+        /* erf is 1.0f from |x| = 3.92 on; the cap keeps z^2 finite (and turns NaN into 10) */
+        V z = V_MIN(V_ANDNOT(sign, x), V_SET1(10.0f));
+        V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
+        V big = V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
+        y = V_SELECT(is_small, y, big);
+    }
+    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+}
+
+static inline V v_gelu_erf(V x) {
+    const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
+    V h = V_MUL(x, half);
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    V y = V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
+    M mid = M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
+    if (!M_ALL(mid)) {
+        /* |x| capped at 10.5 sqrt 2 (erfc(10.5) is 0 in float32; NaN becomes the cap) */
+        V ax = V_MIN(V_ANDNOT(sign, x), V_SET1(14.849242404917497f));
+        V az = V_MUL(ax, V_SET1(0.70710678118654752f));
+        V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
+        V c = erfc_big(az, V_MUL(xx, half), V_MUL(xl, half));
+        /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
+           x - (capped x) erfc / 2 */
+        V lo = V_MUL(h, c);
+        V hi = V_FNMADD(V_MUL(ax, half), c, x);
+        y = V_SELECT(mid, y, V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi));
+    }
+    y = V_OR(y, V_AND(x, sign)); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
+    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
 }
