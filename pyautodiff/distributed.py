@@ -30,22 +30,23 @@ Decisions (documented here because each has an alternative):
 - Never writing into the store's tensors.  Gradients are immutable Tensors and
   the backward shares them (an add hands its incoming gradient to both inputs,
   a reshape returns a view), so reducing in place could reduce one buffer
-  twice or change a tensor someone else holds.  Instead each bucket is
-  reduced in a staging buffer (one numpy array per dtype, kept between
-  calls, as large as the largest bucket), copied out in one pass into one
-  fresh native tensor (the native allocator recycles the previous step's
-  block, so no page faults), and every entry is replaced (store.insert, or
-  ad_gradstore_replace_id when params=None) by a view of its slice of that
-  tensor.  Gradients reach MPI through the buffer protocol on native memory
-  (cffi's ffi.buffer) or are packed straight from native memory into the
-  staging buffer (ad_tensor_copy_to); nothing goes through Python lists.
-  Why numpy memory for staging: numpy asks the kernel for transparent huge
-  pages for arrays of 4 MiB and more and the native allocator does not, and
-  MPI's shared-memory copies are measurably faster on huge pages.
+  twice or change a tensor someone else holds.  Instead each bucket's
+  gradients are packed (one copy pass, ad_tensor_copy_to, straight from
+  native memory) into a FRESH native tensor, MPI reduces that
+  tensor's memory in place (Allreduce IN_PLACE: no staging buffer, no copy
+  out; an out-of-place Allreduce would make MPICH do the same copy), and
+  every entry is replaced (store.insert, or ad_gradstore_replace_id when
+  params=None) by a view of its slice of it.  Nothing goes through Python
+  lists.  The fresh tensor wraps numpy memory (as from_numpy(copy=False)),
+  because numpy asks the kernel for transparent huge pages for arrays of
+  4 MiB and more and the native allocator does not: MPI's shared-memory
+  copies are measurably faster on huge pages.  Those blocks are recycled
+  (per size class, at most _POOL_MAX each), but a block is reused only when
+  its refcount shows that no tensor views it any more, so a result is never
+  memory that a gradient still alive shares.
 - Buckets: consecutive gradients of one dtype are fused until bucket_size
   bytes (25 MiB by default, as DDP); a gradient of bucket_size or more is a
-  bucket of its own and, when contiguous, MPI reads it where it is (an
-  out-of-place Allreduce into the staging buffer: no packing copy).
+  bucket of its own.
 - Not overlapped with backward: backward() is one native call that returns
   the whole store, with no hook when one Var's gradient is final, so the
   reduction starts after it.  allreduce_ is not thread-safe (one collective
@@ -65,6 +66,7 @@ Decisions (documented here because each has an alternative):
   training loop must then run the same number of steps on every rank, e.g.
   n // (world_size * batch) of them.
 """
+import ctypes
 import hashlib
 import numbers
 import os
@@ -77,6 +79,10 @@ import numpy as np
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import DTypeError, GraphError, InternalError, InvalidArgumentError, ShapeError
+# (pyautodiff/__init__ imports these modules before this one)
+from .grad import GradStore as _GradStore
+from .interop import _PY_RELEASE, _api
+from .tensor import Var as _Var, _call, _wrap
 
 __all__ = [
     "init", "is_initialized", "rank", "world_size", "barrier", "allreduce_",
@@ -88,7 +94,7 @@ DEFAULT_BUCKET_SIZE = 25 * 2 ** 20
 
 
 class _State:
-    __slots__ = ("MPI", "comm", "rank", "size", "seed", "watchdog", "prev_hook", "staging")
+    __slots__ = ("MPI", "comm", "rank", "size", "seed", "watchdog", "prev_hook", "pool")
 
 
 _state = None
@@ -136,7 +142,7 @@ def init(comm=None, timeout=None, abort_on_exception=True):
                          root=0)
     st.watchdog = _Watchdog(comm, float(timeout)) if timeout is not None else None
     st.prev_hook = None
-    st.staging = {}
+    st.pool = {}
     if abort_on_exception:
         st.prev_hook = sys.excepthook
 
@@ -229,8 +235,6 @@ class _guard:
 # ---- parameters in a shared order ---------------------------------------------------------
 def _named(params, fn):
     """[(name, Var)] from a module, a {name: Var} dict or a sequence of Vars."""
-    from .tensor import Var
-
     if params is None:
         raise InvalidArgumentError(f"{fn}: params must be a module, a {{name: Var}} dict or "
                                    f"a sequence of Vars, got None")
@@ -238,7 +242,7 @@ def _named(params, fn):
         named = list(params.named_parameters())
     elif isinstance(params, dict):
         named = list(params.items())
-    elif isinstance(params, Var):
+    elif isinstance(params, _Var):
         named = [("params[0]", params)]
     else:
         try:
@@ -247,7 +251,7 @@ def _named(params, fn):
             raise InvalidArgumentError(f"{fn}: params must be a module, a dict or a sequence "
                                        f"of Vars, got {type(params).__name__}") from None
     for name, p in named:
-        if not isinstance(p, Var):
+        if not isinstance(p, _Var):
             raise InvalidArgumentError(f"{fn}: parameter {name!r} is a {type(p).__name__}, "
                                        f"not an ad.Var")
     return named
@@ -364,8 +368,6 @@ def _plan(lay, items, bucket_size):
 def _new_tensor(data, nbytes, dtype, shape):
     """A fresh contiguous native tensor of shape, copying nbytes from data
     (ffi.NULL: zeros)."""
-    from .tensor import _wrap
-
     out = ffi.new("ad_tensor **")
     st = lib.ad_tensor_from_data(data, nbytes if data != ffi.NULL else 0, dtype.code,
                                  list(shape) or ffi.NULL, len(shape), out)
@@ -398,24 +400,51 @@ def _pack(lay, bucket):
     return buf, offs
 
 
-def _staging(st, dtype, n):
-    """This process's reduction buffer for dtype, n elements long: a numpy
-    array, so that it gets transparent huge pages like the buffers mpi4py is
-    usually given (numpy asks for them from 4 MiB on; over MPI's shared
-    memory, on this kind of machine, that alone makes a 25 MiB Allreduce ~1.5x
-    faster than on the native allocator's 4 KiB pages).  One per dtype,
-    grown to the largest bucket seen and kept."""
-    buf = st.staging.get(dtype)
-    if buf is None or len(buf) < n:
-        buf = st.staging[dtype] = np.empty(max(n, 1), dtype=dtype.numpy)
-    return buf[:n]
+def _result(st, dtype, n):
+    """A fresh 1-d native tensor of n elements (contents undefined) and its
+    memory as a numpy array.  The memory is numpy's, so that it gets
+    transparent huge pages like the buffers mpi4py is usually given (numpy
+    asks for them from 4 MiB on; over MPI's shared memory, on this kind of
+    machine, that alone makes a 25 MiB Allreduce ~1.5x faster than on the
+    native allocator's 4 KiB pages).  The native tensor wraps it without a
+    copy (as from_numpy(copy=False)).  Blocks are recycled: a pooled block
+    is reused only when no tensor references it any more (its refcount is
+    the pool's own), so the result is never memory a live gradient shares."""
+    cap = 1 << max(n - 1, 1023).bit_length()  # a size class: blocks fit any n within 2x
+    key = (dtype, cap)
+    pool = st.pool.get(key)
+    if pool is None:
+        pool = st.pool[key] = []
+    for k in range(len(pool)):
+        base, ptr = pool[k]
+        # 3: the pool's tuple, base and getrefcount's argument; a live view adds one
+        if sys.getrefcount(base) <= 3:
+            break
+    else:
+        base = np.empty(cap, dtype=dtype.numpy)
+        ptr = ffi.cast("void *", base.ctypes.data)
+        if len(pool) < _POOL_MAX:
+            pool.append((base, ptr))
+    arr = base[:n]
+    owner = ctypes.py_object(arr)
+    _api.Py_IncRef(owner)  # dropped by _ad_pyobject_release when the storage dies
+    out = ffi.new("ad_tensor **")
+    s = lib.ad_tensor_from_external(ptr, dtype.code, [n], ffi.NULL, 1, 0, _PY_RELEASE,
+                                    ffi.cast("void *", id(arr)), out)
+    if s:
+        _api.Py_DecRef(owner)
+        raise_status(s)
+    return _wrap(out[0]), arr
 
 
-def _pack_into(lay, bucket, stage):
+_POOL_MAX = 8  # blocks kept per size class: the buckets of two steps' stores, for most models
+
+
+def _pack_into(lay, bucket, dst):
     """Copies the bucket's tensors (row-major, whatever their strides) one
-    after the other into the numpy array stage; returns their offsets."""
+    after the other into the numpy array dst; returns their offsets."""
     dt = lay.dtypes[bucket[0][0]]
-    base = ffi.cast("char *", ffi.from_buffer(stage))
+    base = ffi.cast("char *", ffi.from_buffer(dst))
     offs, off = [], 0
     for i, g in bucket:
         n = lay.numels[i]
@@ -430,8 +459,6 @@ def _pack_into(lay, bucket, stage):
 def _views(lay, buf, bucket, offs):
     """Views of the 1-d buf, one per bucket entry, shaped like its parameter
     (each keeps buf alive)."""
-    from .tensor import _call
-
     out = []
     for it, off in zip(bucket, offs):
         i = it[0]
@@ -450,17 +477,12 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE, v
 
     params: a module, a {name: Var} dict or a sequence of Vars, in the same
     order on every rank, or None for every entry in tensor-id order (see the
-    module docstring).  op="mean" multiplies the sum by 1/world_size in
-    the pass that copies it out of the staging buffer (no pass of its own).
-    verify=False skips
-    the exchange of signatures (one small collective per call) for a loop
+    module docstring).  op="mean" multiplies the sum by 1/world_size in place
+    (one pass over the result).  verify=False skips the exchange of signatures (one small collective per call) for a loop
     that knows its ranks agree; a mismatch then hangs or corrupts instead of
     raising.  Returns grads."""
-    from .grad import GradStore
-    from .tensor import _wrap
-
     st = _need("allreduce_")
-    if not isinstance(grads, GradStore):
+    if not isinstance(grads, _GradStore):
         raise InvalidArgumentError(f"allreduce_: grads must be a GradStore, got "
                                    f"{type(grads).__name__}")
     if op not in ("mean", "sum"):
@@ -509,27 +531,17 @@ def allreduce_(grads, params=None, op="mean", bucket_size=DEFAULT_BUCKET_SIZE, v
     scale = 1.0 / st.size
     with _guard(st, "allreduce_"):
         for bucket in _plan(lay, items, bucket_size):
-            i0, g0 = bucket[0]
-            dt = lay.dtypes[i0]
+            dt = lay.dtypes[bucket[0][0]]
             mpi_type = getattr(MPI, _MPI_TYPE_NAMES[dt])
             n = sum(lay.numels[i] for i, _ in bucket)
-            stage = _staging(st, dt, n)
-            if len(bucket) == 1 and lib.ad_tensor_is_contiguous(g0._h):
-                # one (large) gradient: MPI reads it where it is, no packing pass
-                offs = [0]
-                comm.Allreduce([_native(g0, n * dt.itemsize), mpi_type], [stage, mpi_type],
-                               op=MPI.SUM)
-            else:
-                offs = _pack_into(lay, bucket, stage)
-                comm.Allreduce(MPI.IN_PLACE, [stage, mpi_type], op=MPI.SUM)
-            # the fresh native tensor the store's entries will view, filled (and for the
-            # mean, scaled) in the one pass that copies the sum out of the staging buffer
+            # the result goes straight into the fresh tensor the store's entries will view
+            buf, arr = _result(st, dt, n)
+            # pack, then reduce in place: MPICH's out-of-place Allreduce copies the send
+            # buffer into the receive buffer first anyway, so this costs the same pass
+            offs = _pack_into(lay, bucket, arr)
+            comm.Allreduce(MPI.IN_PLACE, [arr, mpi_type], op=MPI.SUM)
             if op == "mean":
-                buf = _new_tensor(ffi.NULL, 0, dt, (n,))
-                np.multiply(stage, scale, out=np.frombuffer(_native(buf, n * dt.itemsize),
-                                                            dtype=dt.numpy))
-            else:
-                buf = _new_tensor(ffi.from_buffer(stage), n * dt.itemsize, dt, (n,))
+                np.multiply(arr, scale, out=arr)
             for (i, _), v in zip(bucket, _views(lay, buf, bucket, offs)):
                 s = put(i, v)
                 if s:

@@ -88,9 +88,39 @@ def allreduce_round(op, bucket_size, r, w):
     np.testing.assert_allclose(store[pa].numpy(), want, rtol=1e-12, atol=1e-12)
 
 
+def recycled_results_round(r, w):
+    """Results live in recycled blocks: one still referenced must never be handed
+    out again (a later call would overwrite a gradient someone holds).  Sizes from
+    64 bytes to 2 MiB, one of them a transposed view."""
+    n = 2 ** 18 + 3
+    pbig, pt, psmall = ad.Var(np.zeros(n)), ad.Var(np.zeros((600, 500))), ad.Var(np.zeros(7))
+    held = []
+    for step in range(4):
+        big = values(r, 10 + step, (n,))
+        tv = values(r, 20 + step, (500, 600))
+        sv = values(r, 30 + step, (7,))
+        store = ad.GradStore()
+        store.insert(pbig, ad.tensor(big))
+        store.insert(pt, ad.tensor(tv).T)
+        store.insert(psmall, ad.tensor(sv))
+        dist.allreduce_(store, [pbig, pt, psmall], op="mean")
+        wants = [sum(values(k, 10 + step, (n,)) for k in range(w)) / w,
+                 sum(values(k, 20 + step, (500, 600)) for k in range(w)).T / w,
+                 sum(values(k, 30 + step, (7,)) for k in range(w)) / w]
+        got = [store[pbig].numpy(), store[pt].numpy(), store[psmall].numpy()]
+        for g, want in zip(got, wants):
+            np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+        if step < 2:  # keep the first two steps' results alive, drop the later ones
+            held.append(([store[pbig], store[pt], store[psmall]], [g.copy() for g in got]))
+    for tensors, snapshot in held:
+        for t, before in zip(tensors, snapshot):
+            check(np.array_equal(t.numpy(), before), "a held result was overwritten")
+
+
 def mode_allreduce():
     r, w = dist.rank(), dist.world_size()
     base_tensors, base_bytes = ad.live_tensors(), ad.live_bytes()
+    recycled_results_round(r, w)
     for op in ("sum", "mean"):
         for bucket_size in (1, 64, 4096, dist.DEFAULT_BUCKET_SIZE):
             allreduce_round(op, bucket_size, r, w)
