@@ -976,19 +976,26 @@ def _same_pads(weight, d):
     return pads
 
 
+def _conv_run(fn, opcode, x, added, w, bias, s, p, d, g, op, nd):
+    """The native 2-d kernel `opcode` on checked arguments (op: the output
+    padding, () for a forward convolution), then the bias and the batch dim
+    _batched added."""
+    if nd == 1:  # the 2-d kernel over a height of 1
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op if op else op
+    y = _native_conv(fn, opcode, x, w, s + p + d + (g,) + op)
+    if nd == 1:
+        y = y.squeeze(2)
+    y = _bias(y, bias, fn, nd)
+    return y.squeeze(0) if added else y
+
+
 def _conv(fn, input, weight, bias, stride, padding, dilation, groups, nd):
     x, added = _batched(input, nd, fn)
     s, p, d, g = _conv_args(fn, x, weight, stride, padding, dilation, groups, nd)
     if p == "same":
         x, p = pad(x, _same_pads(weight, d)), (0,) * nd
-    w = weight
-    if nd == 1:  # conv2d over a height of 1
-        x, w, s, p, d = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (0,) + p, (1,) + d
-    y = _native_conv(fn, _lib.AD_OP_CONV2D, x, w, s + p + d + (g,))
-    if nd == 1:
-        y = y.squeeze(2)
-    y = _bias(y, bias, fn, nd)
-    return y.squeeze(0) if added else y
+    return _conv_run(fn, _lib.AD_OP_CONV2D, x, added, weight, bias, s, p, d, g, (), nd)
 
 
 def conv2d(input: _Tensor, weight: _Tensor,
@@ -1018,15 +1025,7 @@ def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, gr
         if op[i] >= s[i] and op[i] >= d[i]:
             raise InvalidArgumentError(f"{fn}: output padding {op[i]} must be smaller than the "
                                        f"stride {s[i]} or the dilation {d[i]}")
-    w = weight
-    if nd == 1:
-        x, w = x.unsqueeze(2), w.unsqueeze(2)
-        s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op
-    y = _native_conv(fn, _lib.AD_OP_CONV_TRANSPOSE2D, x, w, s + p + d + (g,) + op)
-    if nd == 1:
-        y = y.squeeze(2)
-    y = _bias(y, bias, fn, nd)
-    return y.squeeze(0) if added else y
+    return _conv_run(fn, _lib.AD_OP_CONV_TRANSPOSE2D, x, added, weight, bias, s, p, d, g, op, nd)
 
 
 def conv_transpose2d(input: _Tensor, weight: _Tensor,
