@@ -212,30 +212,30 @@ def sigmoid(input: _Tensor) -> _Tensor:
     return _need_tensor(input, "sigmoid").sigmoid()
 
 
-def _softmax_dim(x, dim, fn):
+def _softmax_input(input, dim, dtype, fn):
+    """The checked input of softmax/log_softmax (cast to dtype when given) and its dim."""
+    x = _need_tensor(input, fn)
+    if dtype is not None:
+        x = x.to_dtype(dtype)
     if dim is None:  # PyTorch's deprecated implicit choice
         _warnings.warn(f"{fn}: implicit dimension choice is deprecated, pass dim",
-                      UserWarning, stacklevel=3)
-        return 0 if x.ndim in (0, 1, 3) else 1
-    return _int(dim, fn, "dim")
+                       UserWarning, stacklevel=3)
+        return x, 0 if x.ndim in (0, 1, 3) else 1
+    return x, _int(dim, fn, "dim")
 
 
 def softmax(input: _Tensor, dim: _Optional[int] = None,
             _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """exp(x) / sum(exp(x)) along dim (input cast to dtype first when given)."""
-    x = _need_tensor(input, "softmax")
-    if dtype is not None:
-        x = x.to_dtype(dtype)
-    return x.softmax(_softmax_dim(x, dim, "softmax"))
+    x, dim = _softmax_input(input, dim, dtype, "softmax")
+    return x.softmax(dim)
 
 
 def log_softmax(input: _Tensor, dim: _Optional[int] = None,
                 _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """log(softmax(x)) along dim, computed stably."""
-    x = _need_tensor(input, "log_softmax")
-    if dtype is not None:
-        x = x.to_dtype(dtype)
-    return x.log_softmax(_softmax_dim(x, dim, "log_softmax"))
+    x, dim = _softmax_input(input, dim, dtype, "log_softmax")
+    return x.log_softmax(dim)
 
 
 def one_hot(tensor: _Tensor, num_classes: int = -1) -> _Tensor:
