@@ -504,6 +504,17 @@ def nll_loss(input: _Tensor, target: _Tensor,
     return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, False)
 
 
+def _same_shape_loss_args(input, target, size_average, reduce, reduction, fn):
+    """The checked reduction, the float input and a target of its shape and dtype."""
+    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
+    x = _need_float(input, fn)
+    t = _tensor(target, x)
+    if t.shape != x.shape:
+        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
+    _same_dtype(x, t, fn, "target")
+    return r, x, t
+
+
 def binary_cross_entropy_with_logits(input: _Tensor, target: _Tensor,
                                      weight: _Optional[_Tensor] = None,
                                      size_average: _Any = None,
@@ -515,12 +526,7 @@ def binary_cross_entropy_with_logits(input: _Tensor, target: _Tensor,
     softplus(-x); weight rescales each element, pos_weight the positive term
     (broadcast along the last dim)."""
     fn = "binary_cross_entropy_with_logits"
-    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
-    x = _need_float(input, fn)
-    t = _tensor(target, x)
-    if t.shape != x.shape:
-        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
-    _same_dtype(x, t, fn, "target")
+    r, x, t = _same_shape_loss_args(input, target, size_average, reduce, reduction, fn)
     sp = (-x).softplus()  # -log sigmoid(x)
     if pos_weight is not None:
         pw = _tensor(pos_weight, x)
@@ -545,12 +551,7 @@ def smooth_l1_loss(input: _Tensor, target: _Tensor,
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
     beta=0 is the L1 loss."""
     fn = "smooth_l1_loss"
-    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
-    x = _need_float(input, fn)
-    t = _tensor(target, x)
-    if t.shape != x.shape:
-        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
-    _same_dtype(x, t, fn, "target")
+    r, x, t = _same_shape_loss_args(input, target, size_average, reduce, reduction, fn)
     beta = _float(beta, fn, "beta")
     if not beta >= 0.0:
         raise InvalidArgumentError(f"{fn}: beta must be >= 0, got {beta}")
