@@ -1110,6 +1110,18 @@ def _pool_stride(stride, k, n, fn):
     return _ntuple(stride, n, fn, "stride")
 
 
+def _max_pool_args(fn, input, kernel_size, stride, padding, dilation, ceil_mode, nd):
+    """The batched input, whether a batch dim was added, the checked window
+    arguments and ceil_mode's extra right padding."""
+    x, added = _batched(input, nd, fn)
+    k = _ntuple(kernel_size, nd, fn, "kernel_size")
+    s = _pool_stride(stride, k, nd, fn)
+    p = _ntuple(padding, nd, fn, "padding")
+    d = _ntuple(dilation, nd, fn, "dilation")
+    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    return x, added, k, s, p, d, extra
+
+
 def max_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
                padding: _Any = 0, dilation: _Any = 1, ceil_mode: bool = False) -> _Tensor:
     """Max over windows of input (N, C, H, W) or (C, H, W); padding counts as
@@ -1117,12 +1129,8 @@ def max_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
     ceil_mode rounds the output size up (PyTorch's rule).  The gradient goes
     to the first maximum of each window."""
     fn = "max_pool2d"
-    x, added = _batched(input, 2, fn)
-    k = _ntuple(kernel_size, 2, fn, "kernel_size")
-    s = _pool_stride(stride, k, 2, fn)
-    p = _ntuple(padding, 2, fn, "padding")
-    d = _ntuple(dilation, 2, fn, "dilation")
-    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    x, added, k, s, p, d, extra = _max_pool_args(fn, input, kernel_size, stride, padding,
+                                                  dilation, ceil_mode, 2)
     y = _max_pool(fn, x, k, s, p, d, extra)
     return y.squeeze(0) if added else y
 
@@ -1132,12 +1140,8 @@ def max_pool1d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
     """Max over windows of input (N, C, L) or (C, L), as max_pool2d over a
     height of 1."""
     fn = "max_pool1d"
-    x, added = _batched(input, 1, fn)
-    k = _ntuple(kernel_size, 1, fn, "kernel_size")
-    s = _pool_stride(stride, k, 1, fn)
-    p = _ntuple(padding, 1, fn, "padding")
-    d = _ntuple(dilation, 1, fn, "dilation")
-    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    x, added, k, s, p, d, extra = _max_pool_args(fn, input, kernel_size, stride, padding,
+                                                  dilation, ceil_mode, 1)
     y = _max_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, (1,) + d,
                   [0] + extra).squeeze(2)
     return y.squeeze(0) if added else y
