@@ -7,19 +7,11 @@ import numpy as np
 import pytest
 
 import pyautodiff as ad
+from nn_harness import _flat
 
 torch = pytest.importorskip("torch")
 nn = ad.nn
 tnn = torch.nn
-
-
-def _flat(out):
-    if isinstance(out, (tuple, list)):
-        res = []
-        for o in out:
-            res += _flat(o)
-        return res
-    return [] if out is None else [out]
 
 
 def transfer(tm, am):
@@ -303,57 +295,41 @@ def test_sequential_cnn_and_names():
 
 
 def test_custom_module_names_and_repr():
-    class TBlock(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = tnn.MultiheadAttention(8, 2, batch_first=True)
-            self.norm = tnn.LayerNorm(8)
-            self.layers = tnn.ModuleList([tnn.Linear(8, 8), tnn.GELU()])
-            self.heads = tnn.ModuleDict({"a": tnn.Linear(8, 2), "b": tnn.Linear(8, 3)})
-            self.scale = tnn.Parameter(torch.ones(8))
+    def block_class(mnn, ones):
+        # one source for both libraries: the same user code must give the same module
+        class Block(mnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attn = mnn.MultiheadAttention(8, 2, batch_first=True)
+                self.norm = mnn.LayerNorm(8)
+                self.layers = mnn.ModuleList([mnn.Linear(8, 8), mnn.GELU()])
+                self.heads = mnn.ModuleDict({"a": mnn.Linear(8, 2), "b": mnn.Linear(8, 3)})
+                self.scale = mnn.Parameter(ones(8))
 
-        def forward(self, x):
-            y, _ = self.attn(x, x, x, need_weights=False)
-            x = self.norm(x + y) * self.scale
-            for m in self.layers:
-                x = m(x)
-            return self.heads["a"](x), self.heads["b"](x)
+            def forward(self, x):
+                y, _ = self.attn(x, x, x, need_weights=False)
+                x = self.norm(x + y) * self.scale
+                for m in self.layers:
+                    x = m(x)
+                return self.heads["a"](x), self.heads["b"](x)
 
-    class ABlock(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
-            self.norm = nn.LayerNorm(8)
-            self.layers = nn.ModuleList([nn.Linear(8, 8), nn.GELU()])
-            self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 3)})
-            self.scale = nn.Parameter(ad.ones(8))
+        return Block
 
-        def forward(self, x):
-            y, _ = self.attn(x, x, x, need_weights=False)
-            x = self.norm(x + y) * self.scale
-            for m in self.layers:
-                x = m(x)
-            return self.heads["a"](x), self.heads["b"](x)
-
-    TBlock.__name__ = ABlock.__name__ = "Block"
-    t, a = TBlock(), ABlock()
-    assert repr(a) == repr(t).replace("TBlock", "Block")
+    t, a = block_class(tnn, torch.ones)(), block_class(nn, ad.ones)()
+    assert repr(a) == repr(t)
     assert list(a.state_dict()) == list(t.state_dict())
     check(t, a, [r(2, 5, 8)])
 
 
 def test_default_init_distributions():
     """Default initialisation matches torch's distributions (bounds and moments)."""
-    ad_layers = {
-        "Linear": nn.Linear(400, 300), "Conv2d": nn.Conv2d(16, 32, 5),
-        "ConvTranspose2d": nn.ConvTranspose2d(16, 32, 5), "Conv1d": nn.Conv1d(16, 32, 7),
-        "Embedding": nn.Embedding(500, 64), "LSTM": nn.LSTM(30, 100),
-        "MultiheadAttention": nn.MultiheadAttention(128, 4)}
-    t_layers = {
-        "Linear": tnn.Linear(400, 300), "Conv2d": tnn.Conv2d(16, 32, 5),
-        "ConvTranspose2d": tnn.ConvTranspose2d(16, 32, 5), "Conv1d": tnn.Conv1d(16, 32, 7),
-        "Embedding": tnn.Embedding(500, 64), "LSTM": tnn.LSTM(30, 100),
-        "MultiheadAttention": tnn.MultiheadAttention(128, 4)}
+    def layers(mnn):
+        return {"Linear": mnn.Linear(400, 300), "Conv2d": mnn.Conv2d(16, 32, 5),
+                "ConvTranspose2d": mnn.ConvTranspose2d(16, 32, 5),
+                "Conv1d": mnn.Conv1d(16, 32, 7), "Embedding": mnn.Embedding(500, 64),
+                "LSTM": mnn.LSTM(30, 100), "MultiheadAttention": mnn.MultiheadAttention(128, 4)}
+
+    ad_layers, t_layers = layers(nn), layers(tnn)
     for name, am in ad_layers.items():
         tp = dict(t_layers[name].named_parameters())
         for k, p in am.named_parameters():

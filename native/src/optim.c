@@ -349,16 +349,26 @@ static void opt_run(const opt_job *j, opt_kernel f32, opt_kernel f64) {
     par_blocks((j->n + OPT_BLOCK - 1) / OPT_BLOCK, opt_block, &c);
 }
 
-/* Writes done: the Var and every buffer written get a new version. */
-static void finish(ad_tensor *var, ad_tensor *const *bufs, int nbufs, ad_tensor *copy) {
+/* The checked update j between the write brackets of var and bufs; afterwards the Var and
+   every buffer written get a new version, and the gradient copy check_update made (if any)
+   is released. */
+static ad_status opt_apply(const opt_job *j, opt_kernel f32, opt_kernel f64, ad_tensor *var,
+                           ad_tensor *const *bufs, int nbufs, ad_tensor *copy) {
+    begin_writes(var, bufs, nbufs);
+    opt_run(j, f32, f64);
     ad_tensor_release(copy);
     ad_storage_write_end(var->storage);
     for (int i = 0; i < nbufs; i++)
         if (bufs[i]) ad_storage_write_end(bufs[i]->storage);
+    return AD_OK;
 }
 
-static ad_status check_finite(const char *op, const char *name, double v) {
-    if (!isfinite(v)) return ad_fail(AD_ERR_VALUE, "%s: %s is %g (not finite)", op, name, v);
+/* The first non-finite hyperparameter, named, as an error. */
+static ad_status check_finite(const char *op, const char *const *names, const double *vals,
+                              int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(vals[i]))
+            return ad_fail(AD_ERR_VALUE, "%s: %s is %g (not finite)", op, names[i], vals[i]);
     return AD_OK;
 }
 
@@ -367,9 +377,8 @@ AD_API ad_status ad_optim_sgd(ad_tensor *var, const ad_tensor *grad, ad_tensor *
                               int nesterov, int first_step) {
     const char *op = "optim_sgd";
     ad_status st;
-    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "momentum", momentum)) ||
-        (st = check_finite(op, "dampening", dampening)) ||
-        (st = check_finite(op, "weight_decay", weight_decay)))
+    static const char *const hyper[4] = {"lr", "momentum", "dampening", "weight_decay"};
+    if ((st = check_finite(op, hyper, (double[4]){lr, momentum, dampening, weight_decay}, 4)))
         return st;
     if (momentum != 0 && !momentum_buf)
         return ad_fail(AD_ERR_VALUE, "%s: momentum %g needs a momentum_buf", op, momentum);
@@ -381,10 +390,7 @@ AD_API ad_status ad_optim_sgd(ad_tensor *var, const ad_tensor *grad, ad_tensor *
     opt_job j = {var->dtype, ad_tensor_numel(var), ad_ptr(var), bufs[0] ? ad_ptr(bufs[0]) : NULL,
                  NULL, NULL, ad_ptr(g), {lr, momentum, 1 - dampening, weight_decay},
                  (nesterov ? SGD_NESTEROV : 0) | (first_step ? SGD_FIRST : 0)};
-    begin_writes(var, bufs, 1);
-    opt_run(&j, sgd_f32, sgd_f64);
-    finish(var, bufs, 1, copy);
-    return AD_OK;
+    return opt_apply(&j, sgd_f32, sgd_f64, var, bufs, 1, copy);
 }
 
 AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor *exp_avg,
@@ -393,9 +399,8 @@ AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor 
                                double weight_decay, int decoupled) {
     const char *op = decoupled ? "optim_adamw" : "optim_adam";
     ad_status st;
-    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "beta1", beta1)) ||
-        (st = check_finite(op, "beta2", beta2)) || (st = check_finite(op, "eps", eps)) ||
-        (st = check_finite(op, "weight_decay", weight_decay)))
+    static const char *const hyper[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    if ((st = check_finite(op, hyper, (double[5]){lr, beta1, beta2, eps, weight_decay}, 5)))
         return st;
     if (step < 1) return ad_fail(AD_ERR_VALUE, "%s: step %lld is not >= 1", op, (long long)step);
     ad_tensor *bufs[3] = {exp_avg, exp_avg_sq, max_exp_avg_sq};
@@ -419,10 +424,7 @@ AD_API ad_status ad_optim_adam(ad_tensor *var, const ad_tensor *grad, ad_tensor 
                  {-step_size, 1 - beta1, beta2, 1 - beta2, pow(bc2, 0.5), eps, weight_decay,
                   decoupled ? 1 - lr * weight_decay : 1.0},
                  decoupled ? ADAM_DECOUPLED : 0};
-    begin_writes(var, bufs, 3);
-    opt_run(&j, adam_f32, adam_f64);
-    finish(var, bufs, 3, copy);
-    return AD_OK;
+    return opt_apply(&j, adam_f32, adam_f64, var, bufs, 3, copy);
 }
 
 AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tensor *square_avg,
@@ -431,10 +433,8 @@ AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tens
                                   double momentum) {
     const char *op = "optim_rmsprop";
     ad_status st;
-    if ((st = check_finite(op, "lr", lr)) || (st = check_finite(op, "alpha", alpha)) ||
-        (st = check_finite(op, "eps", eps)) ||
-        (st = check_finite(op, "weight_decay", weight_decay)) ||
-        (st = check_finite(op, "momentum", momentum)))
+    static const char *const hyper[5] = {"lr", "alpha", "eps", "weight_decay", "momentum"};
+    if ((st = check_finite(op, hyper, (double[5]){lr, alpha, eps, weight_decay, momentum}, 5)))
         return st;
     if (!square_avg) return ad_fail(AD_ERR_VALUE, "%s: square_avg is NULL", op);
     if (momentum > 0 && !momentum_buf)
@@ -453,8 +453,5 @@ AD_API ad_status ad_optim_rmsprop(ad_tensor *var, const ad_tensor *grad, ad_tens
                  ad_ptr(g),
                  {lr, alpha, 1 - alpha, eps, weight_decay, momentum},
                  0};
-    begin_writes(var, bufs, 3);
-    opt_run(&j, rmsprop_f32, rmsprop_f64);
-    finish(var, bufs, 3, copy);
-    return AD_OK;
+    return opt_apply(&j, rmsprop_f32, rmsprop_f64, var, bufs, 3, copy);
 }

@@ -1,9 +1,11 @@
-"""What the examples share: a progress bar with the loss and steps/s (tqdm when
-installed, otherwise one line rewritten with \\r), the loss-curve PNG
+"""What the examples share: the command line's common part, the training loop
+under a progress bar with the loss and steps/s (tqdm when installed, otherwise
+one line rewritten with \\r), the loss-curve PNG
 (matplotlib when installed, otherwise skipped), and the output directory.
 
 The optional packages are imported when used, not at module import, so an
 example runs without them and the tests can hide them."""
+import argparse
 import math
 import os
 import sys
@@ -88,6 +90,37 @@ class Progress:
         self.close()
 
 
+def train(items, total, desc, step, quiet=False):
+    """Calls loss = step(item) for each of the `total` items (one optimizer step
+    each) under a progress bar; returns (the losses as floats, the seconds)."""
+    losses = []
+    start = time.perf_counter()
+    with Progress(total, desc, disable=quiet) as bar:
+        for item in items:
+            losses.append(float(step(item)))
+            bar.update(losses[-1])
+    return losses, time.perf_counter() - start
+
+
+def arg_parser(name, doc):
+    """The parser of `python -m pyautodiff.examples.<name>`, described by the
+    first paragraph of the example's docstring."""
+    return argparse.ArgumentParser(prog=f"python -m pyautodiff.examples.{name}",
+                                   description=doc.split("\n\n")[0])
+
+
+def add_output_args(p, out_help, no_write="--no-plot", no_write_help="write no PNG"):
+    """--out, the switch that writes nothing, and --quiet."""
+    p.add_argument("--out", default=".", help=out_help)
+    p.add_argument(no_write, action="store_true", help=no_write_help)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def written(files):
+    """The entries of files that were written (a skipped PNG is None)."""
+    return {k: v for k, v in files.items() if v}
+
+
 def figure():
     """A matplotlib Figure drawn by the Agg canvas (no pyplot, so no GUI
     backend and no global figure state), or None without matplotlib."""
@@ -129,9 +162,9 @@ def out_dir(path):
 def report_files(files, stream=None):
     """Prints where each written file went and says what was skipped."""
     stream = sys.stdout if stream is None else stream
-    written = {k: v for k, v in files.items() if v}
-    for what, p in written.items():
+    done = written(files)
+    for what, p in done.items():
         print(f"wrote {what}: {p}", file=stream)
-    if len(written) < len(files):
+    if len(done) < len(files):
         print("matplotlib is not installed: no PNG written "
               "(pip install \"pyautodiff[examples]\")", file=stream)

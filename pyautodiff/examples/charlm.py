@@ -5,12 +5,10 @@ F.scaled_dot_product_attention) trained with AdamW, a OneCycleLR schedule and
 gradient clipping on the public-domain English that ships with the package
 (pyautodiff/examples/data/corpus.txt, see SOURCES.txt there).  Prints the
 held-out loss in nats and bits per character, then samples a few lines."""
-import argparse
 import json
 import math
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -18,7 +16,8 @@ import pyautodiff as ad
 from pyautodiff import nn
 from pyautodiff.nn import functional as F
 
-from ._progress import Progress, out_dir, report_files, save_loss_curve
+from ._progress import (add_output_args, arg_parser, out_dir, report_files, save_loss_curve, train,
+                        written)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus.txt")
 
@@ -120,8 +119,7 @@ def sample(model, stoi, itos, prompt, length, temperature, rng):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m pyautodiff.examples.charlm",
-                                description=__doc__.split("\n\n")[0])
+    p = arg_parser("charlm", __doc__)
     p.add_argument("--steps", type=int, default=600, help="training steps (600)")
     p.add_argument("--batch", type=int, default=32, help="sequences per step (32)")
     p.add_argument("--block", type=int, default=64, help="context length (64)")
@@ -137,9 +135,8 @@ def parse_args(argv):
     p.add_argument("--sample-chars", type=int, default=300,
                    help="characters to sample after training (300; 0: none)")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
-    p.add_argument("--out", default=".", help="directory for the loss curve and the checkpoint")
-    p.add_argument("--no-save", action="store_true", help="write no file")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(p, "directory for the loss curve and the checkpoint", "--no-save",
+                    "write no file")
     return p.parse_args(argv)
 
 
@@ -154,7 +151,7 @@ def main(argv=None):
     stoi = {c: i for i, c in enumerate(chars)}
     data = np.array([stoi[c] for c in text], dtype=np.int64)
     split = int(0.9 * len(data))
-    train, val = data[:split], data[split:]
+    train_data, val = data[:split], data[split:]
     if len(val) <= args.block + 1:
         raise SystemExit(f"charlm: the text ({len(text)} characters) is too short for a "
                          f"held-out split with --block {args.block}")
@@ -170,18 +167,15 @@ def main(argv=None):
 
     eval_args = (args.block, args.batch, 8, args.seed + 1)
     initial = evaluate(model, val, *eval_args)
-    losses = []
-    start = time.perf_counter()
-    with Progress(args.steps, "charlm", disable=args.quiet) as bar:
-        for _ in range(args.steps):
-            loss = lm_loss(model, *batch(train, args.block, args.batch, rng))
-            grads = loss.backward()
-            nn.utils.clip_grad_norm_(grads, args.clip, parameters=params)
-            opt.step(grads)
-            sched.step()
-            losses.append(float(loss))
-            bar.update(losses[-1])
-    seconds = time.perf_counter() - start
+    def step(_):
+        loss = lm_loss(model, *batch(train_data, args.block, args.batch, rng))
+        grads = loss.backward()
+        nn.utils.clip_grad_norm_(grads, args.clip, parameters=params)
+        opt.step(grads)
+        sched.step()
+        return loss
+
+    losses, seconds = train(range(args.steps), args.steps, "charlm", step, args.quiet)
     val_loss = evaluate(model, val, *eval_args)
     tail = losses[-min(50, len(losses)):]
     train_loss = sum(tail) / len(tail)
@@ -211,7 +205,7 @@ def main(argv=None):
     return {"val_loss": val_loss, "val_bpc": bpc, "train_loss": train_loss,
             "initial_loss": initial, "vocab": len(chars), "steps": args.steps,
             "seconds": seconds, "sample": text_out,
-            "files": {k: v for k, v in files.items() if v}}
+            "files": written(files)}
 
 
 if __name__ == "__main__":

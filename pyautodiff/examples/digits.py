@@ -5,10 +5,8 @@ Adam in minibatches on the 8x8 handwritten digits that ship with
 scikit-learn (1797 images, no download); prints the held-out accuracy and
 writes the loss curve as a PNG when matplotlib is installed.  Needs
 scikit-learn: pip install "pyautodiff[examples]"."""
-import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -16,7 +14,8 @@ import pyautodiff as ad
 from pyautodiff import nn
 from pyautodiff.nn import functional as F
 
-from ._progress import Progress, out_dir, report_files, save_loss_curve
+from ._progress import (add_output_args, arg_parser, out_dir, report_files, save_loss_curve, train,
+                        written)
 
 INSTALL_HINT = ('digits: this example needs scikit-learn for its bundled digits data set; '
                 'install it with: pip install "pyautodiff[examples]"')
@@ -61,17 +60,14 @@ def accuracy(model, x, y, size=512):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m pyautodiff.examples.digits",
-                                description=__doc__.split("\n\n")[0])
+    p = arg_parser("digits", __doc__)
     p.add_argument("--epochs", type=int, default=8, help="passes over the training set (8)")
     p.add_argument("--batch", type=int, default=64, help="minibatch size (64)")
     p.add_argument("--channels", type=int, default=16, help="channels of the first conv (16)")
     p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (0.003)")
     p.add_argument("--test-fraction", type=float, default=0.25, help="held-out share (0.25)")
     p.add_argument("--seed", type=int, default=0, help="split, init and shuffle seed (0)")
-    p.add_argument("--out", default=".", help="directory for the loss curve PNG")
-    p.add_argument("--no-plot", action="store_true", help="write no PNG")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(p, "directory for the loss curve PNG")
     return p.parse_args(argv)
 
 
@@ -89,19 +85,18 @@ def main(argv=None):
     print(f"digits: {len(y_train)} training and {len(y_test)} test images (8x8), "
           f"{sum(p.numel() for p in model.parameters())} parameters")
 
-    losses = []
-    start = time.perf_counter()
-    with Progress(steps, "digits", disable=args.quiet) as bar:
+    def batches():
         for _ in range(args.epochs):
             order = rng.permutation(len(y_train))
             for i in range(0, len(order), args.batch):
-                b = order[i:i + args.batch]
-                loss = F.cross_entropy(model(ad.from_numpy(x_train[b])),
-                                       ad.from_numpy(y_train[b]))
-                opt.backward_step(loss)
-                losses.append(float(loss))
-                bar.update(losses[-1])
-    seconds = time.perf_counter() - start
+                yield order[i:i + args.batch]
+
+    def step(b):
+        loss = F.cross_entropy(model(ad.from_numpy(x_train[b])), ad.from_numpy(y_train[b]))
+        opt.backward_step(loss)
+        return loss
+
+    losses, seconds = train(batches(), steps, "digits", step, args.quiet)
     test_acc = accuracy(model, x_test, y_test)
     train_acc = accuracy(model, x_train, y_train)
     print(f"digits: {args.epochs} epochs ({steps} steps) in {seconds:.1f} s, "
@@ -113,7 +108,7 @@ def main(argv=None):
         report_files(files)
     return {"test_accuracy": test_acc, "train_accuracy": train_acc, "final_loss": losses[-1],
             "epochs": args.epochs, "steps": steps, "seconds": seconds,
-            "files": {k: v for k, v in files.items() if v}}
+            "files": written(files)}
 
 
 if __name__ == "__main__":

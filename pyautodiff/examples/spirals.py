@@ -4,17 +4,16 @@ An MLP (ad.nn) trained full-batch with Adam on three interleaved noisy
 spirals; prints train and held-out accuracy and, when matplotlib is
 installed, writes the decision boundary and the loss curve as PNGs
 (into the current directory, or --out DIR)."""
-import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
 import pyautodiff as ad
 from pyautodiff import nn
 
-from ._progress import Progress, figure, out_dir, report_files, save_loss_curve
+from ._progress import (add_output_args, arg_parser, figure, out_dir, report_files,
+                        save_loss_curve, train, written)
 
 
 def make_spirals(n_per_class, classes=3, noise=0.2, seed=0):
@@ -76,16 +75,13 @@ def plot_boundary(model, x, y, path, acc):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m pyautodiff.examples.spirals",
-                                description=__doc__.split("\n\n")[0])
+    p = arg_parser("spirals", __doc__)
     p.add_argument("--steps", type=int, default=600, help="full-batch Adam steps (600)")
     p.add_argument("--points", type=int, default=200, help="training points per class (200)")
     p.add_argument("--hidden", type=int, default=64, help="hidden width (64)")
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (0.01)")
     p.add_argument("--seed", type=int, default=0, help="data and init seed (0)")
-    p.add_argument("--out", default=".", help="directory for the PNGs (current directory)")
-    p.add_argument("--no-plot", action="store_true", help="write no PNG")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(p, "directory for the PNGs (current directory)")
     return p.parse_args(argv)
 
 
@@ -100,15 +96,12 @@ def main(argv=None):
     opt = ad.optim.Adam(model.parameters(), lr=args.lr)
     xb, yb = ad.from_numpy(x), ad.from_numpy(y)
 
-    losses = []
-    start = time.perf_counter()
-    with Progress(args.steps, "spirals", disable=args.quiet) as bar:
-        for _ in range(args.steps):
-            loss = nn.functional.cross_entropy(model(xb), yb)
-            opt.backward_step(loss)
-            losses.append(float(loss))
-            bar.update(losses[-1])
-    seconds = time.perf_counter() - start
+    def step(_):
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.backward_step(loss)
+        return loss
+
+    losses, seconds = train(range(args.steps), args.steps, "spirals", step, args.quiet)
 
     train_acc = accuracy(model, x, y)
     test_acc = accuracy(model, x_test, y_test)
@@ -125,7 +118,7 @@ def main(argv=None):
         report_files(files)
     return {"train_accuracy": train_acc, "test_accuracy": test_acc, "final_loss": losses[-1],
             "steps": args.steps, "seconds": seconds,
-            "files": {k: v for k, v in files.items() if v}}
+            "files": written(files)}
 
 
 if __name__ == "__main__":

@@ -212,30 +212,30 @@ def sigmoid(input: _Tensor) -> _Tensor:
     return _need_tensor(input, "sigmoid").sigmoid()
 
 
-def _softmax_dim(x, dim, fn):
+def _softmax_input(input, dim, dtype, fn):
+    """The checked input of softmax/log_softmax (cast to dtype when given) and its dim."""
+    x = _need_tensor(input, fn)
+    if dtype is not None:
+        x = x.to_dtype(dtype)
     if dim is None:  # PyTorch's deprecated implicit choice
         _warnings.warn(f"{fn}: implicit dimension choice is deprecated, pass dim",
-                      UserWarning, stacklevel=3)
-        return 0 if x.ndim in (0, 1, 3) else 1
-    return _int(dim, fn, "dim")
+                       UserWarning, stacklevel=3)
+        return x, 0 if x.ndim in (0, 1, 3) else 1
+    return x, _int(dim, fn, "dim")
 
 
 def softmax(input: _Tensor, dim: _Optional[int] = None,
             _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """exp(x) / sum(exp(x)) along dim (input cast to dtype first when given)."""
-    x = _need_tensor(input, "softmax")
-    if dtype is not None:
-        x = x.to_dtype(dtype)
-    return x.softmax(_softmax_dim(x, dim, "softmax"))
+    x, dim = _softmax_input(input, dim, dtype, "softmax")
+    return x.softmax(dim)
 
 
 def log_softmax(input: _Tensor, dim: _Optional[int] = None,
                 _stacklevel: int = 3, dtype: _Any = None) -> _Tensor:
     """log(softmax(x)) along dim, computed stably."""
-    x = _need_tensor(input, "log_softmax")
-    if dtype is not None:
-        x = x.to_dtype(dtype)
-    return x.log_softmax(_softmax_dim(x, dim, "log_softmax"))
+    x, dim = _softmax_input(input, dim, dtype, "log_softmax")
+    return x.log_softmax(dim)
 
 
 def one_hot(tensor: _Tensor, num_classes: int = -1) -> _Tensor:
@@ -504,6 +504,17 @@ def nll_loss(input: _Tensor, target: _Tensor,
     return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, False)
 
 
+def _same_shape_loss_args(input, target, size_average, reduce, reduction, fn):
+    """The checked reduction, the float input and a target of its shape and dtype."""
+    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
+    x = _need_float(input, fn)
+    t = _tensor(target, x)
+    if t.shape != x.shape:
+        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
+    _same_dtype(x, t, fn, "target")
+    return r, x, t
+
+
 def binary_cross_entropy_with_logits(input: _Tensor, target: _Tensor,
                                      weight: _Optional[_Tensor] = None,
                                      size_average: _Any = None,
@@ -515,12 +526,7 @@ def binary_cross_entropy_with_logits(input: _Tensor, target: _Tensor,
     softplus(-x); weight rescales each element, pos_weight the positive term
     (broadcast along the last dim)."""
     fn = "binary_cross_entropy_with_logits"
-    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
-    x = _need_float(input, fn)
-    t = _tensor(target, x)
-    if t.shape != x.shape:
-        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
-    _same_dtype(x, t, fn, "target")
+    r, x, t = _same_shape_loss_args(input, target, size_average, reduce, reduction, fn)
     sp = (-x).softplus()  # -log sigmoid(x)
     if pos_weight is not None:
         pw = _tensor(pos_weight, x)
@@ -545,12 +551,7 @@ def smooth_l1_loss(input: _Tensor, target: _Tensor,
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
     beta=0 is the L1 loss."""
     fn = "smooth_l1_loss"
-    r = _reduction(_legacy_reduction(size_average, reduce, reduction, fn), fn)
-    x = _need_float(input, fn)
-    t = _tensor(target, x)
-    if t.shape != x.shape:
-        raise ShapeError(f"{fn}: target {_desc(t)} must have the input's shape ({_desc(x)})")
-    _same_dtype(x, t, fn, "target")
+    r, x, t = _same_shape_loss_args(input, target, size_average, reduce, reduction, fn)
     beta = _float(beta, fn, "beta")
     if not beta >= 0.0:
         raise InvalidArgumentError(f"{fn}: beta must be >= 0, got {beta}")
@@ -976,19 +977,26 @@ def _same_pads(weight, d):
     return pads
 
 
+def _conv_run(fn, opcode, x, added, w, bias, s, p, d, g, op, nd):
+    """The native 2-d kernel `opcode` on checked arguments (op: the output
+    padding, () for a forward convolution), then the bias and the batch dim
+    _batched added."""
+    if nd == 1:  # the 2-d kernel over a height of 1
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op if op else op
+    y = _native_conv(fn, opcode, x, w, s + p + d + (g,) + op)
+    if nd == 1:
+        y = y.squeeze(2)
+    y = _bias(y, bias, fn, nd)
+    return y.squeeze(0) if added else y
+
+
 def _conv(fn, input, weight, bias, stride, padding, dilation, groups, nd):
     x, added = _batched(input, nd, fn)
     s, p, d, g = _conv_args(fn, x, weight, stride, padding, dilation, groups, nd)
     if p == "same":
         x, p = pad(x, _same_pads(weight, d)), (0,) * nd
-    w = weight
-    if nd == 1:  # conv2d over a height of 1
-        x, w, s, p, d = x.unsqueeze(2), w.unsqueeze(2), (1,) + s, (0,) + p, (1,) + d
-    y = _native_conv(fn, _lib.AD_OP_CONV2D, x, w, s + p + d + (g,))
-    if nd == 1:
-        y = y.squeeze(2)
-    y = _bias(y, bias, fn, nd)
-    return y.squeeze(0) if added else y
+    return _conv_run(fn, _lib.AD_OP_CONV2D, x, added, weight, bias, s, p, d, g, (), nd)
 
 
 def conv2d(input: _Tensor, weight: _Tensor,
@@ -1018,15 +1026,7 @@ def _conv_transpose(fn, input, weight, bias, stride, padding, output_padding, gr
         if op[i] >= s[i] and op[i] >= d[i]:
             raise InvalidArgumentError(f"{fn}: output padding {op[i]} must be smaller than the "
                                        f"stride {s[i]} or the dilation {d[i]}")
-    w = weight
-    if nd == 1:
-        x, w = x.unsqueeze(2), w.unsqueeze(2)
-        s, p, d, op = (1,) + s, (0,) + p, (1,) + d, (0,) + op
-    y = _native_conv(fn, _lib.AD_OP_CONV_TRANSPOSE2D, x, w, s + p + d + (g,) + op)
-    if nd == 1:
-        y = y.squeeze(2)
-    y = _bias(y, bias, fn, nd)
-    return y.squeeze(0) if added else y
+    return _conv_run(fn, _lib.AD_OP_CONV_TRANSPOSE2D, x, added, weight, bias, s, p, d, g, op, nd)
 
 
 def conv_transpose2d(input: _Tensor, weight: _Tensor,
@@ -1110,6 +1110,18 @@ def _pool_stride(stride, k, n, fn):
     return _ntuple(stride, n, fn, "stride")
 
 
+def _max_pool_args(fn, input, kernel_size, stride, padding, dilation, ceil_mode, nd):
+    """The batched input, whether a batch dim was added, the checked window
+    arguments and ceil_mode's extra right padding."""
+    x, added = _batched(input, nd, fn)
+    k = _ntuple(kernel_size, nd, fn, "kernel_size")
+    s = _pool_stride(stride, k, nd, fn)
+    p = _ntuple(padding, nd, fn, "padding")
+    d = _ntuple(dilation, nd, fn, "dilation")
+    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    return x, added, k, s, p, d, extra
+
+
 def max_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
                padding: _Any = 0, dilation: _Any = 1, ceil_mode: bool = False) -> _Tensor:
     """Max over windows of input (N, C, H, W) or (C, H, W); padding counts as
@@ -1117,12 +1129,8 @@ def max_pool2d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
     ceil_mode rounds the output size up (PyTorch's rule).  The gradient goes
     to the first maximum of each window."""
     fn = "max_pool2d"
-    x, added = _batched(input, 2, fn)
-    k = _ntuple(kernel_size, 2, fn, "kernel_size")
-    s = _pool_stride(stride, k, 2, fn)
-    p = _ntuple(padding, 2, fn, "padding")
-    d = _ntuple(dilation, 2, fn, "dilation")
-    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    x, added, k, s, p, d, extra = _max_pool_args(fn, input, kernel_size, stride, padding,
+                                                  dilation, ceil_mode, 2)
     y = _max_pool(fn, x, k, s, p, d, extra)
     return y.squeeze(0) if added else y
 
@@ -1132,12 +1140,8 @@ def max_pool1d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
     """Max over windows of input (N, C, L) or (C, L), as max_pool2d over a
     height of 1."""
     fn = "max_pool1d"
-    x, added = _batched(input, 1, fn)
-    k = _ntuple(kernel_size, 1, fn, "kernel_size")
-    s = _pool_stride(stride, k, 1, fn)
-    p = _ntuple(padding, 1, fn, "padding")
-    d = _ntuple(dilation, 1, fn, "dilation")
-    _, extra = _pool_geometry(fn, x, k, s, p, d, bool(ceil_mode))
+    x, added, k, s, p, d, extra = _max_pool_args(fn, input, kernel_size, stride, padding,
+                                                  dilation, ceil_mode, 1)
     y = _max_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, (1,) + d,
                   [0] + extra).squeeze(2)
     return y.squeeze(0) if added else y

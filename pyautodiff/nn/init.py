@@ -146,15 +146,19 @@ def xavier_normal_(tensor: Var, gain: float = 1.0) -> Var:
     return _fill(v, _normal(v.shape, 0.0, std, v.dtype))
 
 
+def _kaiming_std(v, a, mode, nonlinearity):
+    """He et al.'s standard deviation gain / sqrt(fan), both kaiming draws' scale."""
+    fan = _calculate_correct_fan(v, mode)  # first, so a bad mode is named before a bad gain
+    return calculate_gain(nonlinearity, a) / _math.sqrt(fan)
+
+
 def kaiming_uniform_(tensor: Var, a: float = 0, mode: str = 'fan_in',
                      nonlinearity: str = 'leaky_relu') -> Var:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan) (He et al.)."""
     v = _var(tensor, "kaiming_uniform_")
     if 0 in v.shape:
         return v
-    fan = _calculate_correct_fan(v, mode)
-    std = calculate_gain(nonlinearity, a) / _math.sqrt(fan)
-    bound = _math.sqrt(3.0) * std
+    bound = _math.sqrt(3.0) * _kaiming_std(v, a, mode, nonlinearity)
     return _fill(v, _uniform(v.shape, -bound, bound, v.dtype))
 
 
@@ -164,9 +168,7 @@ def kaiming_normal_(tensor: Var, a: float = 0, mode: str = 'fan_in',
     v = _var(tensor, "kaiming_normal_")
     if 0 in v.shape:
         return v
-    fan = _calculate_correct_fan(v, mode)
-    std = calculate_gain(nonlinearity, a) / _math.sqrt(fan)
-    return _fill(v, _normal(v.shape, 0.0, std, v.dtype))
+    return _fill(v, _normal(v.shape, 0.0, _kaiming_std(v, a, mode, nonlinearity), v.dtype))
 
 
 def _erfinv(y):

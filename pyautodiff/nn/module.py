@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import operator
 import weakref
-from itertools import islice
 
 import numpy as np
 
@@ -558,9 +557,49 @@ def _index(idx, n, what):
     return idx + n if idx < 0 else idx
 
 
-class Sequential(Module):
+class _ModuleSeq(Module):
+    """What Sequential and ModuleList share: children keyed "0".."n-1" in order, deleted by
+    position or slice and renumbered afterwards (as PyTorch does)."""
+
+    _what = "ModuleSeq"
+
+    def _key_at(self, idx):
+        return list(self._modules)[_index(idx, len(self._modules), self._what)]
+
+    def _renumber(self, items, checked=False):
+        put = self.add_module if checked else self._modules.__setitem__
+        self._modules.clear()
+        for i, m in enumerate(items):
+            put(str(i), m)
+
+    def __delitem__(self, idx):
+        """Removes the module(s) at `idx` (an int or a slice)."""
+        if isinstance(idx, slice):
+            for k in list(self._modules)[idx]:
+                del self._modules[k]
+        else:
+            del self._modules[self._key_at(idx)]
+        self._renumber(list(self._modules.values()))
+
+    def __len__(self) -> int:
+        """The number of modules."""
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        """The modules in order."""
+        return iter(self._modules.values())
+
+    def append(self, module):
+        """Adds `module` at the end; returns self."""
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class Sequential(_ModuleSeq):
     """Modules applied in order: Sequential(m1, m2, ...) or
     Sequential(OrderedDict(name=module, ...))."""
+
+    _what = "Sequential"
 
     def __init__(self, *args: Any) -> None:
         super().__init__()
@@ -580,39 +619,11 @@ class Sequential(Module):
         """
         if isinstance(idx, slice):
             return Sequential(collections.OrderedDict(list(self._modules.items())[idx]))
-        i = _index(idx, len(self._modules), "Sequential")
-        return next(islice(self._modules.values(), i, None))
+        return self._modules[self._key_at(idx)]
 
     def __setitem__(self, idx, module):
         """Replaces the module at position `idx`.  Raises IndexError out of range."""
-        i = _index(idx, len(self._modules), "Sequential")
-        self.add_module(list(self._modules)[i], module)
-
-    def __delitem__(self, idx):
-        """Removes the module(s) at `idx` (an int or a slice)."""
-        if isinstance(idx, slice):
-            for k in list(self._modules)[idx]:
-                del self._modules[k]
-        else:
-            del self._modules[list(self._modules)[_index(idx, len(self._modules), "Sequential")]]
-        # PyTorch renumbers after a deletion
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
-
-    def __len__(self) -> int:
-        """The number of modules."""
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        """The modules in order."""
-        return iter(self._modules.values())
-
-    def append(self, module):
-        """Adds `module` at the end; returns self."""
-        self.add_module(str(len(self)), module)
-        return self
+        self.add_module(self._key_at(idx), module)
 
     def extend(self, modules):
         """Appends every module of the iterable `modules`; returns self."""
@@ -631,9 +642,7 @@ class Sequential(Module):
         index = index + n if index < 0 else index
         items = list(self._modules.values())
         items.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        self._renumber(items)
         return self
 
     def forward(self, input: Any) -> Any:
@@ -643,13 +652,19 @@ class Sequential(Module):
         return input
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSeq):
     """A list of modules whose parameters are registered ("0.weight", ...)."""
+
+    _what = "ModuleList"
 
     def __init__(self, modules: Optional[Iterable[Module]] = None) -> None:
         super().__init__()
         if modules is not None:
             self.extend(modules)
+
+    def _key_at(self, idx):
+        # the keys of a ModuleList are its positions, so no list of them is needed
+        return str(_index(idx, len(self._modules), self._what))
 
     def __getitem__(self, idx: Any) -> Any:
         """The module at position `idx`, or a new ModuleList of a slice.
@@ -657,31 +672,11 @@ class ModuleList(Module):
         """
         if isinstance(idx, slice):
             return ModuleList(list(self._modules.values())[idx])
-        return self._modules[str(_index(idx, len(self._modules), "ModuleList"))]
+        return self._modules[self._key_at(idx)]
 
     def __setitem__(self, idx, module):
         """Replaces the module at position `idx`.  Raises IndexError out of range."""
-        self.add_module(str(_index(idx, len(self._modules), "ModuleList")), module)
-
-    def __delitem__(self, idx):
-        """Removes the module(s) at `idx` (an int or a slice)."""
-        if isinstance(idx, slice):
-            for k in list(self._modules)[idx]:
-                del self._modules[k]
-        else:
-            del self._modules[str(_index(idx, len(self._modules), "ModuleList"))]
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
-
-    def __len__(self) -> int:
-        """The number of modules."""
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        """The modules in order."""
-        return iter(self._modules.values())
+        self.add_module(self._key_at(idx), module)
 
     def __iadd__(self, modules):
         """self += modules: extend; returns self."""
@@ -690,11 +685,6 @@ class ModuleList(Module):
     def __add__(self, other):
         """A new ModuleList of self's modules followed by other's."""
         return ModuleList(list(self) + list(other))
-
-    def append(self, module):
-        """Adds `module` at the end; returns self."""
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules):
         """Appends every module of the iterable `modules`; returns self."""
@@ -709,9 +699,7 @@ class ModuleList(Module):
         """Inserts `module` before position `index` (negative counts from the end)."""
         items = list(self._modules.values())
         items.insert(operator.index(index), module)
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self.add_module(str(i), m)
+        self._renumber(items, checked=True)
 
     def pop(self, idx=-1):
         """Removes and returns the module at `idx` (default the last)."""

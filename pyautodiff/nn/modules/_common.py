@@ -1,10 +1,12 @@
 """Argument and input checks shared by the layers: every message names the
 layer (with its defining arguments), the argument, and the shapes/dtypes."""
+import math
 import numbers
 import operator
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor
+from .. import init
 
 
 def desc(x):
@@ -93,3 +95,27 @@ def float_input(layer, x, dtype, ndims, name="input", what=None):
     raise DTypeError(f"{tag}: {name} {desc(x)} does not match the layer's {dtype.name} "
                      f"parameters (convert the input with .to_dtype(ad.{dtype.name}) or the "
                      f"model with .to_dtype(ad.{x.dtype.name}))")
+
+
+def weight_and_bias(mod, wshape, n_bias, bias, dt):
+    """Registers mod.weight (wshape) and mod.bias (n_bias,), or a None bias when `bias` is
+    false, then draws them with mod.reset_parameters()."""
+    from ...tensor import Var
+
+    mod.weight = Var.zeros(wshape, dtype=dt)
+    if bias:
+        mod.bias = Var.zeros((n_bias,), dtype=dt)
+    else:
+        mod.register_parameter("bias", None)
+    mod.reset_parameters()
+
+
+def reset_weight_and_bias(mod):
+    """PyTorch's default draw for Linear and Conv: kaiming_uniform(a=sqrt(5)) for the weight,
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias."""
+    init.kaiming_uniform_(mod.weight, a=math.sqrt(5))
+    if mod.bias is not None:
+        fan_in, _ = init._calculate_fan_in_and_fan_out(mod.weight)
+        if fan_in:
+            bound = 1 / math.sqrt(fan_in)
+            init.uniform_(mod.bias, -bound, bound)

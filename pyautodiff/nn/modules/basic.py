@@ -1,7 +1,6 @@
 """Linear, Embedding, Dropout, Identity, Flatten and the activation layers."""
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 import warnings
 
@@ -11,7 +10,8 @@ from ...errors import DTypeError, InvalidArgumentError, OutOfRangeError, ShapeEr
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
+from ._common import (desc, factory, float_arg, float_input, int_arg, reset_weight_and_bias,
+                      tensor_arg, weight_and_bias)
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -51,25 +51,15 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        from ...tensor import Var
-
         name = "Linear"
         self.in_features = int_arg(name, "in_features", in_features)
         self.out_features = int_arg(name, "out_features", out_features)
-        dt = factory(name, device, dtype)
-        self.weight = Var.zeros((self.out_features, self.in_features), dtype=dt)
-        if bias:
-            self.bias = Var.zeros((self.out_features,), dtype=dt)
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        weight_and_bias(self, (self.out_features, self.in_features), self.out_features, bias,
+                        factory(name, device, dtype))
 
     def reset_parameters(self) -> None:
         """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features)
-            init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self)
 
     @property
     def _tag(self):

@@ -2,16 +2,15 @@
 layouts and default initialisation)."""
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from .. import functional as F
-from .. import init
 from ..module import Module
-from ._common import desc, factory, float_input, int_arg, tuple_arg
+from ._common import (desc, factory, float_input, int_arg, reset_weight_and_bias, tuple_arg,
+                      weight_and_bias)
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -41,8 +40,6 @@ class _ConvNd(Module):
     def __init__(self, name, in_channels, out_channels, kernel_size, stride, padding, dilation,
                  groups, bias, padding_mode, output_padding, device, dtype):
         super().__init__()
-        from ...tensor import Var
-
         nd = self._nd
         self.in_channels = int_arg(name, "in_channels", in_channels)
         self.out_channels = int_arg(name, "out_channels", out_channels)
@@ -94,21 +91,11 @@ class _ConvNd(Module):
             wshape = (self.in_channels, self.out_channels // self.groups) + self.kernel_size
         else:
             wshape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
-        self.weight = Var.zeros(wshape, dtype=dt)
-        if bias:
-            self.bias = Var.zeros((self.out_channels,), dtype=dt)
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        weight_and_bias(self, wshape, self.out_channels, bias, dt)
 
     def reset_parameters(self) -> None:
         """Redraws the parameters with the layer's default initialisation (as PyTorch's)."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            if fan_in:
-                bound = 1 / math.sqrt(fan_in)
-                init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self)
 
     @property
     def _tag(self):
