@@ -31,6 +31,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # The safetensors package refuses headers above this size; so do we.
 MAX_HEADER_SIZE = 100_000_000
+# The most elements of one item size a shape may span (native ad_check_shape).
+_MAX_ELEMENTS = (2 ** 63 - 1) // 16
 
 # safetensors dtype name -> (ad dtype, item size)
 _ST_TO_AD = {"F32": _dt.float32, "F64": _dt.float64, "I64": _dt.int64, "I32": _dt.int32,
@@ -177,12 +179,19 @@ def parse_header(buf: Any, where: str = "load"
                 or offs[0] > offs[1]):
             raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with "
                       f"0 <= begin <= end, got {offs!r:.60}")
-        numel = 1
+        numel, nz = 1, 1
         for s in shape:
             numel *= s
+            nz *= s or 1
         if offs[1] - offs[0] != numel * _itemsize(st):
             raise bad(f"tensor {name!r}: data_offsets {offs} hold {offs[1] - offs[0]} bytes, "
                       f"but {st} of shape {tuple(shape)} needs {numel * _itemsize(st)}")
+        # the native shape rule (ad_check_shape): sizes are int64 and the
+        # product of the nonzero ones, the largest contiguous stride, must fit
+        # even when a 0 makes the tensor empty (a huge size in an empty tensor
+        # escaped as a plain OverflowError from the conversion)
+        if nz > _MAX_ELEMENTS // _itemsize(st):
+            raise bad(f"tensor {name!r}: shape {tuple(shape)} of {st} has too many elements")
         entries.append((name, st, tuple(shape), offs[0], offs[1]))
     entries.sort(key=lambda e: (e[3], e[4]))
     pos = 0

@@ -86,6 +86,16 @@ ad_status ad_external_tensor_(const char *op, void *data, int dtype, const int64
 void ad_storage_write_begin(ad_storage *s);
 void ad_storage_write_end(ad_storage *s);
 
+/* Whether two storages share memory: the same storage, or two headers over
+ * one range of bytes (a Var re-imported through DLPack or from_numpy is an
+ * external storage over the Var's own buffer).  In-place writers use it for
+ * their alias checks; comparing headers alone misses the second case. */
+static inline bool ad_storage_overlap(const ad_storage *a, const ad_storage *b) {
+    if (a == b) return true;
+    uintptr_t pa = (uintptr_t)a->data, pb = (uintptr_t)b->data;
+    return a->nbytes && b->nbytes && pa < pb + b->nbytes && pb < pa + a->nbytes;
+}
+
 typedef struct ad_node ad_node;
 
 struct ad_tensor {

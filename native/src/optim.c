@@ -85,7 +85,7 @@ AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
         return ad_fail(AD_ERR_SHAPE, "axpy: update %s does not broadcast to variable %s",
                        ad_tdesc(x), ad_tdesc(var));
     ad_tensor *copy = NULL;
-    if (x->storage == var->storage) {  /* x views the Var: read it before writing */
+    if (ad_storage_overlap(x->storage, var->storage)) { /* x views the Var: read it first */
         ad_status st = contiguous_copy(x, &copy);
         if (st) return st;
         x = copy;
@@ -144,7 +144,7 @@ static ad_status check_update(const char *op, ad_tensor *var, const ad_tensor *g
     ad_status st = check_param(op, var);
     if (!st) st = check_like(op, "grad", var, grad);
     if (st) return st;
-    bool alias = grad->storage == var->storage;
+    bool alias = ad_storage_overlap(grad->storage, var->storage);
     for (int i = 0; i < nbufs; i++) {
         const ad_tensor *b = bufs[i];
         if (!b) continue;
@@ -155,17 +155,17 @@ static ad_status check_update(const char *op, ad_tensor *var, const ad_tensor *g
         if (!ad_is_contiguous(b))
             return ad_fail(AD_ERR_VALUE, "%s: %s %s is not contiguous", op, names[i],
                            ad_tdesc(b));
-        if (b->storage == var->storage)
+        if (ad_storage_overlap(b->storage, var->storage))
             return ad_fail(AD_ERR_VALUE, "%s: %s shares its storage with the parameter", op,
                            names[i]);
         if (b->storage->readonly) /* e.g. a state tensor straight from ad.load's mapping */
             return ad_fail(AD_ERR_VALUE, "%s: %s %s is read-only memory", op, names[i],
                            ad_tdesc(b));
         for (int j = 0; j < i; j++)
-            if (bufs[j] && bufs[j]->storage == b->storage)
+            if (bufs[j] && ad_storage_overlap(bufs[j]->storage, b->storage))
                 return ad_fail(AD_ERR_VALUE, "%s: %s and %s share one storage", op, names[j],
                                names[i]);
-        alias = alias || grad->storage == b->storage;
+        alias = alias || ad_storage_overlap(grad->storage, b->storage);
     }
     *g = grad;
     if (alias || !ad_is_contiguous(grad)) {

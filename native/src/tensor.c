@@ -451,9 +451,19 @@ AD_API ad_status ad_var_set(ad_tensor *var, const ad_tensor *src) {
     if (var->dtype != src->dtype)
         return ad_fail(AD_ERR_DTYPE, "set: dtype mismatch, variable %s, source %s",
                        ad_tdesc(var), ad_tdesc(src));
+    /* src over the Var's bytes through another storage (a DLPack or numpy
+       re-import): copy it out first, so that it is never read while written */
+    ad_tensor *copy = NULL;
+    if (ad_storage_overlap(var->storage, src->storage)) {
+        ad_status st = ad_tensor_empty(src->dtype, T_SHAPE(src), src->ndim, &copy);
+        if (st) return st;
+        ad_copy_strided(src, ad_ptr(copy));
+        src = copy;
+    }
     ad_storage_write_begin(var->storage);
     ad_copy_strided(src, ad_ptr(var));
     ad_storage_write_end(var->storage);
+    ad_tensor_release(copy);
     return AD_OK;
 }
 

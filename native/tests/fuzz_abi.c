@@ -40,7 +40,13 @@
  * with arbitrary op ids, iargs and fargs, ad_unary / ad_binary /
  * ad_scalar_op, views, ad_backward, the GradStore functions, ad_var_set,
  * ad_tensor_detach, ad_sorted_nodes, grad and anomaly mode, allocation
- * failure injection, and NULL handles, NULL out-pointers and zero lengths at
+ * failure injection, the op registry (ad_op_info of any value), tensors over
+ * external memory (NULL data, zero-length and strided layouts, misaligned
+ * addresses; the release callback must run exactly once per storage), the
+ * in-place updates (ad_var_axpy and the fused optimizers over any pool
+ * tensors, NULLs included), file mappings (bad descriptors, then tensors at
+ * any offset/dtype/shape of a real file), DLPack export and re-import, and
+ * NULL handles, NULL out-pointers and zero lengths at
  * every entry point that takes a pointer (each must be refused with
  * AD_ERR_VALUE, or read as the header documents for getters).  Every status
  * is checked: it must be a known code, a
@@ -51,6 +57,7 @@
  * end of each input and the live-tensor / live-byte counters must return to
  * where they were, so a leak aborts.
  */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -215,13 +222,34 @@ static void gs_check(ad_status st, int line) {
     if (st < AD_OK || st > AD_ERR_INTERNAL || st == AD_ERR_INTERNAL) die("gradstore status", line);
 }
 
+
+/* External memory (case 27): a buffer the tensors view, and a release
+   callback that counts, so that every storage made over it is released
+   exactly once by the end of each input. */
+static _Alignas(64) uint8_t ext_buf[8192];
+static int64_t ext_made, ext_released;
+static void ext_release(void *ctx) { ++*(int64_t *)ctx; }
+
+/* File mappings (case 29): a small regular file, opened once. */
+static const uint8_t map_bytes[64] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0x80, 0xff, 0x7f, 0x3f};
+static int map_fd = -1;
+static void map_init(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    FILE *f = tmpfile();
+    if (!f) return;
+    if (fwrite(map_bytes, 1, sizeof map_bytes, f) != sizeof map_bytes || fflush(f)) return;
+    map_fd = fileno(f); /* kept open for the process's life */
+}
+
 static void one_input(reader *r) {
     ad_tensor *out = NULL;
     int64_t shape[72];
     unsigned cmd = u8(r);
     unsigned slot = u8(r);
     ad_status st;
-    switch (cmd % 26) {
+    switch (cmd % 31) {
     case 0: { /* from data */
         int dt = read_dtype(r);
         int nd = read_shape(r, shape);
@@ -530,6 +558,127 @@ static void one_input(reader *r) {
         }
         break;
     }
+    case 26: { /* the op registry: every value, and a NULL out-pointer */
+        int op = (int)(int16_t)(u8(r) | u8(r) << 8);
+        ad_op_info_t info;
+        memset(&info, 0xAB, sizeof info);
+        st = ad_op_info(op, u8(r) % 8 ? &info : NULL);
+        gs_check(st, __LINE__);
+        if (!st) {
+            REQUIRE(info.name && info.args && info.doc);
+            REQUIRE(strcmp(info.name, ad_op_name(op)) == 0);
+            sink += strlen(info.args) + strlen(info.doc);
+            REQUIRE(info.n_inputs >= -1 && info.n_iargs >= -1 && info.n_fargs >= 0);
+        }
+        break;
+    }
+    case 27: { /* external memory: NULL data, zero-length and odd shapes, strides */
+        int dt = read_dtype(r);
+        int nd = read_shape(r, shape);
+        int64_t strides[72];
+        unsigned how = u8(r);
+        for (int i = 0; i < nd && i < 65; i++)
+            strides[i] = how & 1 ? (int64_t)(u8(r) % 9) - 4 : 0;
+        /* the library cannot know how far the caller's memory goes: pass
+           data only for a layout that stays inside ext_buf (or none at all) */
+        size_t es = ad_dtype_size(dt);
+        int64_t lo = 0, hi = 0, numel = 1;
+        int fits = nd >= 0 && nd <= 8 && es;
+        for (int i = 0; fits && i < nd; i++) {
+            if (shape[i] < 0 || shape[i] > 64) fits = 0;
+            else numel *= shape[i];
+        }
+        for (int i = 0; fits && i < nd; i++) {
+            int64_t st_i = how & 1 ? strides[i] : 0, span = (shape[i] - 1) * st_i;
+            if (shape[i] == 0) continue;
+            if (!(how & 1)) { /* row-major: the extent is numel */
+                hi = numel - 1;
+                break;
+            }
+            if (span < 0) lo += span; else hi += span;
+        }
+        if (fits && numel && (hi - lo + 1) * (int64_t)es > (int64_t)sizeof ext_buf / 2) fits = 0;
+        int use_null = (how >> 1) % 4 == 0;
+        if (!fits && !use_null) break;
+        char *data = use_null ? NULL : (char *)ext_buf + (-lo) * (int64_t)es;
+        if (!use_null && (how >> 3) % 5 == 0) data += 1; /* misaligned for es > 1 */
+        ext_made++;
+        st = ad_tensor_from_external(data, dt, (how >> 4) % 7 == 0 ? NULL : shape,
+                                     how & 1 ? strides : NULL, nd, (how >> 5) & 1, ext_release,
+                                     &ext_released, (how >> 6) % 9 == 0 ? NULL : &out);
+        if (st) {
+            ext_made--; /* on failure the caller keeps ctx: no release */
+            REQUIRE(!out);
+        }
+        RESULT(st, out, slot);
+        break;
+    }
+    case 28: { /* in-place updates: axpy and the fused optimizers, NULLs included */
+        ad_tensor *v = pick(r), *g = pick(r), *b0 = pick(r), *b1 = pick(r), *b2 = pick(r);
+        unsigned which = u8(r) % 4;
+        double x0 = f64(r), x1 = f64(r), x2 = f64(r), x3 = f64(r), x4 = f64(r);
+        unsigned flags = u8(r);
+        if (which == 0)
+            st = ad_var_axpy(v, x0, g);
+        else if (which == 1)
+            st = ad_optim_sgd(v, g, b0, x0, x1, x2, x3, flags & 1, flags & 2);
+        else if (which == 2)
+            st = ad_optim_adam(v, g, b0, b1, flags & 4 ? b2 : NULL, i64(r), x0, x1, x2, x3, x4,
+                               flags & 8);
+        else
+            st = ad_optim_rmsprop(v, g, b0, flags & 16 ? b1 : NULL, flags & 32 ? b2 : NULL, x0,
+                                  x1, x2, x3, x4);
+        gs_check(st, __LINE__);
+        if (!v || (which == 0 && !g)) REQUIRE(st != AD_OK);
+        if (v) touch(v);
+        break;
+    }
+    case 29: { /* file mappings: bad descriptors, then tensors over a real file */
+        unsigned how = u8(r) % 6;
+        ad_mapping *m = NULL;
+        int fd = how == 0 ? -1 : how == 1 ? 1 << 20 : how == 2 ? INT32_MIN : map_fd;
+        st = ad_mapping_open(fd, u8(r) % 16 ? &m : NULL);
+        gs_check(st, __LINE__);
+        if (fd != map_fd || map_fd < 0) {
+            REQUIRE(st != AD_OK && !m);
+            break;
+        }
+        if (st) break; /* an injected allocation failure */
+        REQUIRE(m && ad_mapping_size(m) == (int64_t)sizeof map_bytes);
+        for (int k = 0; k < 3; k++) {
+            int dt = read_dtype(r);
+            int nd = read_shape(r, shape);
+            int64_t off = u8(r) % 4 ? (int64_t)(u8(r) % 80) : i64(r);
+            st = ad_tensor_from_mapping(u8(r) % 16 ? m : NULL, off, dt,
+                                        u8(r) % 16 ? shape : NULL, nd, &out);
+            RESULT(st, out, u8(r));
+            out = NULL;
+        }
+        ad_mapping_release(m); /* the tensors keep it mapped */
+        break;
+    }
+    case 30: { /* DLPack both ways; a failed import leaves the caller the owner */
+        ad_tensor *t = pick(r);
+        int versioned = u8(r) % 2;
+        void *managed = NULL;
+        st = ad_tensor_to_dlpack(t, versioned, u8(r) % 2, u8(r) % 16 ? &managed : NULL);
+        gs_check(st, __LINE__);
+        if (st) {
+            REQUIRE(!managed);
+            REQUIRE(ad_tensor_from_dlpack(NULL, versioned, &out) == AD_ERR_VALUE && !out);
+            break;
+        }
+        REQUIRE(managed && t);
+        if (u8(r) % 4 == 0) {
+            ad_dlpack_delete(managed, versioned);
+            break;
+        }
+        st = ad_tensor_from_dlpack(managed, versioned, u8(r) % 16 ? &out : NULL);
+        gs_check(st, __LINE__);
+        if (st) ad_dlpack_delete(managed, versioned);
+        RESULT(st, out, slot);
+        break;
+    }
     default: { /* names and sizes of arbitrary enum values */
         int v = (int)(int8_t)u8(r);
         (void)ad_op_name(v);
@@ -544,6 +693,7 @@ static void one_input(reader *r) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t live0 = ad_live_tensors(), bytes0 = ad_live_bytes();
+    map_init();
     reader r = {data, size};
     int prev_grad = ad_set_grad_enabled(1), prev_anom = ad_set_anomaly_enabled(0);
     for (int steps = 0; r.n && steps < 64; steps++) one_input(&r);
@@ -557,6 +707,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < NG; i++) {
         ad_gradstore_release(G[i]);
         G[i] = NULL;
+    }
+    if (ext_made != ext_released) {
+        fprintf(stderr, "fuzz_abi: %lld external storages made, %lld released\n",
+                (long long)ext_made, (long long)ext_released);
+        abort();
     }
     if (ad_live_tensors() != live0 || ad_live_bytes() != bytes0) {
         fprintf(stderr, "fuzz_abi: leak: live tensors %lld -> %lld, bytes %lld -> %lld\n",

@@ -736,7 +736,10 @@ def scaled_dot_product_attention(query: _Tensor, key: _Tensor, value: _Tensor,
         rep = _np.arange(hq, dtype=_np.int64) // (hq // hk)
         k, v = _index_select(k, k.ndim - 3, rep), _index_select(v, v.ndim - 3, rep)
     L, E, S = q.shape[-2], q.shape[-1], k.shape[-2]
-    sc = 1.0 / _math.sqrt(E) if scale is None else _float(scale, fn, "scale")
+    # E = 0: the scores are empty sums (zeros) whatever the scale; torch's
+    # 1 / sqrt(0) is inf there, where Python's division raised ZeroDivisionError
+    sc = (1.0 / _math.sqrt(E) if E else _math.inf) if scale is None else _float(scale, fn,
+                                                                              "scale")
     dropout_p = _float(dropout_p, fn, "dropout_p")
     if not 0.0 <= dropout_p <= 1.0:
         raise InvalidArgumentError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
