@@ -67,3 +67,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Runs the test at 1 and at 2 native threads, restoring the count after."""
+    old = ad.get_num_threads()
+    ad.set_num_threads(request.param)
+    yield request.param
+    ad.set_num_threads(old)

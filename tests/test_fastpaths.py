@@ -17,14 +17,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIG = (1 << 18) + 77  # above the thread threshold, not a multiple of any vector width
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = ad.get_num_threads()
-    ad.set_num_threads(request.param)
-    yield request.param
-    ad.set_num_threads(old)
-
-
 def f32(*shape, seed=0, scale=3.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 

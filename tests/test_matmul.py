@@ -30,14 +30,6 @@ def kernel(request):
     assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    old = ad.get_num_threads()
-    ad.set_num_threads(request.param)
-    yield request.param
-    ad.set_num_threads(old)
-
-
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 

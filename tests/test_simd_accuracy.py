@@ -16,14 +16,6 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = ad.get_num_threads()
-    ad.set_num_threads(request.param)
-    yield request.param
-    ad.set_num_threads(old)
-
-
 def erf_inputs():
     rng = np.random.default_rng(3)
     return np.concatenate([
