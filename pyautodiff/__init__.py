@@ -75,7 +75,7 @@ __all__ = [
     "set_num_threads", "get_num_threads", "live_tensors", "live_bytes",
 ]
 
-bool = bool_  # noqa: A001 - ad.bool is the dtype, as in DESIGN.md
+bool = bool_  # noqa: A001 - ad.bool is the dtype, as torch.bool is
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,6 @@
-"""python -m pyautodiff.demo: the seed walkthroughs (shared/seeds) replayed with
-pyautodiff, so their transcripts can be read side by side with DESIGN.md §4.
+"""python -m pyautodiff.demo: the walkthroughs this project grew from (candle's
+graph recording and Var, candle vs PyTorch gradients, burn's finite-difference
+check) replayed with pyautodiff, to read beside the README's semantics table.
 
 1. graph facts per tensor (candle's recording; seed 000)
 2. Var.set refusals (seed 000)

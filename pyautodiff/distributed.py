@@ -1,4 +1,4 @@
-"""Data-parallel training over MPI (mpi4py), as DESIGN.md section 7.7 asks.
+"""Data-parallel training over MPI through mpi4py (see the README's "Distributed training").
 
     import pyautodiff.distributed as dist
     dist.init()                               # once, after `mpiexec -n N python ...`

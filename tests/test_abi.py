@@ -1,4 +1,4 @@
-"""The C ABI: the shared library exports only `ad_` symbols (DESIGN.md §2,
+"""The C ABI: the shared library exports only `ad_` symbols (the rules at the top of pyautodiff.h,
 -fvisibility=hidden), the ABI major is 1, and the plain-C test program
 native/tests/test_abi.c (no Python) compiles against the public header, links
 the library, builds a graph with a Var, runs backward and exits 0."""

@@ -39,7 +39,7 @@ CLEAN_NAMESPACES = [
     "pyautodiff", "pyautodiff.nn", "pyautodiff.nn.functional", "pyautodiff.nn.init",
     "pyautodiff.nn.utils", "pyautodiff.optim", "pyautodiff.optim.lr_scheduler",
 ]
-# ad.bool is the dtype (DESIGN.md) but stays out of __all__: a star-import must
+# ad.bool is the dtype but stays out of __all__: a star-import must
 # not shadow the builtin.
 _ALLOWED_EXTRA = {"pyautodiff": {"bool"}}
 

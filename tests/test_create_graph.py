@@ -1,6 +1,6 @@
 """Higher-order gradients: backward(create_graph=True) and ad.grad(...,
 create_graph=True) record the backward pass, so gradients can be
-differentiated again (DESIGN.md 7.6, issue 15 item 1).
+differentiated again (issue 15 item 1).
 
 The core check is gradgradcheck, run over every differentiable op of the
 registry: differentiate a random projection <grad f, v> of the gradient and

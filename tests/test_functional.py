@@ -1,4 +1,4 @@
-"""ad.nn.functional (DESIGN.md §7.2): forward values against numpy
+"""ad.nn.functional: forward values against numpy
 references, float64 central-difference gradient checks of every new
 function and option, and the error paths (ad.Error subclasses naming the
 function, the argument, the shapes and the dtypes)."""

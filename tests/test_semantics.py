@@ -1,4 +1,4 @@
-"""One test per DESIGN.md §4 row and per issue-2 semantics item.  Each test
+"""One test per row of the README's semantics table and per issue-2 semantics item.  Each test
 names, in a comment, the candle / PyTorch behaviour pyautodiff follows or
 differs from.  Values come from the seed transcripts (seeds/000, seeds/002)."""
 import gc

@@ -1,6 +1,6 @@
 """ad.nn.functional against torch.nn.functional (float64, tight tolerances):
 forward values and the gradients of every floating input, for the functions
-of DESIGN.md §7.2 and their options.  Skipped when torch is not installed."""
+of ad.nn.functional and their options.  Skipped when torch is not installed."""
 import numpy as np
 import pytest
 

@@ -3,7 +3,7 @@
  *
  * Everything a caller sees is here: opaque handles, status codes, op kinds and
  * the functions that create tensors, run ops, record the graph and run
- * backward.  Rules (see DESIGN.md section 2):
+ * backward.  Rules:
  *   - every exported symbol starts with ad_;
  *   - handles are opaque; a handle returned to the caller is a new reference
  *     that the caller ends with ad_tensor_release / ad_gradstore_release
