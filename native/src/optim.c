@@ -25,11 +25,31 @@
 /* Every in-place write is bracketed exactly as ad_var_set's is: the seqlock
    makes a backward running concurrently fail instead of reading a torn value,
    and the end bumps the version, so a graph that saved the old value refuses
-   to use it. */
-static void begin_writes(ad_tensor *var, ad_tensor *const *bufs, int nbufs) {
-    ad_storage_write_begin(var->storage);
-    for (int i = 0; i < nbufs; i++)
-        if (bufs[i]) ad_storage_write_begin(bufs[i]->storage);
+   to use it.  A write section is exclusive, so the storages are entered in
+   address order: two calls that name the same buffers in swapped roles (a
+   state buffer of one parameter passed as another's parameter) cannot each
+   hold one and wait for the other. */
+#define MAX_BUFS 3
+
+typedef struct {
+    ad_storage *s[MAX_BUFS + 1];
+    int n;
+} write_set;
+
+static void begin_writes(write_set *w, ad_tensor *var, ad_tensor *const *bufs, int nbufs) {
+    w->n = 0;
+    for (int i = -1; i < nbufs; i++) {
+        ad_tensor *t = i < 0 ? var : bufs[i];
+        if (!t) continue;
+        int j = w->n++;
+        for (; j > 0 && (uintptr_t)w->s[j - 1] > (uintptr_t)t->storage; j--) w->s[j] = w->s[j - 1];
+        w->s[j] = t->storage;
+    }
+    for (int i = 0; i < w->n; i++) ad_storage_write_begin(w->s[i]);
+}
+
+static void end_writes(const write_set *w) {
+    for (int i = w->n - 1; i >= 0; i--) ad_storage_write_end(w->s[i]);
 }
 
 /* A contiguous copy of t (a new reference in *out). */
@@ -97,9 +117,10 @@ AD_API ad_status ad_var_axpy(ad_tensor *var, double alpha, const ad_tensor *x) {
     nditer_init(&it, 2, var->ndim, T_SHAPE(var), strides, es);
     char *base[2] = {ad_ptr(var), ad_ptr(x)};
     axpy_ctx c = {alpha, var->dtype};
-    begin_writes(var, NULL, 0);
+    write_set w;
+    begin_writes(&w, var, NULL, 0);
     nditer_run(&it, base, axpy_inner, &c);
-    ad_storage_write_end(var->storage);
+    end_writes(&w);
     ad_tensor_release(copy);
     return AD_OK;
 }
@@ -131,8 +152,6 @@ static ad_status check_like(const char *op, const char *name, const ad_tensor *v
                        name, ad_tdesc(t), ad_tdesc(var));
     return AD_OK;
 }
-
-#define MAX_BUFS 3
 
 /* Checks grad and the written buffers (NULL entries are unused ones), and
    sets *g to the gradient to read: grad itself, or a contiguous copy (a new
@@ -354,12 +373,11 @@ static void opt_run(const opt_job *j, opt_kernel f32, opt_kernel f64) {
    is released. */
 static ad_status opt_apply(const opt_job *j, opt_kernel f32, opt_kernel f64, ad_tensor *var,
                            ad_tensor *const *bufs, int nbufs, ad_tensor *copy) {
-    begin_writes(var, bufs, nbufs);
+    write_set w;
+    begin_writes(&w, var, bufs, nbufs);
     opt_run(j, f32, f64);
     ad_tensor_release(copy);
-    ad_storage_write_end(var->storage);
-    for (int i = 0; i < nbufs; i++)
-        if (bufs[i]) ad_storage_write_end(bufs[i]->storage);
+    end_writes(&w);
     return AD_OK;
 }
 
