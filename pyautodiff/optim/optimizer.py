@@ -14,7 +14,15 @@ from ..errors import InvalidArgumentError, ShapeError
 from ..grad import GradStore
 from ..tensor import Tensor, Var, tensor, zeros
 
-_NO_GRADS: Any = object()
+class _NoGrads:
+    """The default of Optimizer.step's argument: a call without one is a
+    mistake (PyTorch's step() takes no store), reported by name."""
+
+    def __repr__(self) -> str:
+        return "<required: the GradStore from loss.backward()>"
+
+
+_NO_GRADS: Any = _NoGrads()
 
 
 def _as_float(name, v):
