@@ -10,6 +10,11 @@
         dist.allreduce_(grads, params)        # every rank now holds the mean gradient
         opt.step(grads)
 
+    # or, with the reduction overlapping backward:
+    ddp = dist.DistributedDataParallel(params)  # once, on every rank
+    ...
+        grads = ddp.backward(loss)            # backward + the mean gradient
+
 Decisions (documented here because each has an alternative):
 
 - Before init() every function raises ad.GraphError (a RuntimeError: calling
@@ -59,9 +64,16 @@ Decisions (documented here because each has an alternative):
   allreduce_ (after backward) stays the simple form.  Neither is
   thread-safe (one collective at a time, as MPI_THREAD_SERIALIZED asks).
 - Before reducing, the ranks exchange a digest of (names, shapes, dtypes, op,
-  bucket_size): a mismatch would otherwise pair buffers of different sizes
-  and hang or corrupt.  On a mismatch every rank gets the full lists and
-  raises the same error, naming the first differing parameter.
+  bucket_size, which parameters have gradients): a mismatch would otherwise
+  pair buffers of different sizes, which MPI does not detect (MPICH
+  truncates silently).  On a mismatch every rank gets the full lists and
+  raises the same error, naming the first differing parameter.  allreduce_
+  does this on every call: a cached "already verified" would be a per-rank
+  decision, and one rank skipping the exchange while another runs it pairs
+  two different collectives.  DistributedDataParallel checks the layout once,
+  at construction (itself a collective), and its buckets have a fixed size
+  whatever the gradients: a per-parameter presence count summed with the
+  data tells every rank alike when a gradient exists on some ranks only.
 - A rank that dies must not leave the others blocked in a collective forever.
   A killed or os._exit()ed process makes mpiexec end the job; an uncaught
   Python exception would not (the dying rank waits in MPI_Finalize), so
@@ -431,9 +443,10 @@ def _pack(lay, bucket):
     return buf, offs
 
 
-def _result(st, dtype, n):
-    """A fresh 1-d native tensor of n elements (contents undefined) and its
-    memory as a numpy array.  The memory is numpy's, so that it gets
+def _result(st, dtype, n, extra=0):
+    """A fresh 1-d native tensor of n elements (contents undefined), its
+    memory as a numpy array of n + extra elements (the extra ones are not the
+    tensor's) and the address as a char *.  The memory is numpy's, so that it gets
     transparent huge pages like the buffers mpi4py is usually given (numpy
     asks for them from 4 MiB on; over MPI's shared memory, on this kind of
     machine, that alone makes a 25 MiB Allreduce ~1.5x faster than on the
@@ -441,22 +454,23 @@ def _result(st, dtype, n):
     copy (as from_numpy(copy=False)).  Blocks are recycled: a pooled block
     is reused only when no tensor references it any more (its refcount is
     the pool's own), so the result is never memory a live gradient shares."""
-    cap = 1 << max(n - 1, 1023).bit_length()  # a size class: blocks fit any n within 2x
-    key = (dtype, cap)
+    cap = 1 << max(n + extra - 1, 1023).bit_length()  # a size class: fits any n within 2x
+    key = (dtype.code, cap)
     pool = st.pool.get(key)
     if pool is None:
         pool = st.pool[key] = []
-    for k in range(len(pool)):
-        base, ptr = pool[k]
-        # 3: the pool's tuple, base and getrefcount's argument; a live view adds one
-        if sys.getrefcount(base) <= 3:
+    for entry in pool:
+        # 2: the pool's tuple and getrefcount's argument; a live tensor's view adds one
+        if sys.getrefcount(entry[0]) <= 2:
+            base, ptr, cptr = entry
             break
     else:
         base = np.empty(cap, dtype=dtype.numpy)
         ptr = ffi.cast("void *", base.ctypes.data)
+        cptr = ffi.cast("char *", ptr)
         if len(pool) < _POOL_MAX:
-            pool.append((base, ptr))
-    arr = base[:n]
+            pool.append((base, ptr, cptr))
+    arr = base[:n + extra]
     owner = ctypes.py_object(arr)
     _api.Py_IncRef(owner)  # dropped by _ad_pyobject_release when the storage dies
     out = ffi.new("ad_tensor **")
@@ -465,26 +479,10 @@ def _result(st, dtype, n):
     if s:
         _api.Py_DecRef(owner)
         raise_status(s)
-    return _wrap(out[0]), arr
+    return _wrap(out[0]), arr, cptr
 
 
 _POOL_MAX = 8  # blocks kept per size class: the buckets of two steps' stores, for most models
-
-
-def _pack_into(lay, bucket, dst):
-    """Copies the bucket's tensors (row-major, whatever their strides) one
-    after the other into the numpy array dst; returns their offsets."""
-    dt = lay.dtypes[bucket[0][0]]
-    base = ffi.cast("char *", ffi.from_buffer(dst))
-    offs, off = [], 0
-    for i, g in bucket:
-        n = lay.numels[i]
-        s = lib.ad_tensor_copy_to(g._h, base + off * dt.itemsize, n * dt.itemsize)
-        if s:
-            raise_status(s)
-        offs.append(off)
-        off += n
-    return offs
 
 
 def _views(lay, buf, bucket, offs):
@@ -581,8 +579,13 @@ class _Plan:
             dt = lay.dtypes[bucket[0][0]]
             slots, off = [], 0
             for i, _ in bucket:
-                slots.append((i, off))
-                off += lay.numels[i]
+                n, shape = lay.numels[i], lay.shapes[i]
+                # (position, byte offset, bytes, the slice of the result that is its
+                # gradient (None: all of it), the shape to give it (None: 1-d already))
+                slots.append((i, off * dt.itemsize, n * dt.itemsize,
+                              None if len(bucket) == 1 else (0, off, 1, n),
+                              None if shape == (n,) else shape))
+                off += n
             self.buckets.append((dt, getattr(st.MPI, _MPI_TYPE_NAMES[dt]), off, slots))
         self.call = (op, bucket_size)
         self.rows = [r + (bool(h),) for r, h in zip(lay.rows, present)]
@@ -608,22 +611,19 @@ def _reduce(st, lay, plan, gh, targets, held, by_id, op, verify):
             if everyone != plan.expected:
                 _mismatch(st, "allreduce_", lambda: (plan.call, plan.rows))
         scale = 1.0 / st.size
+        copy_to = lib.ad_tensor_copy_to
         for dt, mpi_type, n, slots in plan.buckets:
-            buf, arr = _result(st, dt, n)
-            base = ffi.cast("char *", ffi.from_buffer(arr))
-            isz = dt.itemsize
-            for i, off in slots:
-                s = lib.ad_tensor_copy_to(held[i], base + off * isz, lay.numels[i] * isz)
+            buf, arr, base = _result(st, dt, n)
+            for i, at, nbytes, piece, shape in slots:
+                s = copy_to(held[i], base + at, nbytes)
                 if s:
                     raise_status(s)
             comm.Allreduce(MPI.IN_PLACE, [arr, mpi_type], op=MPI.SUM)
             if op == "mean":
                 np.multiply(arr, scale, out=arr)
-            one = len(slots) == 1
-            for i, off in slots:
-                n_i, shape = lay.numels[i], lay.shapes[i]
-                v = buf if one else _call(lib.AD_OP_SLICE, (buf,), (0, off, 1, n_i))
-                if shape != (n_i,):
+            for i, at, nbytes, piece, shape in slots:
+                v = buf if piece is None else _call(lib.AD_OP_SLICE, (buf,), piece)
+                if shape is not None:
                     v = _call(lib.AD_OP_RESHAPE, (v,), shape)
                 s = (lib.ad_gradstore_replace_id(gh, targets[i], v._h) if by_id else
                      lib.ad_gradstore_insert(gh, targets[i]._h, v._h))
@@ -743,7 +743,7 @@ def _backward_with_hook(root, on_ready, grad=None, retain=(), create_graph=False
 
 
 class _Bucket:
-    __slots__ = ("dtype", "mpi_type", "idx", "offs", "data_n", "total")
+    __slots__ = ("dtype", "mpi_type", "idx", "offs", "views", "data_n", "full")
 
 
 class DistributedDataParallel:
@@ -796,13 +796,20 @@ class DistributedDataParallel:
             spec.dtype = lay.dtypes[items[0][0]]
             spec.mpi_type = getattr(st.MPI, _MPI_TYPE_NAMES[spec.dtype])
             spec.idx = [i for i, _ in items]
-            spec.offs, off = [], 0
+            spec.offs, spec.views, off = [], [], 0
             for j, i in enumerate(spec.idx):
+                n, shape = lay.numels[i], lay.shapes[i]
                 spec.offs.append(off)
-                off += lay.numels[i]
+                # (the slice of the result that is its gradient (None: all of it), the
+                # shape to give it (None: 1-d already))
+                spec.views.append((None if len(items) == 1 else (0, off, 1, n),
+                                   None if shape == (n,) else shape))
+                off += n
                 self._where[ids[i]] = (b, j)
             spec.data_n = off
-            spec.total = off + len(spec.idx)  # one presence count per parameter
+            # one presence count per parameter after the data: every rank has them all
+            # when they read `size` each (compared as bytes: one call)
+            spec.full = np.full(len(spec.idx), st.size, dtype=spec.dtype.numpy).tobytes()
             self._buckets.append(spec)
         self._step = None
         self.started_during_backward = 0
@@ -824,11 +831,11 @@ class DistributedDataParallel:
         MPI = st.MPI
         bufs, arrs, ptrs, left = [], [], [], []
         for spec in self._buckets:
-            buf, arr = _result(st, spec.dtype, spec.total)
+            buf, arr, ptr = _result(st, spec.dtype, spec.data_n, len(spec.idx))
             arr[spec.data_n:] = 0
             bufs.append(buf)
             arrs.append(arr)
-            ptrs.append(ffi.cast("char *", ffi.from_buffer(arr)))
+            ptrs.append(ptr)
             left.append(len(spec.idx))
         step = self._step = _Step(bufs, arrs, ptrs, left)
         with _guard(st, fn):
@@ -891,6 +898,8 @@ class DistributedDataParallel:
         bad = None
         for spec, arr in zip(self._buckets, step.arrs):
             counts = arr[spec.data_n:]
+            if counts.tobytes() == spec.full:
+                continue
             for j in np.flatnonzero((counts != 0) & (counts != size)):
                 i = spec.idx[j]
                 if bad is None or i < bad[0]:
@@ -901,17 +910,18 @@ class DistributedDataParallel:
                 f"DistributedDataParallel.backward: parameter {lay.names[i]!r} shape "
                 f"{lay.shapes[i]} {lay.dtypes[i].name} has a gradient on {c} of the {size} "
                 f"ranks; every rank needs one, or none")
-        gh = store._h
+        gh, insert, pvars = store._h, lib.ad_gradstore_insert, self._vars
         for spec, buf, arr in zip(self._buckets, step.bufs, step.arrs):
             if self._op == "mean":
                 np.multiply(arr[:spec.data_n], 1.0 / size, out=arr[:spec.data_n])
-            for j, i in enumerate(spec.idx):
-                if not arr[spec.data_n + j]:
+            full = arr[spec.data_n:].tobytes() == spec.full
+            for j, (i, (piece, shape)) in enumerate(zip(spec.idx, spec.views)):
+                if not full and not arr[spec.data_n + j]:
                     continue  # no gradient on any rank
-                v = _call(lib.AD_OP_SLICE, (buf,), (0, spec.offs[j], 1, lay.numels[i]))
-                if lay.shapes[i] != (lay.numels[i],):
-                    v = _call(lib.AD_OP_RESHAPE, (v,), lay.shapes[i])
-                s = lib.ad_gradstore_insert(gh, self._vars[i]._h, v._h)
+                v = buf if piece is None else _call(lib.AD_OP_SLICE, (buf,), piece)
+                if shape is not None:
+                    v = _call(lib.AD_OP_RESHAPE, (v,), shape)
+                s = insert(gh, pvars[i]._h, v._h)
                 if s:
                     raise_status(s)
 

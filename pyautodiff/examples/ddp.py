@@ -118,8 +118,8 @@ def main(argv=None):
 
     print(f"rank {rank}: {samples} samples in {busy:.2f} s = {samples / busy:,.0f} samples/s, "
           f"{1e3 * busy / max(steps, 1):.2f} ms/step ({1e3 * comm_time / max(steps, 1):.2f} ms "
-          f"in backward and the reduction, {'after' if ddp is None else 'overlapped with'} "
-          f"backward)", flush=True)
+          f"in backward" + ("" if world == 1 else " and the reduction " + (
+              "after it" if ddp is None else "overlapped with it")) + ")", flush=True)
     acc = accuracy(params, x, y, dtype)
     dist.barrier()
     if rank == 0:
