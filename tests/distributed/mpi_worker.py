@@ -343,6 +343,44 @@ def mode_ddp():
     print(f"RESULT ddp ok rank={r}", flush=True)
 
 
+def mode_ddp_mixed():
+    """DistributedDataParallel on any number of ranks, float32 and float64
+    parameters (separate buckets), shapes from scalars to 3-d, one of them
+    empty, one used twice in the loss, a module's named_parameters: its
+    gradients equal allreduce_'s after a plain backward."""
+    r, w = dist.rank(), dist.world_size()
+
+    class Model:
+        def __init__(self):
+            self.p = [ad.Var(values(0, i, s), dtype=ad.float64 if i % 2 else ad.float32)
+                      for i, s in enumerate([(3, 4), (), (2, 3, 4), (0, 3), (5,), (4, 2)])]
+
+        def named_parameters(self):
+            return [(f"layer{i}.w", p) for i, p in enumerate(self.p)]
+
+    m = Model()
+    x = [ad.tensor(values(r, 100 + i, p.shape), dtype=p.dtype) for i, p in enumerate(m.p)]
+
+    def loss():
+        terms = [((p * xi) ** 2).sum() for p, xi in zip(m.p, x)]
+        terms.append((m.p[0] * 3.0).sum())  # p[0] twice: its gradient is a sum
+        return sum(t.astype(ad.float64) for t in terms)
+
+    for op in ("mean", "sum"):
+        for bucket_size in (1, 64, dist.DEFAULT_BUCKET_SIZE):
+            ddp = dist.DistributedDataParallel(m, op=op, bucket_size=bucket_size)
+            got = ddp.backward(loss())
+            want = dist.allreduce_(loss().backward(), m, op=op, bucket_size=bucket_size)
+            for name, p in m.named_parameters():
+                check(p in got and p in want, f"{name}: missing")
+                a, b = got[p].numpy(), want[p].numpy()
+                check(a.shape == p.shape and got[p].dtype == p.dtype, f"{name}: {a.shape}")
+                tol = 1e-5 if p.dtype == ad.float32 else 1e-12
+                check(np.allclose(a, b, rtol=tol, atol=tol), f"{name} {op} {bucket_size}: "
+                      f"ddp {a} != allreduce_ {b}")
+    print(f"RESULT ddp_mixed ok rank={r}", flush=True)
+
+
 def mode_mismatch():
     r = dist.rank()
     cases = []

@@ -155,6 +155,12 @@ def test_overlapped_ddp_equals_allreduce_and_one_process():
 
 
 @needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_mixed_dtypes_and_shapes_equal_allreduce(n):
+    expect_ok(n, "ddp_mixed", "ddp_mixed")
+
+
+@needs_mpi
 def test_mismatch_raises_on_every_rank_naming_the_parameter():
     rc, out = run(2, "mismatch")
     assert rc == 0, out
