@@ -766,7 +766,9 @@ class DistributedDataParallel:
     rank is left out; one that has a gradient on some ranks only raises
     InvalidArgumentError on every rank, naming it (each bucket carries one
     count per parameter, summed with the data).  Store entries that are not
-    parameters are left as backward made them.  Not thread-safe."""
+    parameters are left as backward made them.  After each backward,
+    started_during_backward is how many of the n_buckets buckets were started
+    before backward returned (the rest started after it).  Not thread-safe."""
 
     def __init__(self, module_or_vars, op="mean", bucket_size=DEFAULT_BUCKET_SIZE):
         fn = "DistributedDataParallel"
