@@ -91,6 +91,9 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
     ffi.cdef('extern "Python" ad_status _ad_custom_backward(void *, const ad_tensor *, '
              'const ad_tensor *, ad_tensor **, int);')
     ffi.cdef('extern "Python" void _ad_custom_release(void *);')
+    # Python side of ad_backward_hooked (pyautodiff/distributed.py)
+    ffi.cdef('extern "Python" ad_status _ad_grad_ready(void *, const ad_tensor *, '
+             'const ad_tensor *);')
     ffi.set_source(
         "pyautodiff._cffi",
         '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE,

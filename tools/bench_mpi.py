@@ -7,11 +7,17 @@ Sizes are MiB of float32.  For each size, on every rank:
   raw         comm.Allreduce(send, recv) on preallocated numpy arrays
   raw inplace comm.Allreduce(MPI.IN_PLACE, buf)
   ad 1        allreduce_ of a GradStore holding one gradient of that size
-              (copied into a fresh native tensor, reduced there in place)
+              (a 16-byte Allgather of the signature digest, the gradient
+              copied into a fresh native tensor, reduced there in place)
   ad 1 nv     the same with verify=False (no signature exchange)
   ad fused    the same bytes as 64 KiB gradients, packed into 25 MiB buckets
               (op="sum", so the cost is the reduction, not the division)
-The five are interleaved (a change of the machine's load hits all alike)
+and, with the backward of a one-Var loss (loss = (p * c).sum(), whose
+gradient is c) in both:
+  bw + raw    loss.backward(), then raw Allreduce of a numpy copy of it
+  ddp         DistributedDataParallel.backward(loss) (the bucket reduced
+              from the backward's hook; no per-call signature exchange)
+The seven are interleaved (a change of the machine's load hits all alike)
 and each call starts after a barrier.  Rank 0 prints medians and minima over
 --reps, as times and as bus bandwidth (2(N-1)/N * bytes / time: the ring
 model's bytes per link)."""
@@ -67,8 +73,8 @@ def main():
         print(f"{world} ranks, MPI: {MPI.Get_library_version().splitlines()[0]}, "
               f"medians of {args.reps}")
         print(f"{'MiB':>8} {'':>6} {'raw':>8} {'inplace':>8} {'ad 1':>8} {'ad 1 nv':>8} "
-              f"{'ad fused':>8}   {'raw/ad1':>6} {'raw/nv':>6} {'raw/fu':>6}   "
-              f"bus GB/s raw / ad1   (times in ms)")
+              f"{'ad fused':>8} {'bw + raw':>8} {'ddp':>8}   {'raw/ad1':>6} {'raw/nv':>6} "
+              f"{'raw/fu':>6} {'bwr/ddp':>7}   bus GB/s raw / ad1   (times in ms)")
     for mib in (float(s) for s in args.sizes.split(",")):
         n = int(mib * 2 ** 20) // 4
         rng = np.random.default_rng(rank)
@@ -100,17 +106,27 @@ def main():
         def fused():
             dist.allreduce_(s_fused, small, op="sum")
 
+        c = ad.tensor(send)
+        ddp = dist.DistributedDataParallel([p_big], op="sum")
+
+        def bw_raw():
+            g = (p_big * c).sum().backward()[p_big]
+            comm.Allreduce(g.numpy(), recv, op=MPI.SUM)
+
+        def bw_ddp():
+            ddp.backward((p_big * c).sum())
+
         med, low = medians(comm, [
             lambda: comm.Allreduce(send, recv, op=MPI.SUM),
             lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
-            one, one_nv, fused], args.reps)
+            one, one_nv, fused, bw_raw, bw_ddp], args.reps)
         if rank == 0:
             bus = 2 * (world - 1) / world * n * 4 / 1e9
             for label, t in (("median", med), ("min", low)):
                 print(f"{mib:8.4g} {label:>6} " + " ".join(f"{x * 1e3:8.3f}" for x in t)
                       + f"   {t[0] / t[2]:6.2f} {t[0] / t[3]:6.2f} {t[0] / t[4]:6.2f}"
-                      f"   {bus / t[0]:6.2f} / {bus / t[2]:6.2f}", flush=True)
-        del p_big, g_big, small, gs, s_one, s_fused
+                      f" {t[5] / t[6]:7.2f}   {bus / t[0]:6.2f} / {bus / t[2]:6.2f}", flush=True)
+        del p_big, g_big, small, gs, s_one, s_fused, c, ddp
 
 
 if __name__ == "__main__":

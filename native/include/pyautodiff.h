@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 2
+#define AD_ABI_MINOR 4
 
 /* cffi:begin */
 
@@ -338,6 +338,20 @@ enum { AD_BACKWARD_CREATE_GRAPH = 1 };
 AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
                                 const ad_tensor *const *retain, int n_retain, int flags,
                                 ad_gradstore **out);
+/* ad_backward_ex that calls ready(ctx, t, grad) once for every tensor whose
+   gradient the store will hold (each Var, each retained tensor), on the
+   calling thread, as soon as that gradient is final: all of t's
+   contributions are summed and the store's entry will be exactly grad.  The
+   walk goes from the root towards the leaves, so the last layers' gradients
+   come first.  t and grad are borrowed for the call (ad_tensor_retain to keep
+   them).  The callback runs with grad mode off (on under
+   AD_BACKWARD_CREATE_GRAPH) and must not run a backward of its own over this
+   graph.  A status other than AD_OK stops backward, which returns it (with a
+   message naming t) and no store.  ready NULL: ad_backward_ex. (ABI 1.4) */
+typedef ad_status (*ad_grad_ready_fn)(void *ctx, const ad_tensor *t, const ad_tensor *grad);
+AD_API ad_status ad_backward_hooked(const ad_tensor *root, const ad_tensor *grad,
+                                    const ad_tensor *const *retain, int n_retain, int flags,
+                                    ad_grad_ready_fn ready, void *ctx, ad_gradstore **out);
 AD_API ad_status ad_gradstore_new(ad_gradstore **out);
 AD_API void ad_gradstore_release(ad_gradstore *g);
 /* *out = new reference to the gradient of t, or NULL when absent. */

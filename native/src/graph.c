@@ -360,9 +360,35 @@ AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
     return ad_backward_ex(root, grad, retain, n_retain, 0, out);
 }
 
+static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
+                              const ad_tensor *const *retain, int n_retain, int flags,
+                              ad_grad_ready_fn ready, void *ready_ctx, ad_gradstore **out);
+
 AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
                                 const ad_tensor *const *retain, int n_retain, int flags,
                                 ad_gradstore **out) {
+    return run_backward(root, grad, retain, n_retain, flags, NULL, NULL, out);
+}
+
+AD_API ad_status ad_backward_hooked(const ad_tensor *root, const ad_tensor *grad,
+                                    const ad_tensor *const *retain, int n_retain, int flags,
+                                    ad_grad_ready_fn ready, void *ctx, ad_gradstore **out) {
+    return run_backward(root, grad, retain, n_retain, flags, ready, ctx, out);
+}
+
+/* The store entry of t is final when the walk reaches t: the order puts every
+   consumer of t before it, so all of t's contributions have been summed. */
+static ad_status grad_ready(ad_grad_ready_fn ready, void *ctx, const ad_tensor *t,
+                            const ad_tensor *g) {
+    ad_status st = ready(ctx, t, g);
+    if (st == AD_OK) return AD_OK;
+    return ad_fail(st, "backward: the gradient-ready callback failed (status %d) for tensor "
+                       "id %llu (%s)", (int)st, (unsigned long long)t->id, ad_tdesc(t));
+}
+
+static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
+                              const ad_tensor *const *retain, int n_retain, int flags,
+                              ad_grad_ready_fn ready, void *ready_ctx, ad_gradstore **out) {
     if (!out) return NULL_ARG("backward", "out");
     *out = NULL;
     if (!root) return NULL_ARG("backward", "root");
@@ -407,6 +433,10 @@ AD_API ad_status ad_backward_ex(const ad_tensor *root, const ad_tensor *grad,
         if (t->is_variable || map_get(&keep, t->id)) {
             if ((st = map_put(&store->map, t->id, ad_ref(g)))) {
                 ad_tensor_release(g);
+                ad_tensor_release(g);
+                goto fail;
+            }
+            if (ready && (st = grad_ready(ready, ready_ctx, t, g))) {
                 ad_tensor_release(g);
                 goto fail;
             }

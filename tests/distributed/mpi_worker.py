@@ -229,6 +229,158 @@ def mode_train():
     print(f"RESULT train ok rank={r} maxdiff={diff:.3g}", flush=True)
 
 
+def mode_ddp():
+    """DistributedDataParallel (buckets reduced during backward) against
+    allreduce_ after backward and against one process on the whole batch:
+    10 SGD steps, float64, to 1e-6; with several buckets, and with one."""
+    r, w = dist.rank(), dist.world_size()
+    check(w == 2, "ddp runs on 2 ranks")
+    rng = np.random.default_rng(11)
+    init = [rng.standard_normal((6, 16)) * 0.5, np.zeros(16), rng.standard_normal((16, 4)) * 0.5,
+            np.zeros(4)]
+    batches = [(rng.standard_normal((32, 6)), rng.integers(0, 4, size=32)) for _ in range(10)]
+
+    def train(how, bucket_size=256):
+        params = [ad.Var(a, dtype=ad.float64) for a in init]
+        named = {f"p{i}": p for i, p in enumerate(params)}
+        ddp = None
+        if how != "single":
+            for p in params:
+                p.set(ad.tensor(p.numpy() + r, dtype=ad.float64))
+            dist.broadcast_parameters(named, root=0)
+        if how == "ddp":
+            ddp = dist.DistributedDataParallel(named, bucket_size=bucket_size)
+        opt = ad.optim.SGD(params, lr=0.5, momentum=0.9)
+        early = 0
+        for xb, yb in batches:
+            if how != "single":
+                half = len(xb) // w
+                xb, yb = xb[r * half:(r + 1) * half], yb[r * half:(r + 1) * half]
+            loss = mlp_step(params, ad.tensor(xb, dtype=ad.float64), ad.tensor(yb), 0.5)
+            if how == "ddp":
+                grads = ddp.backward(loss)
+                early += ddp.started_during_backward
+            else:
+                grads = loss.backward()
+                if how == "allreduce":
+                    dist.allreduce_(grads, named, op="mean", bucket_size=bucket_size)
+            check(len(grads) == 4, f"{how}: {len(grads)} gradients")
+            opt.step(grads)
+        return [p.numpy().copy() for p in params], ddp, early
+
+    single, _, _ = train("single")
+    after, _, _ = train("allreduce")
+    for bucket_size in (256, dist.DEFAULT_BUCKET_SIZE):
+        over, ddp, early = train("ddp", bucket_size)
+        everyone = dist._state.comm.allgather([a.tobytes() for a in over])
+        check(all(e == everyone[0] for e in everyone), "the ranks' parameters differ")
+        d1 = max(float(np.max(np.abs(a - b))) for a, b in zip(over, single))
+        d2 = max(float(np.max(np.abs(a - b))) for a, b in zip(over, after))
+        check(d1 <= 1e-6 and d2 <= 1e-6, f"bucket_size {bucket_size}: overlapped training "
+              f"differs from one process by {d1}, from allreduce_ by {d2}")
+        if bucket_size == 256:
+            # 4 parameters, 3 of them of 256 bytes or more: 4 buckets, every one
+            # started from the hook, inside backward (none left for the flush)
+            check(ddp.n_buckets == 4, f"{ddp.n_buckets} buckets")
+            check(early == 10 * 4, f"{early} buckets started during backward in 10 steps")
+        else:
+            check(ddp.n_buckets == 1 and early == 10, f"{ddp.n_buckets} buckets, {early} early")
+        print(f"RESULT ddp bucket_size={bucket_size} rank={r} maxdiff={max(d1, d2):.3g} "
+              f"early={early}", flush=True)
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(single, init))
+    check(moved > 1e-2, f"training did not move the parameters ({moved})")
+
+    # a parameter with a gradient on no rank is left out; on one rank only: an
+    # error on every rank naming it; the ranks stay in step afterwards
+    a, b, c = (ad.Var(np.full(s, 1.0 + r)) for s in ((3, 2), (2,), (5,)))
+    ddp = dist.DistributedDataParallel({"a": a, "b": b, "c": c}, op="sum", bucket_size=8)
+    g = ddp.backward((a * 2.0).sum() + (b * 3.0).sum())
+    check(c not in g and g[a].tolist() == [[4.0] * 2] * 3 and g[b].tolist() == [6.0] * 2,
+          f"sum with c unused: {[g[t].tolist() for t in (a, b) if t in g]}")
+    try:
+        ddp.backward((a * 2.0).sum() + ((c * 1.0).sum() if r == 1 else 0.0))
+    except ad.InvalidArgumentError as e:
+        print(f"RESULT ddp-missing rank={r} {type(e).__name__}: {e}", flush=True)
+    else:
+        raise AssertionError(f"rank {r}: a gradient on one rank only did not raise")
+    # an exception raised inside backward (both ranks, after buckets started)
+    # propagates; the started buckets were completed, so the ranks stay in step
+
+    class Fail(ad.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, gy):
+            raise ValueError("fails on purpose")
+
+    try:
+        ddp.backward((Fail.apply(a) * 2.0).sum() + (b * c.sum()).sum())
+    except ValueError as e:
+        check("fails on purpose" in str(e), str(e))
+    else:
+        raise AssertionError(f"rank {r}: the failing backward did not raise")
+    g = ddp.backward((a + b.sum() + c.sum()).sum())
+    check(g[a].tolist() == [[2.0] * 2] * 3 and g[c].tolist() == [12.0] * 5,
+          f"after the errors: {g[a].tolist()} {g[c].tolist()}")
+    # construction checks the ranks agree, naming the first difference
+    try:
+        dist.DistributedDataParallel({"a": a, ("b" if r == 0 else "bb"): b})
+    except ad.InvalidArgumentError as e:
+        print(f"RESULT ddp-names rank={r} {type(e).__name__}: {e}", flush=True)
+    else:
+        raise AssertionError(f"rank {r}: different names did not raise")
+    for fn, words in ((lambda: dist.DistributedDataParallel([a, a]), "same Var"),
+                      (lambda: dist.DistributedDataParallel([a], op="max"), "'max'"),
+                      (lambda: dist.DistributedDataParallel([a], bucket_size=0), "bucket_size")):
+        try:
+            fn()
+        except ad.InvalidArgumentError as e:
+            check(words in str(e), f"{words!r} not in {e}")
+        else:
+            raise AssertionError(f"rank {r}: no error for {words}")
+    print(f"RESULT ddp ok rank={r}", flush=True)
+
+
+def mode_ddp_mixed():
+    """DistributedDataParallel on any number of ranks, float32 and float64
+    parameters (separate buckets), shapes from scalars to 3-d, one of them
+    empty, one used twice in the loss, a module's named_parameters: its
+    gradients equal allreduce_'s after a plain backward."""
+    r, w = dist.rank(), dist.world_size()
+
+    class Model:
+        def __init__(self):
+            self.p = [ad.Var(values(0, i, s), dtype=ad.float64 if i % 2 else ad.float32)
+                      for i, s in enumerate([(3, 4), (), (2, 3, 4), (0, 3), (5,), (4, 2)])]
+
+        def named_parameters(self):
+            return [(f"layer{i}.w", p) for i, p in enumerate(self.p)]
+
+    m = Model()
+    x = [ad.tensor(values(r, 100 + i, p.shape), dtype=p.dtype) for i, p in enumerate(m.p)]
+
+    def loss():
+        terms = [((p * xi) ** 2).sum() for p, xi in zip(m.p, x)]
+        terms.append((m.p[0] * 3.0).sum())  # p[0] twice: its gradient is a sum
+        return sum(t.astype(ad.float64) for t in terms)
+
+    for op in ("mean", "sum"):
+        for bucket_size in (1, 64, dist.DEFAULT_BUCKET_SIZE):
+            ddp = dist.DistributedDataParallel(m, op=op, bucket_size=bucket_size)
+            got = ddp.backward(loss())
+            want = dist.allreduce_(loss().backward(), m, op=op, bucket_size=bucket_size)
+            for name, p in m.named_parameters():
+                check(p in got and p in want, f"{name}: missing")
+                a, b = got[p].numpy(), want[p].numpy()
+                check(a.shape == p.shape and got[p].dtype == p.dtype, f"{name}: {a.shape}")
+                tol = 1e-5 if p.dtype == ad.float32 else 1e-12
+                check(np.allclose(a, b, rtol=tol, atol=tol), f"{name} {op} {bucket_size}: "
+                      f"ddp {a} != allreduce_ {b}")
+    print(f"RESULT ddp_mixed ok rank={r}", flush=True)
+
+
 def mode_mismatch():
     r = dist.rank()
     cases = []

@@ -139,6 +139,28 @@ def test_two_ranks_on_halves_equal_one_process_on_the_batch():
 
 
 @needs_mpi
+def test_overlapped_ddp_equals_allreduce_and_one_process():
+    lines = expect_ok(2, "ddp", "ddp")
+    diffs = [float(m) for m in re.findall(r"RESULT ddp bucket_size=\d+ rank=\d maxdiff=(\S+)",
+                                          "\n".join(lines))]
+    assert len(diffs) == 4 and max(diffs) <= 1e-6, lines
+    for kind, words in (("ddp-missing", ("InvalidArgumentError", "'c' shape (5,) float64",
+                                         "on 1 of the 2 ranks")),
+                        ("ddp-names", ("InvalidArgumentError", "'b'", "'bb'"))):
+        got = [s for s in lines if s.startswith(f"RESULT {kind} ")]
+        assert len(got) == 2, lines
+        for w in words:
+            assert all(w in s for s in got), (kind, w, got)
+        assert len({s.split(" ", 3)[3] for s in got}) == 1, got  # the same message everywhere
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_mixed_dtypes_and_shapes_equal_allreduce(n):
+    expect_ok(n, "ddp_mixed", "ddp_mixed")
+
+
+@needs_mpi
 def test_mismatch_raises_on_every_rank_naming_the_parameter():
     rc, out = run(2, "mismatch")
     assert rc == 0, out
