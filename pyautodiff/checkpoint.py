@@ -1,10 +1,16 @@
-"""ad.checkpoint(fn, *args): activation checkpointing.
+"""Activation checkpointing, two ways.
 
-The graph keeps only fn's inputs (and the Vars fn reads): fn's forward runs
-once without keeping its intermediates, and again during backward, with the
-default generator put back where it was, so dropout draws the same masks.
-The recomputed block is differentiated on its own and its gradients handed to
-the outer backward: they are the same numbers as without checkpointing."""
+ad.checkpoint(fn, *args): the graph keeps only fn's inputs (and the Vars fn
+reads): fn's forward runs once without keeping its intermediates, and again
+during backward, with the default generator put back where it was, so dropout
+draws the same masks.  The recomputed block is differentiated on its own and
+its gradients handed to the outer backward: they are the same numbers as
+without checkpointing.
+
+with ad.checkpointing("balanced"): per op rather than per block, natively
+(burn's balanced checkpointer): memory-bound ops keep no output, backward
+recomputes it from their inputs; compute-bound ops keep theirs (see
+checkpointing)."""
 from __future__ import annotations
 
 import importlib as _importlib
@@ -85,7 +91,10 @@ class _Checkpoint(_Function):
                 xs = []
                 for a, need in zip(args[:n_args], ctx.needs_input_grad[2:2 + n_args]):
                     xs.append(_t.Var.from_tensor(a.detach()) if need else a.detach())
-                out = _run(fn, xs, seed if seed is not None else None)
+                # the strategy fn's ops were under at the call, wherever
+                # backward runs (checkpointing inside ad.checkpoint nests)
+                with checkpointing(ctx.strategy):
+                    out = _run(fn, xs, seed if seed is not None else None)
                 if not out.track_op:
                     return (None, None) + (None,) * (len(args))
                 gs = out.backward(grad)
@@ -119,6 +128,7 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
                                     f"(close over other values)")
     if not _t.lib.ad_is_grad_enabled():
         return _run(fn, args, None)
+    strategy = get_checkpointing()
     seed = _gen_state()
     if seed is None:
         # an unseeded generator: seed it for this block so that its draws can
@@ -133,7 +143,10 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     try:
         # fn runs on detached inputs with grad on, once: the Vars it reads are
         # found in its graph, which is then dropped (only the output is kept)
-        out = _run(fn, [a.detach() for a in args], None)
+        # this graph only names the Vars fn reads, then is dropped: nothing
+        # in it is checkpointed (sorted_nodes would recompute it)
+        with checkpointing("none"):
+            out = _run(fn, [a.detach() for a in args], None)
     finally:
         if unseeded:
             _set_gen_state(None)
@@ -143,10 +156,10 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
         return out  # nothing to differentiate: no node
     value = out.detach()
     del out
-    return _record(fn, args, vars_, value, seed)
+    return _record(fn, args, vars_, value, seed, strategy)
 
 
-def _record(fn, args, vars_, value, seed):
+def _record(fn, args, vars_, value, seed, strategy):
     """One _Checkpoint node over (args' tensors, the Vars fn read)."""
     n_args = len(args)
 
@@ -154,6 +167,7 @@ def _record(fn, args, vars_, value, seed):
         ctx.fn = fn
         ctx.n_args = n_args
         ctx.seed = seed
+        ctx.strategy = strategy
         ctx.save_for_backward(*inputs)
         return value
 

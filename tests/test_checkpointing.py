@@ -356,6 +356,19 @@ def test_checkpointing_inside_and_around_ad_checkpoint():
         assert ad.get_checkpointing() == "none"
         assert grads_bytes(loss.backward(), ws + bs + [x]) == ref
 
+    # the recomputation runs under the strategy of the call, not of backward's
+    # caller; the first run (whose graph only names the Vars) under "none"
+    seen = []
+
+    def probe(h):
+        seen.append(ad.get_checkpointing())
+        return (h * 2.0).exp()
+
+    with ad.checkpointing("balanced"):
+        y = ad.checkpoint(probe, x).sum()
+    y.backward()
+    assert seen == ["none", "balanced"]
+
 
 def test_backward_of_one_graph_from_several_threads():
     ws, bs = mlp(6, 32, F32)

@@ -460,7 +460,10 @@ AD_API int64_t ad_live_bytes(void);
    what recorded graphs keep for backward: for every live node, the byte size
    of each distinct storage among the values its backward reads (its saved
    inputs, its output when the formula reads it, or the tensors a custom op
-   saved), counted once per node however many of those values view it. */
+   saved), counted once per node however many of those values view it.  A
+   node recorded under AD_CHECKPOINT_BALANCED for a memory-bound op (ABI 1.4)
+   counts all its inputs and not its output, and a value it did not keep
+   counts nothing in the nodes that read it. */
 typedef struct ad_memory_stats_t {
     int64_t live_bytes;
     int64_t peak_bytes;
