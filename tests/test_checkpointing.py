@@ -440,3 +440,16 @@ def test_function_reading_a_checkpointed_value():
     x = ad.Var(np.linspace(-1, 1, 6), dtype=F64)
     a, b = both(lambda: Twice.apply((x * 3.0).relu()).sqr().sum(), [x])
     assert a == b
+
+
+def test_sorted_nodes_of_a_graph_whose_var_was_written_raises():
+    w = ad.Var(np.ones(3), dtype=F64)
+    with ad.checkpointing("balanced"):
+        y = ((w * 2.0) + 1.0).sum()
+    w.set(ad.zeros(3, dtype=F64))
+    # the dropped values cannot be recomputed from the old data: never handed
+    # out from the new one
+    with pytest.raises(ad.GraphError, match="mul_scalar.*checkpointing.*modified in place"):
+        y.sorted_nodes()
+    with pytest.raises(ad.GraphError, match="checkpointing"):
+        y.to_dot()

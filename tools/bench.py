@@ -909,10 +909,12 @@ def load_section(quick):
 # ---------------------------------------------------------------------------- checkpointing
 def checkpoint_bench(quick=False, layers=20, batch=256, width=512):
     """Issue 15's row: a 20-layer Linear+GELU MLP (float32) at batch 256, one
-    training step (forward + backward) with nothing checkpointed and with
-    ad.checkpoint around each Linear+GELU block: the saved bytes the graph
-    holds at the end of the forward (ad.memory_stats, counted natively), the
-    peak live bytes over the step, and the median step time."""
+    training step (forward + backward) with nothing checkpointed, under
+    ad.checkpointing("balanced") and with ad.checkpoint around each
+    Linear+GELU block: the saved bytes the graph holds at the end of the
+    forward (ad.memory_stats, counted natively), the peak live bytes over the
+    step, and the step time (the modes interleaved round by round; median,
+    and the median of the per-round ratios to "none")."""
     import numpy as np
 
     sys.path.insert(0, ROOT)
