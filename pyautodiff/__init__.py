@@ -44,7 +44,7 @@ from .io import load, save
 from ._lib import lib as _lib
 from .memory import memory_stats, reset_peak_memory
 from .function import Function, FunctionCtx
-from .checkpoint import checkpoint
+from .checkpoint import checkpoint, checkpointing, get_checkpointing
 
 __all__ = [
     # errors
@@ -64,7 +64,7 @@ __all__ = [
     # differentiation
     "GradStore", "grad", "no_grad", "enable_grad", "is_grad_enabled", "detect_anomaly",
     "is_anomaly_enabled",
-    "Function", "FunctionCtx", "checkpoint",
+    "Function", "FunctionCtx", "checkpoint", "checkpointing", "get_checkpointing",
     # memory
     "memory_stats", "reset_peak_memory",
     # files

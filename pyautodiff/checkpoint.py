@@ -1,23 +1,34 @@
-"""ad.checkpoint(fn, *args): activation checkpointing.
+"""Activation checkpointing, two ways.
 
-The graph keeps only fn's inputs (and the Vars fn reads): fn's forward runs
-once without keeping its intermediates, and again during backward, with the
-default generator put back where it was, so dropout draws the same masks.
-The recomputed block is differentiated on its own and its gradients handed to
-the outer backward: they are the same numbers as without checkpointing."""
+ad.checkpoint(fn, *args): the graph keeps only fn's inputs (and the Vars fn
+reads): fn's forward runs once without keeping its intermediates, and again
+during backward, with the default generator put back where it was, so dropout
+draws the same masks.  The recomputed block is differentiated on its own and
+its gradients handed to the outer backward: they are the same numbers as
+without checkpointing.
+
+with ad.checkpointing("balanced"): per op rather than per block, natively
+(burn's balanced checkpointer): memory-bound ops keep no output, backward
+recomputes it from their inputs; compute-bound ops keep theirs (see
+checkpointing)."""
 from __future__ import annotations
 
 import importlib as _importlib
 from typing import TYPE_CHECKING, Callable
 
-from .errors import ArgumentTypeError
+from ._lib import ffi as _ffi, lib as _lib, raise_status as _raise_status
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .function import Function as _Function
 from .grad import enable_grad as _enable_grad
 
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "checkpointing", "get_checkpointing"]
+
+# the native strategy numbers (pyautodiff.h, AD_CHECKPOINT_*)
+_STRATEGIES = {"none": 0, "balanced": 1}
+_NAMES = {v: k for k, v in _STRATEGIES.items()}
 
 # the module (the package's `tensor` attribute is the ad.tensor function)
 _t = _importlib.import_module(".tensor", __package__)
@@ -80,7 +91,10 @@ class _Checkpoint(_Function):
                 xs = []
                 for a, need in zip(args[:n_args], ctx.needs_input_grad[2:2 + n_args]):
                     xs.append(_t.Var.from_tensor(a.detach()) if need else a.detach())
-                out = _run(fn, xs, seed if seed is not None else None)
+                # the strategy fn's ops were under at the call, wherever
+                # backward runs (checkpointing inside ad.checkpoint nests)
+                with checkpointing(ctx.strategy):
+                    out = _run(fn, xs, seed if seed is not None else None)
                 if not out.track_op:
                     return (None, None) + (None,) * (len(args))
                 gs = out.backward(grad)
@@ -114,6 +128,7 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
                                     f"(close over other values)")
     if not _t.lib.ad_is_grad_enabled():
         return _run(fn, args, None)
+    strategy = get_checkpointing()
     seed = _gen_state()
     if seed is None:
         # an unseeded generator: seed it for this block so that its draws can
@@ -128,7 +143,10 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     try:
         # fn runs on detached inputs with grad on, once: the Vars it reads are
         # found in its graph, which is then dropped (only the output is kept)
-        out = _run(fn, [a.detach() for a in args], None)
+        # this graph only names the Vars fn reads, then is dropped: nothing
+        # in it is checkpointed (sorted_nodes would recompute it)
+        with checkpointing("none"):
+            out = _run(fn, [a.detach() for a in args], None)
     finally:
         if unseeded:
             _set_gen_state(None)
@@ -138,10 +156,10 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
         return out  # nothing to differentiate: no node
     value = out.detach()
     del out
-    return _record(fn, args, vars_, value, seed)
+    return _record(fn, args, vars_, value, seed, strategy)
 
 
-def _record(fn, args, vars_, value, seed):
+def _record(fn, args, vars_, value, seed, strategy):
     """One _Checkpoint node over (args' tensors, the Vars fn read)."""
     n_args = len(args)
 
@@ -149,9 +167,68 @@ def _record(fn, args, vars_, value, seed):
         ctx.fn = fn
         ctx.n_args = n_args
         ctx.seed = seed
+        ctx.strategy = strategy
         ctx.save_for_backward(*inputs)
         return value
 
     # apply through a subclass whose forward returns the value computed above
     cls = type(f"checkpoint({_name(fn)})", (_Checkpoint,), {"forward": staticmethod(forward)})
     return cls.apply(fn, n_args, *args, *vars_)
+
+
+class checkpointing:
+    """`with ad.checkpointing("balanced"):` records memory-bound ops (the
+    registry's elementwise ops, views, copies and reductions, and the SIMD
+    activations such as GELU on float32) without keeping their outputs for
+    backward: the graph keeps their inputs instead, and backward recomputes
+    an output when a formula reads it, from the op's inputs (recursively,
+    once per backward pass).  Compute-bound ops (matmul, convolution, the
+    softmax family, libm-heavy elementwise ops) keep theirs, as in burn's
+    balanced checkpointer.  Gradients are bit-identical to "none".
+
+    Strategies: "none" (the default: keep what backward reads) and
+    "balanced".  The strategy belongs to the thread that enters the block
+    and applies to the ops recorded while it is on, wherever backward runs;
+    blocks nest (the innermost wins).  A Var written in place after the
+    forward raises GraphError in backward as without checkpointing, also when
+    the value it would have fed is one being recomputed.  Also a decorator.
+    Raises InvalidArgumentError for an unknown strategy."""
+
+    def __init__(self, strategy: str = "balanced") -> None:
+        if not isinstance(strategy, str) or strategy not in _STRATEGIES:
+            raise InvalidArgumentError(
+                f"checkpointing: unknown strategy {strategy!r}; known: "
+                f"{', '.join(repr(k) for k in _STRATEGIES)}")
+        self.strategy = strategy
+
+    def __enter__(self) -> "checkpointing":
+        """Switches this thread to the strategy and remembers the previous one."""
+        prev = _ffi.new("int *")
+        st = _lib.ad_set_checkpoint_strategy(_STRATEGIES[self.strategy], prev)
+        if st:
+            _raise_status(st)
+        self._prev = prev[0]
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        """Puts the previous strategy back, also when the block raised."""
+        _lib.ad_set_checkpoint_strategy(self._prev, _ffi.NULL)
+        return False
+
+    def __call__(self, fn: Callable) -> Callable:
+        """Used as a decorator: fn runs under the strategy, on every call."""
+        import functools
+
+        strategy = self.strategy
+
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            with checkpointing(strategy):
+                return fn(*a, **k)
+
+        return wrapper
+
+
+def get_checkpointing() -> str:
+    """The checkpointing strategy of this thread ("none" or "balanced")."""
+    return _NAMES[int(_lib.ad_get_checkpoint_strategy())]

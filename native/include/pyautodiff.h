@@ -474,7 +474,10 @@ AD_API int64_t ad_live_bytes(void);
    what recorded graphs keep for backward: for every live node, the byte size
    of each distinct storage among the values its backward reads (its saved
    inputs, its output when the formula reads it, or the tensors a custom op
-   saved), counted once per node however many of those values view it. */
+   saved), counted once per node however many of those values view it.  A
+   node recorded under AD_CHECKPOINT_BALANCED for a memory-bound op (ABI 1.4)
+   counts all its inputs and not its output, and a value it did not keep
+   counts nothing in the nodes that read it. */
 typedef struct ad_memory_stats_t {
     int64_t live_bytes;
     int64_t peak_bytes;
@@ -517,6 +520,28 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
                                   const ad_tensor *output, const ad_tensor *const *saved,
                                   int n_saved, ad_custom_backward_fn backward,
                                   ad_custom_release_fn release, void *ctx, ad_tensor **out);
+
+/* ---- checkpointing (ABI 1.4) ---------------------------------------------
+   The strategy applied to the ops this thread records (thread-local, as grad
+   mode).  AD_CHECKPOINT_NONE: a node keeps the values its backward reads.
+   AD_CHECKPOINT_BALANCED (burn's balanced checkpointer): a node of a
+   memory-bound op (ad_op_info's memory_bound, and the SIMD elementwise ops on
+   float32: one pass over the data) keeps all its inputs and marks its output
+   as not kept: the nodes that read that output keep its id, layout and node
+   only, so the value dies with the caller's last reference.  Backward
+   recomputes such a value from the op's inputs when a formula reads it
+   (recursively; once per backward pass), after checking that none of those
+   inputs was written in place since it was recorded (AD_ERR_GRAPH), so
+   gradients are bit-identical to AD_CHECKPOINT_NONE.  Compute-bound ops
+   (matmul, convolution, softmax family, libm-heavy elementwise ops) keep
+   theirs.  ad_set_checkpoint_strategy: AD_ERR_VALUE for an unknown strategy;
+   *prev (may be NULL) gets the previous one. */
+typedef enum ad_checkpoint_strategy {
+    AD_CHECKPOINT_NONE = 0,
+    AD_CHECKPOINT_BALANCED = 1
+} ad_checkpoint_strategy;
+AD_API ad_status ad_set_checkpoint_strategy(int strategy, int *prev);
+AD_API int ad_get_checkpoint_strategy(void);
 
 /* cffi:end */
 

@@ -141,13 +141,26 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
     n->saved = (uint8_t)savedmask;
     n->saves_output = saves_output;
     n->out_version = saves_output ? atomic_load(&y->storage->version) : 0;
+    n->recompute = 0; /* the callback's values are Python's: never recomputed */
+    atomic_init(&n->refs, 1);
     n->site = ad_anomaly_enabled ? ad_anomaly_site() : NULL;
     ad_tensor **in = node_in(n);
     uint64_t *ver = node_versions(n);
     for (int i = 0; i < n_inputs; i++) {
         bool keep = (tracked | savedmask) & (1u << i);
-        in[i] = keep ? ad_ref(inputs[i]) : NULL;
-        ver[i] = keep ? atomic_load(&inputs[i]->storage->version) : 0;
+        /* an input the callback reads is kept whole (ctx holds it anyway, and
+           the version check reads it); one it does not may be a shell */
+        in[i] = !keep ? NULL : savedmask & (1u << i) ? ad_ref(inputs[i])
+                                                     : ad_graph_input(inputs[i]);
+        ver[i] = keep && in[i] ? ad_graph_version(inputs[i]) : 0;
+        if (keep && !in[i]) {
+            for (int j = 0; j < i; j++) ad_tensor_release(in[j]);
+            ad_mfree((void *)n->site);
+            ad_mfree(n);
+            ad_mfree(copy);
+            ad_tensor_release(y);
+            return ad_fail_nomem(nm);
+        }
     }
     int64_t *ia = node_iargs(n);
     put_ptr(&ia[CX_CTX], ctx);

@@ -13,6 +13,11 @@
 
 #include "internal.h"
 
+struct tvec_ {
+    ad_tensor **items;
+    int64_t len, cap;
+};
+
 _Thread_local int ad_grad_enabled = 1;
 _Thread_local int ad_anomaly_enabled = 0;
 static _Atomic(ad_site_fn) site_callback;
@@ -22,6 +27,187 @@ AD_API int ad_set_grad_enabled(int enabled) {
     int prev = ad_grad_enabled;
     ad_grad_enabled = enabled != 0;
     return prev;
+}
+
+/* ---- checkpointing ------------------------------------------------------------
+ * burn's balanced checkpointer on this graph: a node recorded under
+ * AD_CHECKPOINT_BALANCED for a memory-bound op is marked recompute (ops.c) and
+ * keeps all its inputs; every node that reads its output holds a shell (the
+ * output's id, layout and node, no storage), so the value dies when the caller
+ * drops it.  Backward recomputes a shell's value when a formula reads it
+ * (materialize), into a per-pass cache keyed by id that lets go of the value
+ * once the walk passes the tensor itself: every reader of a value comes
+ * before it in the order, and so does every recomputation that reads it. */
+_Thread_local int ad_checkpoint_mode = AD_CHECKPOINT_NONE;
+
+AD_API int ad_get_checkpoint_strategy(void) { return ad_checkpoint_mode; }
+AD_API ad_status ad_set_checkpoint_strategy(int strategy, int *prev) {
+    if (strategy != AD_CHECKPOINT_NONE && strategy != AD_CHECKPOINT_BALANCED)
+        return ad_fail(AD_ERR_VALUE, "checkpointing: unknown strategy %d (known: "
+                       "AD_CHECKPOINT_NONE = 0, AD_CHECKPOINT_BALANCED = 1)", strategy);
+    if (prev) *prev = ad_checkpoint_mode;
+    ad_checkpoint_mode = strategy;
+    return AD_OK;
+}
+
+/* burn marks an op memory-bound when recomputing it is cheap next to keeping
+   its output: the registry's MEM ops (one cheap instruction per element,
+   views, copies, reductions), and the SIMD polynomial ops on float32 (GELU,
+   exp, tanh, ...: one vector pass, as cheap as reading the value back).  On
+   float64 those run libm per element, as the MATH ops always do: kept, as
+   are GEMM, convolution and the softmax family. */
+bool ad_recompute_op(int op, int dtype) {
+    int c = ad_ops[op].cost;
+    return c == COST_MEM || (c == COST_SIMD && dtype == AD_FLOAT32);
+}
+
+ad_tensor *ad_graph_input(const ad_tensor *x) {
+    if (!x->node || !x->node->recompute || ad_is_shell(x)) return ad_ref(x);
+    ad_tensor *s;
+    if (ad_tensor_view(x, T_SHAPE(x), T_STRIDES(x), x->ndim, x->offset, &s)) return NULL;
+    /* x holds the storage too, so this never frees it */
+    atomic_fetch_sub_explicit(&s->storage->refs, 1, memory_order_relaxed);
+    s->storage = NULL;
+    s->id = x->id;
+    s->node = x->node;
+    atomic_fetch_add_explicit(&x->node->refs, 1, memory_order_relaxed);
+    return s;
+}
+
+static ad_status recompute_fail(const ad_tensor *t, int i, const char *what, uint64_t then,
+                                uint64_t now) {
+    const ad_node *n = t->node;
+    const ad_tensor *x = node_in(n)[i];
+    char tail[96] = "";
+    if (then != now)
+        snprintf(tail, sizeof tail, " (version %llu when recorded, now %llu)",
+                 (unsigned long long)then, (unsigned long long)now);
+    return ad_fail(AD_ERR_GRAPH,
+                   "backward: the output of %s (tensor id %llu, %s) was not kept "
+                   "(checkpointing(\"balanced\")) and is recomputed from input %d (tensor id "
+                   "%llu, %s), which %s%s; recompute the forward after Var.set",
+                   ad_node_name(n), (unsigned long long)t->id, ad_tdesc(t), i,
+                   (unsigned long long)x->id, ad_tdesc(x), what, tail);
+}
+
+/* Reruns t's op on its inputs (shells among them already in cache) and puts
+   the value, carrying t's id and node, in cache. */
+static ad_status recompute_one(id_map *cache, const ad_tensor *t) {
+    ad_node *n = t->node;
+    ad_tensor **in = node_in(n);
+    const uint64_t *ver = node_versions(n);
+    const ad_tensor *args[AD_MAX_INPUTS];
+    uint64_t seq[AD_MAX_INPUTS] = {0};
+    if (!n->recompute)
+        return ad_fail(AD_ERR_INTERNAL, "backward: a shell of %s, which is not recomputed",
+                       ad_node_name(n));
+    for (int i = 0; i < n->n_in; i++) {
+        if (!in[i])
+            return ad_fail(AD_ERR_INTERNAL, "backward: %s (checkpointed) lost input %d",
+                           ad_node_name(n), i);
+        if (ad_is_shell(in[i])) {
+            args[i] = *map_get(cache, in[i]->id);
+            continue;
+        }
+        /* the version checks of the value about to be recomputed: a write
+           since recording, or one in progress, would give new data */
+        args[i] = in[i];
+        seq[i] = atomic_load_explicit(&in[i]->storage->seq, memory_order_acquire);
+        uint64_t now = atomic_load(&in[i]->storage->version);
+        if (seq[i] & 1) return recompute_fail(t, i, "was being written in place", 0, 0);
+        if (now != ver[i])
+            return recompute_fail(t, i, "was modified in place after it was recorded", ver[i],
+                                  now);
+    }
+    int mode = ad_set_grad_enabled(0);
+    ad_tensor *r = NULL;
+    ad_status st = ad_call(n->op, args, n->n_in, node_iargs(n), n->n_iargs, node_fargs(n),
+                           n->n_fargs, &r);
+    ad_set_grad_enabled(mode);
+    if (st) return st;
+    atomic_thread_fence(memory_order_acquire);
+    for (int i = 0; i < n->n_in; i++)
+        if (!ad_is_shell(in[i]) &&
+            atomic_load_explicit(&in[i]->storage->seq, memory_order_relaxed) != seq[i]) {
+            ad_tensor_release(r);
+            return recompute_fail(t, i, "was written in place while it was read", 0, 0);
+        }
+    if (r->ndim != t->ndim || r->dtype != t->dtype ||
+        memcmp(T_SHAPE(r), T_SHAPE(t), t->ndim * sizeof(int64_t))) {
+        ad_tensor_release(r);
+        return ad_fail(AD_ERR_INTERNAL, "backward: recomputing %s gave %s, not %s",
+                       ad_node_name(n), ad_tdesc(r), ad_tdesc(t));
+    }
+    /* r is ours alone (no node: grad mode was off) and becomes a copy of t */
+    r->id = t->id;
+    r->node = n;
+    atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+    if ((st = map_put(cache, t->id, r))) ad_tensor_release(r);
+    return st;
+}
+
+static ad_status tvec_push(struct tvec_ *v, ad_tensor *t);
+
+/* The value of x (borrowed from cache): x itself unless it is a shell, else
+   recomputed with every shell it depends on (an explicit stack: a long
+   chain of checkpointed ops needs no deep C stack). */
+static ad_status materialize(id_map *cache, const ad_tensor *x, const ad_tensor **out) {
+    *out = x;
+    if (!ad_is_shell(x)) return AD_OK;
+    void **v = map_get(cache, x->id);
+    if (v) {
+        *out = *v;
+        return AD_OK;
+    }
+    struct tvec_ stack = {0};
+    ad_status st = tvec_push(&stack, (ad_tensor *)x);
+    while (!st && stack.len) {
+        ad_tensor *t = stack.items[stack.len - 1];
+        if (map_get(cache, t->id)) {
+            stack.len--;
+            continue;
+        }
+        ad_tensor **in = node_in(t->node);
+        bool ready = true;
+        for (int i = 0; i < t->node->n_in && !st; i++)
+            if (in[i] && ad_is_shell(in[i]) && !map_get(cache, in[i]->id)) {
+                st = tvec_push(&stack, in[i]);
+                ready = false;
+            }
+        if (st || !ready) continue;
+        st = recompute_one(cache, t);
+        stack.len--;
+    }
+    ad_mfree(stack.items);
+    if (!st) *out = *map_get(cache, x->id);
+    return st;
+}
+
+static void release_map_values(id_map *m);
+
+/* out may be vals itself (sorted_nodes turns its borrowed pointers into
+   references in place) */
+static ad_status materialize_all(ad_tensor *const *vals, int64_t k, ad_tensor **out) {
+    id_map cache;
+    ad_status st = map_init(&cache, 8);
+    if (st) return st;
+    int64_t i = 0;
+    for (; i < k; i++) {
+        const ad_tensor *v = NULL;
+        if (vals[i] && (st = materialize(&cache, vals[i], &v))) break;
+        out[i] = v ? ad_ref(v) : NULL;
+    }
+    release_map_values(&cache);
+    if (!st) return AD_OK;
+    for (int64_t j = 0; j < k; j++) {
+        if (j < i) ad_tensor_release(out[j]);
+        out[j] = NULL;
+    }
+    return st;
+}
+
+ad_status ad_materialize_all(ad_tensor *const *vals, int k, ad_tensor **out) {
+    return materialize_all(vals, k, out);
 }
 
 /* ---- anomaly mode ------------------------------------------------------------ */
@@ -120,10 +306,7 @@ void ad_gradstore_fork_child(void) {
     ad_fail(AD_ERR_VALUE, "%s: argument '%s' is NULL", fn, name)
 
 /* ---- topological order ----------------------------------------------------- */
-typedef struct {
-    ad_tensor **items;
-    int64_t len, cap;
-} tvec;
+typedef struct tvec_ tvec;
 
 static ad_status tvec_push(tvec *v, ad_tensor *t) {
     if (v->len == v->cap) {
@@ -209,15 +392,18 @@ AD_API ad_status ad_sorted_nodes(const ad_tensor *t, ad_tensor ***out, int64_t *
     tvec order;
     ad_status st = sort_nodes(t, &order);
     if (st) return st;
-    for (int64_t i = 0; i < order.len; i++) ad_ref(order.items[i]);
+    /* a checkpointed tensor is handed out recomputed, never as a shell */
+    if ((st = materialize_all(order.items, order.len, order.items))) {
+        ad_mfree(order.items);
+        return st;
+    }
     *out = order.items;
     *n = order.len;
     return AD_OK;
 }
 
 /* ---- backward ----------------------------------------------------------------- */
-static ad_status check_versions(const ad_tensor *t) {
-    const ad_node *n = t->node;
+static ad_status check_versions(const ad_node *n, const ad_tensor *t) {
     ad_tensor **in = node_in(n);
     const uint64_t *ver = node_versions(n);
     for (int i = 0; i < n->n_in; i++) {
@@ -268,8 +454,7 @@ static ad_status seq_fail(const ad_node *n, const ad_tensor *t, int input, const
                    ad_node_name(n), what, (unsigned long long)t->id, ad_tdesc(t), when);
 }
 
-static ad_status seq_take(const ad_tensor *t, seq_snapshot *s) {
-    const ad_node *n = t->node;
+static ad_status seq_take(const ad_node *n, const ad_tensor *t, seq_snapshot *s) {
     ad_tensor **in = node_in(n);
     s->n = 0;
     for (int i = 0; i <= n->n_in; i++) {
@@ -284,11 +469,11 @@ static ad_status seq_take(const ad_tensor *t, seq_snapshot *s) {
     return AD_OK;
 }
 
-static ad_status seq_recheck(const ad_tensor *t, const seq_snapshot *s) {
+static ad_status seq_recheck(const ad_node *n, const seq_snapshot *s) {
     atomic_thread_fence(memory_order_acquire); /* the formula's reads happen before */
     for (int k = 0; k < s->n; k++)
         if (atomic_load_explicit(&s->t[k]->storage->seq, memory_order_relaxed) != s->seq[k])
-            return seq_fail(t->node, s->t[k], s->input[k], "while");
+            return seq_fail(n, s->t[k], s->input[k], "while");
     return AD_OK;
 }
 
@@ -355,6 +540,46 @@ static ad_status check_recorded(const ad_tensor *t, const ad_tensor *g, ad_tenso
     return AD_OK;
 }
 
+/* The node t's formula reads: n itself, or (*copy, freed by the caller) a
+   copy whose saved inputs that are shells are their recomputed values, with
+   the versions those have now (they were checked while recomputing); *out
+   is the output's value when the formula reads it. */
+static ad_status with_values(id_map *cache, const ad_tensor *t, ad_node **copy,
+                             const ad_tensor **out) {
+    const ad_node *n = t->node;
+    ad_tensor **in = node_in(n);
+    *copy = NULL;
+    *out = t;
+    bool need = n->saves_output && ad_is_shell(t);
+    for (int i = 0; i < n->n_in; i++)
+        need |= (n->saved & (1u << i)) && in[i] && ad_is_shell(in[i]);
+    if (!need) return AD_OK;
+    size_t size = sizeof *n + (2 * (size_t)n->n_in + n->n_iargs + n->n_fargs) * sizeof(uint64_t);
+    ad_node *c = ad_malloc(size);
+    if (!c) return ad_fail_nomem("backward");
+    memcpy(c, n, size);
+    ad_tensor **cin = node_in(c);
+    uint64_t *ver = node_versions(c);
+    ad_status st = AD_OK;
+    for (int i = 0; i < n->n_in && !st; i++) {
+        if (!((n->saved & (1u << i)) && in[i] && ad_is_shell(in[i]))) continue;
+        const ad_tensor *v;
+        if (!(st = materialize(cache, in[i], &v))) {
+            cin[i] = (ad_tensor *)v;
+            ver[i] = atomic_load(&v->storage->version);
+        }
+    }
+    if (!st && n->saves_output && ad_is_shell(t) && !(st = materialize(cache, t, out)))
+        c->out_version = atomic_load(&(*out)->storage->version);
+    if (st) {
+        ad_mfree(c);
+        *out = t;
+        return st;
+    }
+    *copy = c;
+    return AD_OK;
+}
+
 AD_API ad_status ad_backward(const ad_tensor *root, const ad_tensor *grad,
                              const ad_tensor *const *retain, int n_retain, ad_gradstore **out) {
     return ad_backward_ex(root, grad, retain, n_retain, 0, out);
@@ -413,13 +638,15 @@ static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
     if (st) return st;
 
     tvec order = {0};
-    id_map grads = {0}, keep = {0};
+    id_map grads = {0}, keep = {0}, recomputed = {0}; /* id -> checkpointed value */
     ad_gradstore *store = NULL;
     /* plain backward records nothing; create_graph records the formulas and
        the sums, whatever the caller's mode (as PyTorch) */
     int mode = ad_set_grad_enabled(create);
     if ((st = sort_nodes(root, &order))) goto fail;
-    if ((st = map_init(&grads, 64)) || (st = map_init(&keep, n_retain + 1))) goto fail;
+    if ((st = map_init(&grads, 64)) || (st = map_init(&keep, n_retain + 1)) ||
+        (st = map_init(&recomputed, 8)))
+        goto fail;
     for (int i = 0; i < n_retain; i++)
         if (retain[i] && (st = map_put(&keep, retain[i]->id, (void *)1))) goto fail;
     if ((st = ad_gradstore_new(&store))) goto fail;
@@ -429,7 +656,10 @@ static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
     for (int64_t k = 0; k < order.len; k++) {
         ad_tensor *t = order.items[k];
         ad_tensor *g = map_del(&grads, t->id);
-        if (!g) continue; /* nothing flowed here */
+        if (!g) { /* nothing flowed here */
+            ad_tensor_release(map_del(&recomputed, t->id));
+            continue;
+        }
         if (t->is_variable || map_get(&keep, t->id)) {
             if ((st = map_put(&store->map, t->id, ad_ref(g)))) {
                 ad_tensor_release(g);
@@ -444,14 +674,23 @@ static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
         const ad_node *n = t->node;
         if (!n) {
             ad_tensor_release(g);
+            ad_tensor_release(map_del(&recomputed, t->id));
             continue;
         }
         ad_tensor *gr[AD_MAX_INPUTS] = {NULL};
         seq_snapshot seqs;
-        st = seq_take(t, &seqs);
-        if (!st) st = check_versions(t);
-        if (!st) st = ad_ops[n->op].backward(n, t, g, gr);
-        if (!st) st = seq_recheck(t, &seqs);
+        /* checkpointed values first: the checks below then read what the
+           formula will */
+        ad_node *copy = NULL;
+        const ad_tensor *out = t;
+        st = with_values(&recomputed, t, &copy, &out);
+        const ad_node *use = copy ? copy : n;
+        if (!st) st = seq_take(use, out, &seqs);
+        if (!st) st = check_versions(use, out);
+        if (!st) st = ad_ops[n->op].backward(use, out, g, gr);
+        if (!st) st = seq_recheck(use, &seqs);
+        ad_mfree(copy);
+        ad_tensor_release(map_del(&recomputed, t->id)); /* its readers are all done */
         if (!st && create) st = check_recorded(t, g, gr);
         if (!st && (ad_anomaly_enabled || n->site)) st = anomaly_check(t, gr);
         ad_tensor_release(g);
@@ -468,6 +707,7 @@ static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
     }
     ad_set_grad_enabled(mode);
     release_map_values(&grads);
+    release_map_values(&recomputed);
     map_free(&keep);
     ad_mfree(order.items);
     *out = store;
@@ -476,6 +716,7 @@ fail:
     ad_set_grad_enabled(mode);
     ad_tensor_release(seed);
     release_map_values(&grads);
+    release_map_values(&recomputed);
     map_free(&keep);
     ad_mfree(order.items);
     ad_gradstore_release(store);

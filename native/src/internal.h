@@ -123,6 +123,13 @@ struct ad_node {
     uint8_t tracked;      /* bit i: input i tracks (gets a gradient) */
     uint8_t saved;        /* bit i: input i's value is read by backward */
     uint8_t saves_output; /* backward reads the output */
+    /* checkpointing("balanced") recorded it: its output is not kept; the
+       nodes that read it hold a shell instead (ad_graph_input), and backward
+       recomputes the value from in[] (all kept, versions taken) */
+    uint8_t recompute;
+    /* the tensors that carry this node: its output, and the shells and
+       recomputed copies of that output (same id); the last one frees it */
+    atomic_int refs;
     uint64_t out_version;
     const char *site;     /* anomaly mode: where the op was created */
     int64_t saved_bytes;  /* counted into memory_stats' saved_bytes (memory.c) */
@@ -180,6 +187,30 @@ const char *ad_node_name(const ad_node *n);
 
 /* ---- grad mode (graph.c) ------------------------------------------------ */
 extern _Thread_local int ad_grad_enabled;
+/* ---- checkpointing (graph.c) ----------------------------------------------
+ * A shell is a tensor header with no storage: the id, layout and node of the
+ * output of a recompute node, which is what the nodes reading that output
+ * hold, so that the value itself dies with the caller's last reference.
+ * Shells live only inside nodes: backward recomputes their values, and the
+ * introspection calls hand out recomputed copies, never a shell. */
+extern _Thread_local int ad_checkpoint_mode; /* AD_CHECKPOINT_* */
+static inline bool ad_is_shell(const ad_tensor *t) { return t->storage == NULL; }
+/* Whether record() marks a node of op with output dtype as recompute under
+   the current mode: the registry's memory-bound ops (cost MEM) and the
+   float32 SIMD elementwise ones (one vector pass: cheap to recompute). */
+bool ad_recompute_op(int op, int dtype);
+/* What a node being recorded holds for input x: a shell when x is the output
+   of a recompute node, else a new reference to x.  NULL when out of memory. */
+ad_tensor *ad_graph_input(const ad_tensor *x);
+/* out[i] = a new reference to vals[i], or to its recomputed value when it is
+   a shell (one recomputation per id over the call); NULL stays NULL.  On
+   failure nothing is returned (all out[i] NULL). */
+ad_status ad_materialize_all(ad_tensor *const *vals, int k, ad_tensor **out);
+/* The version a node records for x (0 for a shell: its value is checked
+   through the node that recomputes it). */
+static inline uint64_t ad_graph_version(const ad_tensor *x) {
+    return x->storage ? atomic_load(&x->storage->version) : 0;
+}
 extern _Thread_local int ad_anomaly_enabled;
 /* The creation site for a node in anomaly mode (a new ad_malloc'd string or
    NULL). */

@@ -31,6 +31,7 @@ int64_t ad_count_storages(const ad_tensor *const *vals, int k) {
     int64_t sum = 0;
     for (int i = 0; i < k; i++) {
         if (!vals[i]) continue;
+        if (!vals[i]->storage) continue; /* a shell: checkpointed, nothing held */
         bool dup = false;
         for (int j = 0; j < i && !dup; j++) dup = vals[j] && vals[j]->storage == vals[i]->storage;
         if (!dup) sum += (int64_t)vals[i]->storage->nbytes;
@@ -47,9 +48,11 @@ void ad_node_count_saved(ad_node *n, const ad_tensor *out) {
     const ad_tensor *vals[AD_MAX_INPUTS + 1];
     int k = 0;
     ad_tensor **in = node_in(n);
+    /* a recompute node holds all its inputs for the rerun, and not its
+       output (nothing does: its readers hold shells) */
     for (int i = 0; i < n->n_in; i++)
-        if (n->saved & (1u << i)) vals[k++] = in[i];
-    if (n->saves_output) vals[k++] = out;
+        if ((n->recompute && in[i]) || (n->saved & (1u << i))) vals[k++] = in[i];
+    if (n->saves_output && !n->recompute) vals[k++] = out;
     n->saved_bytes = ad_count_storages(vals, k);
 }
 
@@ -79,7 +82,9 @@ AD_API ad_status ad_tensor_parents(const ad_tensor *t, ad_tensor **parents, int 
     const ad_node *nd = t->node;
     if (!nd) return AD_OK;
     ad_tensor **in = node_in(nd);
-    for (int i = 0; i < nd->n_in && i < cap; i++) parents[i] = in[i] ? ad_ref(in[i]) : NULL;
+    /* a checkpointed input is handed out recomputed, never as a shell */
+    ad_status st = ad_materialize_all(in, nd->n_in < cap ? nd->n_in : cap, parents);
+    if (st) return st;
     *n = nd->n_in;
     *tracked = nd->tracked;
     *saved = nd->saved | (nd->saves_output ? 0x80u : 0u);

@@ -58,13 +58,22 @@ static ad_status record(int op, const op_def *def, const op_args *a, unsigned tr
     n->saved = (uint8_t)(saved & 0x7f);
     n->saves_output = (saved & OUT) != 0;
     n->out_version = 0;
+    /* a recompute node keeps every input: backward reruns the op on them */
+    n->recompute = ad_checkpoint_mode && ad_recompute_op(op, y->dtype);
+    atomic_init(&n->refs, 1);
     n->site = ad_anomaly_enabled ? ad_anomaly_site() : NULL;
     ad_tensor **in = node_in(n);
     uint64_t *ver = node_versions(n);
     for (int i = 0; i < a->n_in; i++) {
-        bool keep = (tracked | saved) & (1u << i);
-        in[i] = keep ? ad_ref(a->in[i]) : NULL;
-        ver[i] = keep ? atomic_load(&a->in[i]->storage->version) : 0;
+        bool keep = n->recompute || ((tracked | saved) & (1u << i));
+        in[i] = keep ? ad_graph_input(a->in[i]) : NULL;
+        ver[i] = keep && in[i] ? ad_graph_version(a->in[i]) : 0;
+        if (keep && !in[i]) {
+            for (int j = 0; j < i; j++) ad_tensor_release(in[j]);
+            ad_mfree((void *)n->site);
+            ad_mfree(n);
+            return ad_fail_nomem(def->name);
+        }
     }
     if (a->n_iargs) memcpy(node_iargs(n), a->iargs, a->n_iargs * sizeof(int64_t));
     if (a->n_fargs) memcpy(node_fargs(n), a->fargs, a->n_fargs * sizeof(double));

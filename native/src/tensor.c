@@ -208,7 +208,8 @@ AD_API void ad_tensor_release(ad_tensor *t) {
         ad_tensor *x = dying;
         dying = (ad_tensor *)x->storage;
         ad_node *n = x->node;
-        if (n) {
+        /* a node is shared by its output's shells and recomputed copies */
+        if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) {
             ad_tensor **in = node_in(n);
             for (int i = 0; i < n->n_in; i++) {
                 ad_tensor *p = in[i];

@@ -490,9 +490,13 @@ static void one_input(reader *r) {
         T[s] = NULL;
         break;
     }
-    case 20:
-        ad_set_grad_enabled(u8(r) % 2);
+    case 20: { /* grad mode, and the checkpoint strategy (2: unknown, rejected) */
+        int b = u8(r);
+        ad_set_grad_enabled(b % 2);
+        st = ad_set_checkpoint_strategy((b >> 1) % 3, NULL);
+        REQUIRE(((b >> 1) % 3 == 2) == (st == AD_ERR_VALUE));
         break;
+    }
     case 21:
         ad_set_anomaly_enabled(u8(r) % 2);
         break;
@@ -698,6 +702,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int prev_grad = ad_set_grad_enabled(1), prev_anom = ad_set_anomaly_enabled(0);
     for (int steps = 0; r.n && steps < 64; steps++) one_input(&r);
     ad_testing_fail_alloc_after(0);
+    ad_set_checkpoint_strategy(AD_CHECKPOINT_NONE, NULL);
     ad_set_grad_enabled(prev_grad);
     ad_set_anomaly_enabled(prev_anom);
     for (int i = 0; i < NT; i++) {
