@@ -8,6 +8,7 @@ the outer backward: they are the same numbers as without checkpointing."""
 from __future__ import annotations
 
 import importlib as _importlib
+import os
 from typing import TYPE_CHECKING, Callable
 
 from .errors import ArgumentTypeError
@@ -118,8 +119,6 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     if seed is None:
         # an unseeded generator: seed it for this block so that its draws can
         # be replayed, then leave it unseeded as it was
-        import os
-
         seed = int.from_bytes(os.urandom(8), "little")
         _set_gen_state(seed)
         unseeded = True
