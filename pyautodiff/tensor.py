@@ -322,6 +322,29 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
     return method
 
 
+_COMPARISON_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _comparison(op: int) -> Callable[[Tensor, Operand], Tensor]:
+    """A comparison operator method (a COMPARE row of the registry), named
+    and documented from the op's registry name."""
+    name = _op_name(op)
+
+    def method(self: Tensor, o: Operand) -> Tensor:
+        # a scalar beyond an integer tensor's range raises, as in arithmetic
+        # (numpy 2 would answer False/True; PyTorch raises, and one rule for
+        # every scalar operand is easier to remember)
+        return _binary(op, *_pair(self, o))
+
+    method.__name__ = f"__{name}__"
+    method.__qualname__ = "Tensor." + method.__name__
+    method.__doc__ = (
+        f"self {_COMPARISON_SYMBOL[name]} o, elementwise, as a bool tensor of the broadcast "
+        f"shape (not differentiable).  o is a tensor or a Python number.  Raises ShapeError "
+        f"when the shapes do not broadcast.")
+    return method
+
+
 def _is_scalar(x):
     t = type(x)
     if t is float or t is int:
@@ -733,53 +756,12 @@ class Tensor:
         """abs(self), elementwise (as self.abs())."""
         return self.abs()
 
-    def _cmp(self, o, op):
-        # a scalar beyond an integer tensor's range raises, as in arithmetic
-        # (numpy 2 would answer False/True; PyTorch raises, and one rule for
-        # every scalar operand is easier to remember)
-        return _binary(op, *_pair(self, o))
-
-    def __eq__(self, o):
-        """self == o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_EQ)
-
-    def __ne__(self, o):
-        """self != o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_NE)
-
-    def __lt__(self, o):
-        """self < o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_LT)
-
-    def __le__(self, o):
-        """self <= o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_LE)
-
-    def __gt__(self, o):
-        """self > o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_GT)
-
-    def __ge__(self, o):
-        """self >= o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_GE)
+    __eq__ = _comparison(lib.AD_OP_EQ)  # type: ignore[assignment]
+    __ne__ = _comparison(lib.AD_OP_NE)  # type: ignore[assignment]
+    __lt__ = _comparison(lib.AD_OP_LT)
+    __le__ = _comparison(lib.AD_OP_LE)
+    __gt__ = _comparison(lib.AD_OP_GT)
+    __ge__ = _comparison(lib.AD_OP_GE)
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
 
