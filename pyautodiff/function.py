@@ -31,7 +31,6 @@ from .errors import ArgumentTypeError, DTypeError, GraphError, InvalidArgumentEr
 from .grad import no_grad as _no_grad
 from .tensor import Tensor, _NULL, _wrap
 
-
 __all__ = ["Function", "FunctionCtx"]
 
 # ctx handles owned by live nodes, keyed by the handle's address: cffi's

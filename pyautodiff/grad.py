@@ -10,8 +10,7 @@ grad-mode switches no_grad / enable_grad / is_grad_enabled.
 from __future__ import annotations
 
 import functools as _functools
-from typing import (Any, Callable, List, Optional, Sequence, Tuple,
-                    TypeVar, Union, overload)
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 from typing import Literal
 
 from ._lib import ffi, lib, raise_status
