@@ -25,6 +25,8 @@ Where to look:
 
 `python tools/apiref.py` prints a one-page index of all of it.
 """
+import sys as _sys
+
 from .errors import (ArgumentTypeError, DTypeError, Error, GraphError, InternalError,
                      InvalidArgumentError, OutOfBoundsError, OutOfMemoryError, OutOfRangeError,
                      ShapeError)
@@ -41,10 +43,18 @@ from . import optim
 from . import distributed  # mpi4py is imported only by distributed.init()
 from .interop import from_dlpack
 from .io import load, save
-from ._lib import lib as _lib
+from ._lib import lib as _lib, raise_status as _raise_status
 from .memory import memory_stats, reset_peak_memory
 from .function import Function, FunctionCtx
 from .checkpoint import checkpoint, checkpointing, get_checkpointing
+from .tensor import _link_upper
+
+# The Tensor methods whose work lives in these modules reach them through this
+# link (tensor.py cannot import them: they import it).  By module object, from
+# sys.modules: the package's own `grad` and `tensor` attributes are functions.
+_link_upper(*(_sys.modules[__name__ + "." + _m]
+              for _m in ("indexing", "grad", "interop", "io", "memory")))
+del _link_upper
 
 __all__ = [
     # errors
@@ -83,11 +93,9 @@ __version__ = "0.1.0"
 def set_num_threads(n: int) -> None:
     """Sets the number of threads the native kernels (GEMM and large
     elementwise ops) use.  Raises InvalidArgumentError for n < 1."""
-    from ._lib import raise_status
-
     st = _lib.ad_set_num_threads(int(n))
     if st:
-        raise_status(st)
+        _raise_status(st)
 
 
 def get_num_threads() -> int:

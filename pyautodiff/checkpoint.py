@@ -13,7 +13,9 @@ recomputes it from their inputs; compute-bound ops keep theirs (see
 checkpointing)."""
 from __future__ import annotations
 
+import functools
 import importlib as _importlib
+import os
 from typing import TYPE_CHECKING, Callable
 
 from ._lib import ffi as _ffi, lib as _lib, raise_status as _raise_status
@@ -133,8 +135,6 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     if seed is None:
         # an unseeded generator: seed it for this block so that its draws can
         # be replayed, then leave it unseeded as it was
-        import os
-
         seed = int.from_bytes(os.urandom(8), "little")
         _set_gen_state(seed)
         unseeded = True
@@ -217,8 +217,6 @@ class checkpointing:
 
     def __call__(self, fn: Callable) -> Callable:
         """Used as a decorator: fn runs under the strategy, on every call."""
-        import functools
-
         strategy = self.strategy
 
         @functools.wraps(fn)

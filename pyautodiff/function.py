@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 from ._lib import ffi, lib, pending, raise_status
 from .errors import ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError, ShapeError
 from .grad import no_grad as _no_grad
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor import Tensor, _NULL, _wrap
 
 __all__ = ["Function", "FunctionCtx"]
 
@@ -70,8 +68,6 @@ class FunctionCtx:
         ctx.saved_tensors in the same order.  Call it from forward; saving
         forward's result is allowed.  Raises ArgumentTypeError for anything
         else than a Tensor or None."""
-        from .tensor import Tensor
-
         for i, t in enumerate(tensors):
             if t is not None and not isinstance(t, Tensor):
                 raise ArgumentTypeError(f"{self._cls.__name__}: save_for_backward argument {i} "
@@ -125,8 +121,6 @@ class Function:
         whose backward calls cls.backward.  Returns forward's Tensor.  Raises
         InvalidArgumentError for more than 8 tensor arguments,
         ArgumentTypeError when forward does not return one Tensor."""
-        from .tensor import Tensor, _wrap, _NULL
-
         name = cls.__name__
         pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         if len(pos) > 8:
@@ -164,8 +158,6 @@ class Function:
 def _check_grads(ctx, res):
     """The gradients backward returned, one per tensor input (None: none), or
     an error naming the Function and the input."""
-    from .tensor import Tensor
-
     name = ctx._cls.__name__
     if not isinstance(res, tuple):
         res = (res,)
@@ -198,8 +190,6 @@ _STATUS = {ShapeError: "AD_ERR_SHAPE", DTypeError: "AD_ERR_DTYPE", GraphError: "
 
 @ffi.def_extern()
 def _ad_custom_backward(ctxp, grad, out, grads, n):
-    from .tensor import _wrap
-
     ctx = None
     try:
         ctx = ffi.from_handle(ctxp)

@@ -10,14 +10,12 @@ grad-mode switches no_grad / enable_grad / is_grad_enabled.
 from __future__ import annotations
 
 import functools as _functools
-from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, Tuple,
-                    TypeVar, Union, overload)
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 from typing import Literal
 
 from ._lib import ffi, lib, raise_status
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .errors import GraphError
+from .tensor import Tensor, _wrap, tensor
 
 __all__ = ["GradStore", "grad", "no_grad", "enable_grad", "is_grad_enabled"]
 
@@ -53,8 +51,6 @@ class GradStore:
     def get(self, t: Tensor, default: Optional[Tensor] = None) -> Optional[Tensor]:
         """The gradient of tensor t, or `default` (None) when the store has
         none.  Raises TypeError when t is not a Tensor."""
-        from .tensor import Tensor, _wrap
-
         if not isinstance(t, Tensor):
             raise TypeError(f"GradStore keys are tensors, got {type(t).__name__}")
         out = ffi.new("ad_tensor **")
@@ -86,8 +82,6 @@ class GradStore:
         or anything ad.tensor() accepts, converted to t's dtype.  Also spelled
         store[t] = grad.  Raises ShapeError / DTypeError when grad does not
         match t's shape / dtype."""
-        from .tensor import Tensor, tensor
-
         if not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=t.dtype)
         st = lib.ad_gradstore_insert(self._h, t._h, grad._h)
@@ -100,8 +94,6 @@ class GradStore:
 
     def remove(self, t: Tensor) -> Optional[Tensor]:
         """Removes and returns t's gradient (None when absent)."""
-        from .tensor import _wrap
-
         out = ffi.new("ad_tensor **")
         st = lib.ad_gradstore_remove(self._h, t._h, out)
         if st:
@@ -130,8 +122,6 @@ class GradStore:
         return self._snapshot(True)  # type: ignore[return-value]
 
     def _snapshot(self, with_grads: bool) -> List[Tuple[int, Optional[Tensor]]]:
-        from .tensor import _wrap
-
         ids = ffi.new("uint64_t **")
         grads = ffi.new("ad_tensor ***") if with_grads else ffi.NULL
         n = ffi.new("int64_t *")
@@ -151,8 +141,6 @@ class GradStore:
                 lib.ad_free(grads[0])
 
     def _item(self, i: int) -> Tuple[int, Tensor]:
-        from .tensor import _wrap
-
         idp = ffi.new("uint64_t *")
         out = ffi.new("ad_tensor **")
         st = lib.ad_gradstore_item(self._h, i, idp, out)
@@ -253,9 +241,6 @@ def grad(outputs: Union[Tensor, Sequence[Tensor]], inputs: Union[Tensor, Sequenc
     number, ShapeError when a seed is missing for an output of more than one
     element, ShapeError / DTypeError for a seed that does not match its
     output, GraphError for an output that depends on no Var."""
-    from .errors import GraphError
-    from .tensor import Tensor, tensor
-
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None:

@@ -17,7 +17,9 @@ import operator
 
 import numpy as np
 
+from ._lib import lib
 from .errors import InvalidArgumentError, OutOfRangeError, ShapeError
+from .tensor import Tensor, _call, _dims_arg, _norm_dim, tensor
 
 __all__ = [
     "cat", "stack", "split", "chunk", "flip", "repeat",
@@ -40,9 +42,6 @@ def _expand_ellipsis(key, ndim):
 
 
 def getitem(t, key):
-    from .tensor import Tensor, _call
-    from ._lib import lib
-
     if not isinstance(key, tuple):
         key = (key,)
     if any(_is_advanced(k) for k in key):
@@ -81,8 +80,6 @@ def getitem(t, key):
 def numpy_key(key):
     """An index for numpy: tensors inside it become numpy arrays (Var.__setitem__
     applies the index with numpy's own rules)."""
-    from .tensor import Tensor
-
     if isinstance(key, tuple):
         return tuple(numpy_key(k) for k in key)
     if isinstance(key, Tensor):
@@ -98,8 +95,6 @@ def numpy_key(key):
 
 # ---- advanced indexing -------------------------------------------------------------
 def _is_advanced(k):
-    from .tensor import Tensor
-
     if isinstance(k, Tensor):
         return k.ndim > 0 or k.dtype.name == "bool"
     if isinstance(k, (list, np.ndarray)):
@@ -123,9 +118,6 @@ def _index_array(k):
 
 
 def _advanced_getitem(t, key):
-    from .tensor import _call, tensor
-    from ._lib import lib
-
     # bool masks become the integer arrays of their nonzero positions
     items = []
     for k in key:
@@ -221,8 +213,6 @@ def _advanced_getitem(t, key):
 
 # ---- joining and selecting --------------------------------------------------------------
 def _as_index(index, op):
-    from .tensor import Tensor, tensor
-
     if isinstance(index, Tensor):
         return index
     a = np.asarray(index)
@@ -232,8 +222,6 @@ def _as_index(index, op):
 
 
 def _tensor_list(tensors, op):
-    from .tensor import Tensor
-
     if isinstance(tensors, Tensor):
         raise TypeError(f"{op}: takes a sequence of tensors, got one tensor")
     ts = list(tensors)
@@ -245,9 +233,6 @@ def _tensor_list(tensors, op):
 
 def cat(tensors, dim=0):
     """Concatenates tensors along an existing dim (differentiable)."""
-    from .tensor import _call
-    from ._lib import lib
-
     ts = _tensor_list(tensors, "cat")
     if not ts:
         raise InvalidArgumentError("cat: needs at least one tensor")
@@ -268,8 +253,6 @@ def stack(tensors, dim=0):
         if t.shape != shape:
             raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} has "
                              f"{t.shape}")
-    from .tensor import _norm_dim
-
     d = _norm_dim(dim, len(shape) + 1, "stack")
     return cat([t.unsqueeze(d) for t in ts], d)
 
@@ -277,8 +260,6 @@ def stack(tensors, dim=0):
 def split(t, split_size_or_sections, dim=0):
     """Views of consecutive pieces along dim: pieces of one size (the last may
     be smaller) or of the listed sizes."""
-    from .tensor import _norm_dim
-
     d = _norm_dim(dim, t.ndim, "split")
     n = t.shape[d]
     if isinstance(split_size_or_sections, numbers.Integral):
@@ -300,8 +281,6 @@ def split(t, split_size_or_sections, dim=0):
 
 def chunk(t, chunks, dim=0):
     """At most `chunks` views of equal size (the last may be smaller)."""
-    from .tensor import _norm_dim
-
     chunks = operator.index(chunks)
     if chunks <= 0:
         raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
@@ -311,9 +290,6 @@ def chunk(t, chunks, dim=0):
 
 def flip(t, dims):
     """Reverses the order along dims (a view with negative strides)."""
-    from .tensor import _call, _dims_arg, _norm_dim
-    from ._lib import lib
-
     out = t
     for d in {_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims)}:
         n = t.shape[d]
@@ -356,31 +332,19 @@ def expand(t, *sizes):
 
 def index_select(t, dim, index):
     """The entries of t at `index` (1-d integers) along dim."""
-    from .tensor import _call
-    from ._lib import lib
-
     return _call(lib.AD_OP_INDEX_SELECT, (t, _as_index(index, "index_select")), (dim,))
 
 
 def index_add(t, dim, index, source):
     """t with source[.., i, ..] added at index[i] along dim (repeats accumulate)."""
-    from .tensor import _call
-    from ._lib import lib
-
     return _call(lib.AD_OP_INDEX_ADD, (t, _as_index(index, "index_add"), source), (dim,))
 
 
 def gather(t, dim, index):
     """out[i][j] = t[index[i][j]][j] for dim 0 (PyTorch's gather)."""
-    from .tensor import _call
-    from ._lib import lib
-
     return _call(lib.AD_OP_GATHER, (t, _as_index(index, "gather")), (dim,))
 
 
 def scatter_add(t, dim, index, src):
     """t with src[i][j] added at [index[i][j]][j] for dim 0; repeats accumulate."""
-    from .tensor import _call
-    from ._lib import lib
-
     return _call(lib.AD_OP_SCATTER_ADD, (t, _as_index(index, "scatter_add"), src), (dim,))

@@ -8,16 +8,14 @@ numpy array) until the last native reference to it dies.  Python only wraps
 the capsule (through ctypes.pythonapi, which keeps the GIL during each call).
 """
 import ctypes
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor import Tensor, _call, _from_numpy_copy, _wrap
 
 __all__ = ["from_dlpack", "from_numpy", "to_dlpack"]
 
@@ -76,7 +74,6 @@ def to_dlpack(t: "Tensor", stream: Any = None, max_version: Optional[Tuple[int, 
     versioned = 1 if _version_at_least_1(max_version) else 0
     if copy:
         # a fresh contiguous copy the consumer may own outright
-        from .tensor import _call
         t = _call(lib.AD_OP_COPY, (t.detach(),))
     out = ffi.new("void **")
     st = lib.ad_tensor_to_dlpack(t._h, versioned, 1 if copy else 0, out)
@@ -107,7 +104,6 @@ def _consume(capsule):
     if st:
         raise_status(st)  # the capsule keeps the tensor: its destructor frees it
     _api.PyCapsule_SetName(capsule, _NAMES[versioned][1])
-    from .tensor import _wrap
     return _wrap(out[0])
 
 
@@ -133,15 +129,12 @@ def from_dlpack(x: Any, *, copy: Optional[bool] = None) -> "Tensor":
     except TypeError:  # a producer older than DLPack 1.0 in the array API
         capsule = x.__dlpack__()
         if copy:
-            from .tensor import _call
             return _call(lib.AD_OP_COPY, (_consume(capsule),))
     return _consume(capsule)
 
 
 def from_numpy(a: Any, dtype: Any = None, copy: Optional[bool] = None) -> "Tensor":
     """A tensor from numpy array `a` (see ad.from_numpy)."""
-    from .tensor import _from_numpy_copy, _wrap
-
     a = np.asarray(a)
     dt = _dt.as_dtype(a.dtype) if dtype is None else _dt.as_dtype(dtype)
     if copy is True:

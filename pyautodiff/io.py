@@ -14,16 +14,15 @@ import json
 import os
 import pickle
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import DTypeError, Error, InvalidArgumentError
+from .tensor import Tensor, Var, _wrap, from_numpy
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
 
 __all__ = ["load", "load_metadata", "parse_header", "save"]
 
@@ -64,8 +63,6 @@ def save(tensors: Mapping[str, "Tensor"], path: PathLike,
     from an older `path` keep their data.  A Var is saved by value; a tracked
     tensor's graph is not saved.  Raises TypeError for keys that are not str,
     values that are not Tensors or metadata that is not str -> str."""
-    from .tensor import Tensor
-
     if not hasattr(tensors, "items"):
         raise TypeError(f"save: tensors must be a dict of str -> Tensor, "
                         f"got {type(tensors).__name__}")
@@ -239,8 +236,6 @@ def load(path: PathLike) -> Dict[str, "Tensor"]:
     F16/BF16 tensors are converted to float32 (copied).  Raises OSError when
     the file cannot be opened, ad.InvalidArgumentError when it is truncated
     or its header is corrupt, ad.DTypeError for a dtype pyautodiff lacks."""
-    from .tensor import _wrap, from_numpy
-
     where = f"load: {os.fspath(path)!r}"
     m, buf = _map(path)
     try:
@@ -293,8 +288,6 @@ def reduce_tensor(t: "Tensor", protocol: int) -> Tuple[Any, Tuple[Any, ...]]:
 
 
 def _rebuild(dtype, shape, data, is_variable):
-    from .tensor import Var, from_numpy
-
     d = _dt.as_dtype(dtype)
     a = np.frombuffer(data, dtype=d.numpy).reshape(shape)
     # bytes are immutable: share them; anything else (an out-of-band buffer

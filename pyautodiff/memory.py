@@ -8,12 +8,11 @@ keeping one storage both count it).  Tensor.to_dot() draws the graph behind
 a tensor (to_dot here), marking what it saves."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict
+from typing import Dict
 
 from ._lib import ffi, lib, raise_status
+from .tensor import Tensor, Var, _wrap
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
 
 __all__ = ["memory_stats", "reset_peak_memory", "to_dot"]
 
@@ -36,8 +35,6 @@ def reset_peak_memory() -> None:
 def _parents(t):
     """(parents, tracked mask, saved mask) of t's node: parents[i] a Tensor or
     None where the node keeps no reference."""
-    from .tensor import Tensor, Var, _wrap
-
     arr = ffi.new("ad_tensor *[8]")
     n, tracked, saved = ffi.new("int *"), ffi.new("unsigned *"), ffi.new("unsigned *")
     st = lib.ad_tensor_parents(t._h, arr, 8, n, tracked, saved)

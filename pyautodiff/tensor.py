@@ -1,15 +1,23 @@
 """Tensor and Var: thin Python handles over native tensors.
 
 A Tensor holds one native reference (`_h`) and nothing else; every property
-is read from C, every op is one native call.  The op methods are generated
-from the table in ops.py, so an op's Python method, its C forward and its C
-backward all carry the same name.
+is read from C, every op is one native call ending in one epilogue
+(`_result`).  The simple elementwise methods are generated from the native
+op registry (native/src/ops.def, read through _ops.py), so an op's Python
+method, its C forward and its C backward all carry the same name.
+
+This is the bottom of the package's Python layers: it imports only _lib,
+_ops, dtypes and errors, and every other module imports it.  The few methods
+whose work lives in a module above (t[key] in indexing.py, backward's
+GradStore in grad.py, ...) reach that module through a reference handed over
+once at package import (_link_upper), not through an import.
 """
 from __future__ import annotations
 
 import builtins
 import numbers
 import operator
+import os
 import threading
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence,
                     Tuple, Union)
@@ -18,9 +26,9 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
-from . import indexing as _ix
+from ._ops import tensor_methods as _tensor_methods
 from .errors import (ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError,
-                     OutOfBoundsError, OutOfMemoryError, ShapeError)
+                     OutOfBoundsError, OutOfMemoryError, OutOfRangeError, ShapeError)
 
 # Argument types of the public signatures (for type checkers; nothing checks them
 # at run time).
@@ -55,6 +63,23 @@ def _wrap(h, cls=None):
 
 _tls = threading.local()
 
+# The modules above this one whose functions a few methods call: t[key] and
+# the joins (indexing), backward and in-place updates (grad: GradStore,
+# no_grad), __dlpack__ (interop), pickling (io), to_dot (memory).  They all
+# import this module, so it imports none of them: pyautodiff/__init__.py
+# hands them over once, after importing them (_link_upper), and the methods
+# reach them as _ix.getitem, _grad.GradStore, ... -- no import at call time.
+_ix: Any = None
+_grad: Any = None
+_interop: Any = None
+_io: Any = None
+_memory: Any = None
+
+
+def _link_upper(indexing, grad, interop, io, memory):
+    global _ix, _grad, _interop, _io, _memory
+    _ix, _grad, _interop, _io, _memory = indexing, grad, interop, io, memory
+
 
 class _ReleasedError(GraphError, AttributeError):
     """Use of a tensor after an explicit __del__() (an AttributeError too, so
@@ -69,6 +94,17 @@ def _out():
     except AttributeError:
         p = _tls.out = ffi.new("ad_tensor **")
         return p
+
+
+def _result(st, out):
+    """The epilogue of every native call that makes a tensor: the mapped
+    ad.Error for a failed status, else a Tensor owning the handle the call
+    wrote to `out` (built without __init__: a slot store on a bare object)."""
+    if st:
+        raise_status(st)
+    t = _new(Tensor)
+    t._h = out[0]
+    return t
 
 
 def _tls_one():
@@ -132,11 +168,7 @@ def _call(op, inputs, iargs=(), fargs=()):
                          fargs or _NULL, len(fargs), out)
     except (OverflowError, TypeError) as e:  # cffi could not convert an argument
         raise _arg_error(op, inputs, iargs, fargs, e) from None
-    if st:
-        raise_status(st)
-    t = _new(Tensor)
-    t._h = out[0]
-    return t
+    return _result(st, out)
 
 
 def _op_name(op):
@@ -176,33 +208,27 @@ _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reduction
 
 
 def _unary(op, x):
-    out = _out()
-    st = _ad_unary(op, x._h, out)
-    if st:
-        raise_status(st)
-    t = _new(Tensor)
-    t._h = out[0]
-    return t
+    try:
+        out = _tls.out
+    except AttributeError:
+        out = _out()
+    return _result(_ad_unary(op, x._h, out), out)
 
 
 def _binary(op, a, b):
-    out = _out()
-    st = _ad_binary(op, a._h, b._h, out)
-    if st:
-        raise_status(st)
-    t = _new(Tensor)
-    t._h = out[0]
-    return t
+    try:
+        out = _tls.out
+    except AttributeError:
+        out = _out()
+    return _result(_ad_binary(op, a._h, b._h, out), out)
 
 
 def _scalar(op, x, s):
-    out = _out()
-    st = _ad_scalar(op, x._h, s, out)
-    if st:
-        raise_status(st)
-    t = _new(Tensor)
-    t._h = out[0]
-    return t
+    try:
+        out = _tls.out
+    except AttributeError:
+        out = _out()
+    return _result(_ad_scalar(op, x._h, s, out), out)
 
 
 _INT_RANGE = {d.code: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max))
@@ -278,18 +304,10 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
                     except OverflowError:  # an int beyond the double range
                         raise OutOfBoundsError(f"{fn}: Python scalar {_short(o)} is out of the "
                                                f"float64 range") from None
-                    if st:
-                        raise_status(st)
-                    t = _new(Tensor)
-                    t._h = out[0]
-                    return t
-        st = _ad_binary(op, o._h, self._h, out) if reflected else _ad_binary(op, self._h, o._h,
-                                                                             out)
-        if st:
-            raise_status(st)
-        t = _new(Tensor)
-        t._h = out[0]
-        return t
+                    return _result(st, out)
+        if reflected:
+            return _result(_ad_binary(op, o._h, self._h, out), out)
+        return _result(_ad_binary(op, self._h, o._h, out), out)
 
     name = _op_name(op)
     sym = _OPERATOR_SYMBOL[name]
@@ -301,6 +319,29 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
         f"Tensor, a Python or numpy number (kept in self's dtype; an int out of an integer "
         f"dtype's range raises OutOfBoundsError) or anything ad.tensor() accepts.  Raises "
         f"ShapeError when the shapes do not broadcast, DTypeError on mixed tensor dtypes.")
+    return method
+
+
+_COMPARISON_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _comparison(op: int) -> Callable[[Tensor, Operand], Tensor]:
+    """A comparison operator method (a COMPARE row of the registry), named
+    and documented from the op's registry name."""
+    name = _op_name(op)
+
+    def method(self: Tensor, o: Operand) -> Tensor:
+        # a scalar beyond an integer tensor's range raises, as in arithmetic
+        # (numpy 2 would answer False/True; PyTorch raises, and one rule for
+        # every scalar operand is easier to remember)
+        return _binary(op, *_pair(self, o))
+
+    method.__name__ = f"__{name}__"
+    method.__qualname__ = "Tensor." + method.__name__
+    method.__doc__ = (
+        f"self {_COMPARISON_SYMBOL[name]} o, elementwise, as a bool tensor of the broadcast "
+        f"shape (not differentiable).  o is a tensor or a Python number.  Raises ShapeError "
+        f"when the shapes do not broadcast.")
     return method
 
 
@@ -336,11 +377,8 @@ def _full_like_scalar(s, like, fn="compare"):
     except OverflowError:
         raise OutOfBoundsError(f"{fn}: Python scalar {_short(s)} is out of the float64 "
                                f"range") from None
-    out = ffi.new("ad_tensor **")
-    st = lib.ad_tensor_full(v, like._dtype_code(), _NULL, 0, out)
-    if st:
-        raise_status(st)
-    return _wrap(out[0])
+    out = _out()
+    return _result(lib.ad_tensor_full(v, like._dtype_code(), _NULL, 0, out), out)
 
 
 class Tensor:
@@ -479,9 +517,7 @@ class Tensor:
         """The recorded graph behind this tensor as Graphviz DOT text: one node
         per tracked tensor labelled with its op, shape and dtype; Vars and the
         values saved for backward marked; edges from inputs."""
-        from .memory import to_dot
-
-        return to_dot(self)
+        return _memory.to_dot(self)
 
     @property
     def is_contiguous(self) -> bool:
@@ -518,8 +554,7 @@ class Tensor:
         versioned capsule, flagged read-only, when max_version >= (1, 0),
         else a legacy one.  copy=True exports a copy; stream must be None and
         dl_device None or (1, 0) (CPU)."""
-        from .interop import to_dlpack
-        return to_dlpack(self, stream, max_version, dl_device, copy)
+        return _interop.to_dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
         """(1, 0): DLPack's CPU device."""
@@ -529,8 +564,7 @@ class Tensor:
         """Pickles dtype, shape and the raw bytes (out of band with protocol 5);
         a Var unpickles as a new Var (new id), anything else as an untracked
         tensor with the same value."""
-        from .io import reduce_tensor
-        return reduce_tensor(self, protocol)
+        return _io.reduce_tensor(self, protocol)
 
     def tolist(self) -> Any:
         """The elements as (nested) Python lists of Python scalars; a 0-d tensor gives a scalar."""
@@ -645,8 +679,6 @@ class Tensor:
         on no Var, ShapeError when grad is None for more than one element,
         ShapeError / DTypeError when grad does not match this tensor's shape /
         dtype, ArgumentTypeError when retain holds a non-Tensor."""
-        from .grad import GradStore as _GradStore
-
         if grad is not None and not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=self.dtype)
         # the tensors themselves are held (not only their handles) until the
@@ -667,7 +699,7 @@ class Tensor:
         del retain
         if st:
             raise_status(st)
-        return _GradStore._from_handle(out[0])
+        return _grad.GradStore._from_handle(out[0])
 
     # ---- operators ----------------------------------------------------------------
     __add__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR)
@@ -704,12 +736,8 @@ class Tensor:
             except AttributeError:
                 out = _out()
             st = _ad_binary(_OP_MATMUL, self._h, o._h, out)
-            if not st:
-                t = _new(Tensor)
-                t._h = out[0]
-                return t
             if st != lib.AD_ERR_SHAPE:  # only a shape error can be 1-d promotion
-                raise_status(st)
+                return _result(st, out)
         return matmul(self, _as_tensor_like(o, self))
 
     def __rmatmul__(self, o: Operand) -> Tensor:
@@ -728,53 +756,12 @@ class Tensor:
         """abs(self), elementwise (as self.abs())."""
         return self.abs()
 
-    def _cmp(self, o, op):
-        # a scalar beyond an integer tensor's range raises, as in arithmetic
-        # (numpy 2 would answer False/True; PyTorch raises, and one rule for
-        # every scalar operand is easier to remember)
-        return _binary(op, *_pair(self, o))
-
-    def __eq__(self, o):
-        """self == o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_EQ)
-
-    def __ne__(self, o):
-        """self != o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_NE)
-
-    def __lt__(self, o):
-        """self < o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_LT)
-
-    def __le__(self, o):
-        """self <= o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_LE)
-
-    def __gt__(self, o):
-        """self > o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_GT)
-
-    def __ge__(self, o):
-        """self >= o, elementwise, as a bool tensor of the broadcast shape (not
-        differentiable).  o is a tensor or a Python number.  Raises ShapeError when the
-        shapes do not broadcast.
-        """
-        return self._cmp(o, lib.AD_OP_GE)
+    __eq__ = _comparison(lib.AD_OP_EQ)  # type: ignore[assignment]
+    __ne__ = _comparison(lib.AD_OP_NE)  # type: ignore[assignment]
+    __lt__ = _comparison(lib.AD_OP_LT)
+    __le__ = _comparison(lib.AD_OP_LE)
+    __gt__ = _comparison(lib.AD_OP_GT)
+    __ge__ = _comparison(lib.AD_OP_GE)
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
 
@@ -799,9 +786,7 @@ class Tensor:
     # and per SCALAR row whose float arguments all have defaults (t.elu(alpha=1.0)),
     # with the row's docstring (pyautodiff/_ops.py).  The class namespace is a
     # plain dict, so they become methods exactly as if written here.
-    from ._ops import tensor_methods as _tensor_methods
     locals().update(_tensor_methods(_unary, _scalar))
-    del _tensor_methods
 
     def pow(self, exponent: Operand) -> Tensor:
         """self ** exponent, elementwise: exponent is a Python number or a
@@ -835,11 +820,7 @@ class Tensor:
             one[0] = self._h
             st = _ad_op_call(op, one, 1, _KEEPDIM[bool(keepdim)], 1, _NULL, 0, out)
             one[0] = _NULL
-            if st:
-                raise_status(st)
-            t = _new(Tensor)
-            t._h = out[0]
-            return t
+            return _result(st, out)
         return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
 
     def sum(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
@@ -1139,9 +1120,7 @@ class Tensor:
         (advanced indexing, a copy).  Raises OutOfRangeError for an index out of range,
         InvalidArgumentError for an unsupported key.
         """
-        from .indexing import getitem
-
-        return getitem(self, key)
+        return _ix.getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Always raises TypeError: a Tensor is immutable.  Hold the value in an ad.Var
@@ -1155,8 +1134,6 @@ class Tensor:
 def _norm_dim(d, n, op):
     d = operator.index(d)
     if not -n <= d < max(n, 1):
-        from .errors import OutOfRangeError
-
         raise OutOfRangeError(f"{op}: dim {d} out of range for {n} dims")
     return d + n if d < 0 else d
 
@@ -1263,9 +1240,7 @@ class Var(Tensor):
         """self = fn(self, o) written into this Var: same id, version bumped,
         nothing recorded.  The operands follow the operator's own rules (mixed
         float widths are a DTypeError, as out of place)."""
-        from .grad import no_grad
-
-        with no_grad():
+        with _grad.no_grad():
             new = fn(self, o)
             if new.shape != self.shape:
                 raise ShapeError(f"Var {name}=: the result has shape {new.shape}, the Var "
@@ -1302,8 +1277,6 @@ class Var(Tensor):
     def __setitem__(self, key, value):
         """var[key] = value writes in place, as Var.set (version bumped): any
         numpy index, value broadcast as numpy does."""
-        from .errors import OutOfRangeError
-
         key = _ix.numpy_key(key)
         a = np.array(self.numpy())  # a writable copy; set() writes it back in one step
         try:
@@ -1323,10 +1296,7 @@ class Var(Tensor):
     def as_detached_tensor(self) -> Tensor:
         """An untracked tensor sharing this Var's storage (new id)."""
         out = _out()
-        st = lib.ad_tensor_detach(self._h, out)
-        if st:
-            raise_status(st)
-        return _wrap(out[0])
+        return _result(lib.ad_tensor_detach(self._h, out), out)
 
 
 # ---- creation ---------------------------------------------------------------------------
@@ -1367,8 +1337,7 @@ def from_numpy(a: np.ndarray, dtype: Optional[DTypeLike] = None, *,
     copy=False: shared even when writable (the caller promises not to write
     it); raises ad.InvalidArgumentError when sharing is impossible (another
     dtype, misaligned data).  copy=True: always copied."""
-    from .interop import from_numpy as _from_numpy
-    return _from_numpy(a, dtype, copy)
+    return _interop.from_numpy(a, dtype, copy)
 
 
 def _object_array(arr, dtype):
@@ -1427,11 +1396,8 @@ def _from_numpy_copy(a, dtype=None):
     shape = a.shape
     a = np.ascontiguousarray(a).reshape(shape)  # ascontiguousarray turns 0-d into 1-d
     out = _out()
-    st = lib.ad_tensor_from_data(ffi.from_buffer(a) if a.size else _NULL, a.nbytes, dt.code,
-                                 list(shape) or _NULL, len(shape), out)
-    if st:
-        raise_status(st)
-    return _wrap(out[0])
+    return _result(lib.ad_tensor_from_data(ffi.from_buffer(a) if a.size else _NULL, a.nbytes,
+                                           dt.code, list(shape) or _NULL, len(shape), out), out)
 
 
 def _default_dtype(dtype):
@@ -1468,10 +1434,7 @@ def full(shape: ShapeArg, value: Union[float, bool], dtype: Optional[DTypeLike] 
         raise ArgumentTypeError(f"full: value must be a real number, got "
                                 f"{type(value).__name__}") from None
     out = _out()
-    st = lib.ad_tensor_full(v, dt.code, list(shape) or _NULL, len(shape), out)
-    if st:
-        raise_status(st)
-    return _wrap(out[0])
+    return _result(lib.ad_tensor_full(v, dt.code, list(shape) or _NULL, len(shape), out), out)
 
 
 def zeros(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
@@ -1550,10 +1513,7 @@ def arange(start: float, stop: Optional[float] = None, step: float = 1,
             raise OutOfMemoryError(f"arange: {n} values of int64 cannot be allocated ({e})") \
                 from None
     out = _out()
-    st = lib.ad_tensor_arange(float(start), float(step), n, dt.code, out)
-    if st:
-        raise_status(st)
-    return _wrap(out[0])
+    return _result(lib.ad_tensor_arange(float(start), float(step), n, dt.code, out), out)
 
 
 def eye(n: int, m: Optional[int] = None, dtype: Optional[DTypeLike] = None) -> Tensor:
@@ -1597,8 +1557,6 @@ def _next_seed():
     global _gen_state
     with _gen_lock:
         if _gen_state is None:
-            import os
-
             return int.from_bytes(os.urandom(8), "little")
         _gen_state = (_gen_state + 0x9E3779B97F4A7C15) & _MASK64
         z = _gen_state
@@ -1617,10 +1575,8 @@ def _random(kind, shape, seed, dtype, fn):
     shape = _shape_varargs(shape, fn)
     dt = _default_dtype(dtype)
     out = _out()
-    st = lib.ad_tensor_random(kind, _seed(seed), dt.code, list(shape) or _NULL, len(shape), out)
-    if st:
-        raise_status(st)
-    return _wrap(out[0])
+    return _result(lib.ad_tensor_random(kind, _seed(seed), dt.code, list(shape) or _NULL,
+                                        len(shape), out), out)
 
 
 def randn(*shape: ShapeArg, seed: Optional[int] = None,

@@ -142,13 +142,21 @@ typedef enum ad_op {
     AD_OP_POW = 60,           /* a ** b, both tensors */
     AD_OP_WHERE = 61,         /* inputs (cond bool, a, b), broadcast */
     AD_OP_PROD = 62,          /* reduction: iargs = {keepdim, dims...} */
+    /* lanes along one dim.  Here and below, a dim is in [-nd, nd) with nd =
+       max(ndim of input 0, 1) (a 0-d tensor has one dim of size 1);
+       AD_ERR_INDEX otherwise */
     AD_OP_LOGSUMEXP = 63,     /* iargs = {dim, keepdim} */
     AD_OP_SOFTMAX = 64,       /* iargs = {dim} */
     AD_OP_LOG_SOFTMAX = 65,   /* iargs = {dim} */
-    AD_OP_CUMSUM = 66,        /* iargs = {dim, reverse} */
+    AD_OP_CUMSUM = 66,        /* iargs = {dim, reverse}: reverse != 0 sums from the end */
     /* 80..139: indexing, joining, neural-network ops */
-    AD_OP_CAT = 80,           /* variadic inputs; iargs = {dim, size of each input along dim} */
-    AD_OP_PAD = 81,           /* iargs = {before, after} pairs from the last dim back; fargs = {value} */
+    AD_OP_CAT = 80,           /* 1..8 inputs of one dtype and rank >= 1, equal but on dim;
+                                 iargs = {dim, size_0, ..., size_{n-1}}: each input's size
+                                 along dim (a wrong count or size: AD_ERR_VALUE) */
+    AD_OP_PAD = 81,           /* iargs = {before, after} pairs, the first pair for the last dim,
+                                 at most ndim pairs (else AD_ERR_VALUE); a negative amount
+                                 crops (below size 0: AD_ERR_SHAPE); fargs = {value}, which
+                                 must fit the dtype */
     AD_OP_INDEX_SELECT = 82,  /* (x, idx int 1-d); iargs = {dim} */
     AD_OP_INDEX_ADD = 83,     /* (x, idx, src): x with src[.., i, ..] added at idx[i]; iargs = {dim} */
     AD_OP_GATHER = 84,        /* (x, idx): out[..i..] = x[..idx[..i..]..]; iargs = {dim} */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "nnops.h"
+#include "opargs.h"
 #include "strided.h"
 
 /* ---- shared helpers --------------------------------------------------------- */
@@ -29,15 +30,6 @@ ad_status nn_index_buf(const char *op, const ad_tensor *idx, const char *what, i
     if (!b) return ad_fail_nomem(op);
     ad_convert_strided(idx, b, AD_INT64);
     *buf = b;
-    return AD_OK;
-}
-
-ad_status nn_dim(const char *op, int64_t dim, const ad_tensor *x, int *out) {
-    int nd = x->ndim ? x->ndim : 1;
-    if (dim < -nd || dim >= nd)
-        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s", op, (long long)dim,
-                       ad_tdesc(x));
-    *out = (int)(dim < 0 ? dim + nd : dim);
     return AD_OK;
 }
 
@@ -92,17 +84,13 @@ static ad_status check_indices(const char *op, int64_t *ix, int64_t n, int64_t s
 /* ---- cat ---------------------------------------------------------------------- */
 ad_status fwd_cat(const op_args *a, ad_tensor **out) {
     const ad_tensor *x0 = a->in[0];
-    if (a->n_iargs != 1 + a->n_in)
-        return ad_fail(AD_ERR_VALUE, "cat: takes the dim and one size per input (%d integer "
-                       "arguments), got %d", 1 + a->n_in, a->n_iargs);
-    if (x0->ndim == 0)
-        return ad_fail(AD_ERR_SHAPE, "cat: zero-dimensional tensors cannot be concatenated");
-    int d = 0;
-    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x0, &d);
+    cat_args c;
+    ad_status st = cat_args_decode(a->op, a->iargs, a->n_iargs, a->in, a->n_in, &c);
     if (st) return st;
+    int d = c.dim;
     int64_t shape[AD_MAX_DIMS];
     memcpy(shape, T_SHAPE(x0), x0->ndim * sizeof *shape);
-    shape[d] = 0;
+    shape[d] = c.total;
     for (int i = 0; i < a->n_in; i++) {
         const ad_tensor *x = a->in[i];
         if (x->dtype != x0->dtype)
@@ -113,23 +101,19 @@ ad_status fwd_cat(const op_args *a, ad_tensor **out) {
         if (!ok)
             return ad_fail(AD_ERR_SHAPE, "cat: shapes must match except in dim %d, got %s and "
                            "%s (input %d)", d, ad_tdesc(x0), ad_tdesc(x), i);
-        if (a->iargs[1 + i] != T_SHAPE(x)[d])
-            return ad_fail(AD_ERR_VALUE, "cat: size argument %lld does not match input %d (%s)",
-                           (long long)a->iargs[1 + i], i, ad_tdesc(x));
-        shape[d] += T_SHAPE(x)[d];
     }
     ad_tensor *y;
     if ((st = ad_tensor_empty(x0->dtype, shape, x0->ndim, &y))) return st;
     int64_t off = 0;
     for (int i = 0; i < a->n_in; i++) {
         ad_tensor *w;
-        if ((st = window(y, d, off, T_SHAPE(a->in[i])[d], &w))) {
+        if ((st = window(y, d, off, c.sizes[i], &w))) {
             ad_tensor_release(y);
             return st;
         }
         ad_assign(w, a->in[i]);
         ad_tensor_release(w);
-        off += T_SHAPE(a->in[i])[d];
+        off += c.sizes[i];
     }
     *out = y;
     return AD_OK;
@@ -146,35 +130,22 @@ ad_status fwd_cat(const op_args *a, ad_tensor **out) {
    amounts. */
 ad_status fwd_pad(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
-    double value = a->fargs[0];
-    ad_status vst = ad_check_fill_value("pad", x->dtype, value);
-    if (vst) return vst;
-    if (a->n_iargs % 2 || a->n_iargs / 2 > x->ndim)
-        return ad_fail(AD_ERR_VALUE, "pad: needs before/after pairs for at most %d dims, got "
-                       "%d values for %s", x->ndim, a->n_iargs, ad_tdesc(x));
-    int64_t shape[AD_MAX_DIMS], dst0[AD_MAX_DIMS] = {0}, src0[AD_MAX_DIMS] = {0},
-            len[AD_MAX_DIMS];
-    memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
-    memcpy(len, T_SHAPE(x), x->ndim * sizeof *len);
+    pad_args p;
+    ad_status st = pad_args_decode(a->op, a->iargs, a->n_iargs, a->fargs, x, &p);
+    if (st) return st;
+    double value = p.value;
+    /* the part of x that survives the crops, and where it lands in y */
+    int64_t dst0[AD_MAX_DIMS], src0[AD_MAX_DIMS], len[AD_MAX_DIMS];
     bool empty = false;
-    for (int j = 0; j < a->n_iargs / 2; j++) {
-        int d = x->ndim - 1 - j;
-        int64_t l = a->iargs[2 * j], r = a->iargs[2 * j + 1], s = T_SHAPE(x)[d];
-        if (l < -(INT64_MAX / 4) || l > INT64_MAX / 4 || r < -(INT64_MAX / 4) ||
-            r > INT64_MAX / 4 || __builtin_add_overflow(s, l + r, &shape[d]))
-            return ad_fail(AD_ERR_VALUE, "pad: padding (%lld, %lld) of dim %d is too large for "
-                           "%s", (long long)l, (long long)r, d, ad_tdesc(x));
-        if (shape[d] < 0)
-            return ad_fail(AD_ERR_SHAPE, "pad: padding (%lld, %lld) makes dim %d of %s negative",
-                           (long long)l, (long long)r, d, ad_tdesc(x));
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t l = p.before[d], r = p.after[d];
         src0[d] = l < 0 ? -l : 0;
         dst0[d] = l > 0 ? l : 0;
-        len[d] = s - src0[d] - (r < 0 ? -r : 0);
+        len[d] = T_SHAPE(x)[d] - src0[d] - (r < 0 ? -r : 0);
         if (len[d] <= 0) empty = true;
     }
     ad_tensor *y;
-    ad_status st = ad_tensor_empty(x->dtype, shape, x->ndim, &y);
-    if (st) return st;
+    if ((st = ad_tensor_empty(x->dtype, p.shape, x->ndim, &y))) return st;
     switch (y->dtype) {
     case AD_FLOAT32: FILL_CASE(float) break;
     case AD_FLOAT64: FILL_CASE(double) break;
@@ -217,9 +188,10 @@ static void split3(const ad_tensor *x, int d, int64_t *outer, int64_t *inner) {
 
 ad_status fwd_index_select(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1];
-    int d = 0;
-    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    index_args ia = {0};
+    ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
     if (st) return st;
+    int d = ia.dim;
     if (idx->ndim > 1)
         return ad_fail(AD_ERR_SHAPE, "index_select: the index must be 1-d, got %s",
                        ad_tdesc(idx));
@@ -260,9 +232,10 @@ done:
    indices accumulate): the gradient of index_select. */
 ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
-    int d = 0;
+    index_args ia = {0};
     add_fn add;
-    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
+    int d = ia.dim;
     if (st || (st = adder(OP_NAME(a->op), x, &add))) return st;
     if (idx->ndim > 1 || x->ndim == 0)
         return ad_fail(AD_ERR_SHAPE, "index_add: needs a 1-d index and an input with dims, got "
@@ -346,8 +319,9 @@ static ad_status check_walk_indices(const char *op, int64_t *ix, const ad_tensor
 
 ad_status fwd_gather(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1];
-    int d = 0;
-    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    index_args ia = {0};
+    ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
+    int d = ia.dim;
     if (st || (st = check_gather_shapes(OP_NAME(a->op), x, idx, NULL, d))) return st;
     int64_t *ix;
     if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
@@ -370,9 +344,10 @@ done:
 /* x with src[i..] added at position idx[i..] on dim (repeats accumulate). */
 ad_status fwd_scatter_add(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *idx = a->in[1], *srct = a->in[2];
-    int d = 0;
+    index_args ia = {0};
     add_fn add;
-    ad_status st = nn_dim(OP_NAME(a->op), a->iargs[0], x, &d);
+    ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
+    int d = ia.dim;
     if (st || (st = adder(OP_NAME(a->op), x, &add)) || (st = check_gather_shapes(OP_NAME(a->op), x, idx, srct, d))) return st;
     if (srct->dtype != x->dtype)
         return ad_fail(AD_ERR_DTYPE, "scatter_add: source %s and input %s differ in dtype",

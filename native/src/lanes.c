@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "opargs.h"
 #include "simd.h"
 #include "strided.h"
 
@@ -203,17 +204,20 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
 
 /* Runs kind along dim of x.  reduce: the output has size 1 on dim (dropped
    unless keepdim), else x's shape.  A 0-d input is one lane of length 1. */
-static ad_status run_lanes(const char *op, const ad_tensor *x, int64_t dim, int kind, bool reduce, bool keepdim,
-                           int flag, ad_tensor **out) {
+static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    lane_args la;
     lane_fn fn = lane_table[kind][x->dtype];
     if (!fn)
-        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", op,
+        return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OP_NAME(a->op),
                        ad_dtype_name_(x->dtype), ad_tdesc(x));
-    int nd = x->ndim ? x->ndim : 1;
-    if (dim < -nd || dim >= nd)
-        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", op,
-                       (long long)dim, ad_tdesc(x), x->ndim);
-    if (dim < 0) dim += nd;
+    ad_status st = lane_args_decode(a->op, a->iargs, x, &la);
+    if (st) return st;
+    int nd = x->ndim ? x->ndim : 1, dim = la.dim;
+    /* the flag is keepdim for the reduction (logsumexp), the kernel's own
+       otherwise (cumsum's reverse, log_softmax's log) */
+    bool keepdim = reduce && la.flag;
+    int flag = reduce ? 0 : la.flag;
     int64_t one = 1;
     const int64_t *xshape = x->ndim ? T_SHAPE(x) : &one, *xstr = x->ndim ? T_STRIDES(x) : &one;
     int64_t kshape[AD_MAX_DIMS], oshape[AD_MAX_DIMS], ostr[AD_MAX_DIMS], istr[AD_MAX_DIMS];
@@ -225,8 +229,7 @@ static ad_status run_lanes(const char *op, const ad_tensor *x, int64_t dim, int 
     }
     if (!x->ndim) on = 0;
     ad_tensor *y;
-    ad_status st = ad_tensor_empty(x->dtype, oshape, on, &y);
-    if (st) return st;
+    if ((st = ad_tensor_empty(x->dtype, oshape, on, &y))) return st;
     /* contiguous strides of the output over x's shape (dim kept as 1 or len) */
     int64_t s = 1;
     for (int i = nd - 1; i >= 0; i--) {
@@ -250,18 +253,15 @@ static ad_status run_lanes(const char *op, const ad_tensor *x, int64_t dim, int 
     return AD_OK;
 }
 
-/* logsumexp: iargs {dim, keepdim} */
+/* the layouts: lane_args (opargs.h) */
 ad_status fwd_logsumexp(const op_args *a, ad_tensor **out) {
-    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_LSE, true, a->iargs[1] != 0, 0, out);
+    return run_lanes(a, L_LSE, true, out);
 }
 
-/* softmax, log_softmax: iargs {dim} */
 ad_status fwd_softmax(const op_args *a, ad_tensor **out) {
-    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_SOFTMAX, false, false,
-                     a->op == AD_OP_LOG_SOFTMAX, out);
+    return run_lanes(a, L_SOFTMAX, false, out);
 }
 
-/* cumsum: iargs {dim, reverse} */
 ad_status fwd_cumsum(const op_args *a, ad_tensor **out) {
-    return run_lanes(OP_NAME(a->op), a->in[0], a->iargs[0], L_CUMSUM, false, false, a->iargs[1] != 0, out);
+    return run_lanes(a, L_CUMSUM, false, out);
 }

@@ -31,7 +31,4 @@ ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data);
    int64 buffer (ad_mfree it); DTypeError names the op for other dtypes. */
 ad_status nn_index_buf(const char *op, const ad_tensor *idx, const char *what, int64_t **buf);
 
-/* Normalizes dim for an ndim-d tensor; IndexError naming the op otherwise. */
-ad_status nn_dim(const char *op, int64_t dim, const ad_tensor *x, int *out);
-
 #endif

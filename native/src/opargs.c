@@ -129,3 +129,72 @@ ad_status reduce_args_decode(int op, const int64_t *ia, int n_iargs, const ad_te
     }
     return AD_OK;
 }
+
+ad_status dim_arg_decode(int op, int64_t dim, const ad_tensor *x, int *out) {
+    int nd = x->ndim ? x->ndim : 1;
+    if (dim < -nd || dim >= nd)
+        return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)", OP_NAME(op),
+                       (long long)dim, ad_tdesc(x), x->ndim);
+    *out = (int)(dim < 0 ? dim + nd : dim);
+    return AD_OK;
+}
+
+ad_status lane_args_decode(int op, const int64_t *ia, const ad_tensor *x, lane_args *l) {
+    l->flag = op == AD_OP_LOG_SOFTMAX || ((op == AD_OP_LOGSUMEXP || op == AD_OP_CUMSUM) && ia[1]);
+    return dim_arg_decode(op, ia[0], x, &l->dim);
+}
+
+ad_status index_args_decode(int op, const int64_t *ia, const ad_tensor *x, index_args *a) {
+    return dim_arg_decode(op, ia[0], x, &a->dim);
+}
+
+ad_status cat_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *const *in,
+                          int n_in, cat_args *c) {
+    if (n_iargs != 1 + n_in)
+        return ad_fail(AD_ERR_VALUE, "%s: takes the dim and one size per input (%d integer "
+                       "arguments), got %d", OP_NAME(op), 1 + n_in, n_iargs);
+    if (in[0]->ndim == 0)
+        return ad_fail(AD_ERR_SHAPE, "%s: zero-dimensional tensors cannot be concatenated",
+                       OP_NAME(op));
+    ad_status st = dim_arg_decode(op, ia[0], in[0], &c->dim);
+    if (st) return st;
+    c->sizes = ia + 1;
+    c->total = 0;
+    for (int i = 0; i < n_in; i++) {
+        const ad_tensor *x = in[i];
+        if (x->ndim == in[0]->ndim && c->sizes[i] != T_SHAPE(x)[c->dim])
+            return ad_fail(AD_ERR_VALUE, "%s: size argument %lld does not match input %d (%s)",
+                           OP_NAME(op), (long long)c->sizes[i], i, ad_tdesc(x));
+        c->total += x->ndim == in[0]->ndim ? c->sizes[i] : 0;
+    }
+    return AD_OK;
+}
+
+ad_status pad_args_decode(int op, const int64_t *ia, int n_iargs, const double *fa,
+                          const ad_tensor *x, pad_args *p) {
+    p->value = fa[0];
+    ad_status st = ad_check_fill_value(OP_NAME(op), x->dtype, p->value);
+    if (st) return st;
+    if (n_iargs % 2 || n_iargs / 2 > x->ndim)
+        return ad_fail(AD_ERR_VALUE, "%s: needs before/after pairs for at most %d dims, got "
+                       "%d values for %s", OP_NAME(op), x->ndim, n_iargs, ad_tdesc(x));
+    p->n_pairs = n_iargs / 2;
+    memset(p->before, 0, sizeof p->before);
+    memset(p->after, 0, sizeof p->after);
+    memcpy(p->shape, T_SHAPE(x), x->ndim * sizeof *p->shape);
+    const int64_t lim = INT64_MAX / 4; /* l + r and the crops below cannot overflow */
+    for (int j = 0; j < p->n_pairs; j++) {
+        int d = x->ndim - 1 - j;
+        int64_t l = ia[2 * j], r = ia[2 * j + 1];
+        if (l < -lim || l > lim || r < -lim || r > lim ||
+            __builtin_add_overflow(T_SHAPE(x)[d], l + r, &p->shape[d]))
+            return ad_fail(AD_ERR_VALUE, "%s: padding (%lld, %lld) of dim %d is too large for "
+                           "%s", OP_NAME(op), (long long)l, (long long)r, d, ad_tdesc(x));
+        if (p->shape[d] < 0)
+            return ad_fail(AD_ERR_SHAPE, "%s: padding (%lld, %lld) makes dim %d of %s negative",
+                           OP_NAME(op), (long long)l, (long long)r, d, ad_tdesc(x));
+        p->before[d] = l;
+        p->after[d] = r;
+    }
+    return AD_OK;
+}

@@ -1,5 +1,6 @@
 /* opargs.h - the typed arguments of the op families whose integer arguments
- * need more than a read: convolution, pooling, slice.  Each layout (the
+ * need more than a read: convolution, pooling, slice, reduce, the lanes
+ * (logsumexp, softmax, cumsum), cat, pad and the index ops.  Each layout (the
  * header's, for ad_op_call) is decoded and range-checked here, in one place,
  * and the forward functions, backward.c and the validators read the struct.
  *
@@ -54,5 +55,46 @@ typedef struct reduce_args {
 } reduce_args;
 ad_status reduce_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *x,
                              reduce_args *r);
+
+/* A dim of x: in [-nd, nd) with nd = max(x's ndim, 1) (a 0-d tensor has one
+   dim of size 1), normalized.  AD_ERR_INDEX naming op otherwise. */
+ad_status dim_arg_decode(int op, int64_t dim, const ad_tensor *x, int *out);
+
+/* logsumexp {dim, keepdim}; softmax, log_softmax {dim}; cumsum {dim, reverse}.
+   flag: keepdim for logsumexp, reverse for cumsum, log for log_softmax. */
+typedef struct lane_args {
+    int dim;
+    bool flag;
+} lane_args;
+ad_status lane_args_decode(int op, const int64_t *ia, const ad_tensor *x, lane_args *l);
+
+/* index_select, index_add, gather, scatter_add {dim}: a dim of input 0. */
+typedef struct index_args {
+    int dim;
+} index_args;
+ad_status index_args_decode(int op, const int64_t *ia, const ad_tensor *x, index_args *a);
+
+/* cat {dim, size_0, ..., size_{n-1}}: a dim of input 0 (which must have
+   dims), then each input's size along it, checked against the input (an
+   input of another rank is left to the caller's shape check). */
+typedef struct cat_args {
+    int dim;
+    const int64_t *sizes; /* n_in of them, into the caller's iargs */
+    int64_t total;        /* their sum: the output's size along dim */
+} cat_args;
+ad_status cat_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *const *in,
+                          int n_in, cat_args *c);
+
+/* pad {before, after} pairs from the last dim backwards (at most ndim of x
+   pairs; a negative amount crops), fargs {value} (representable in x's
+   dtype).  before/after are per dim of x, 0 where not given. */
+typedef struct pad_args {
+    int n_pairs;
+    int64_t before[AD_MAX_DIMS], after[AD_MAX_DIMS];
+    int64_t shape[AD_MAX_DIMS]; /* the output's */
+    double value;
+} pad_args;
+ad_status pad_args_decode(int op, const int64_t *ia, int n_iargs, const double *fa,
+                          const ad_tensor *x, pad_args *p);
 
 #endif

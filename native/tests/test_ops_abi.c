@@ -108,6 +108,35 @@ static const row rows[] = {
      L(1, 2, 2, 2)},
 };
 
+/* Layouts the header rules out, each with the status it documents. */
+typedef struct bad_row {
+    int op;
+    int in[3], n_in;
+    int64_t iargs[6];
+    int n_iargs;
+    double farg;
+    int n_fargs;
+    ad_status st;
+} bad_row;
+
+static const bad_row bad_rows[] = {
+    {AD_OP_CAT, L(X, X), 2, L(0, 2), 2, 0, 0, AD_ERR_VALUE},         /* a size missing */
+    {AD_OP_CAT, L(X, X), 2, L(0, 2, 3), 3, 0, 0, AD_ERR_VALUE},      /* a wrong size */
+    {AD_OP_CAT, L(X, X), 2, L(2, 3, 3), 3, 0, 0, AD_ERR_INDEX},      /* dim out of range */
+    {AD_OP_PAD, L(X), 1, L(1), 1, 0, 1, AD_ERR_VALUE},               /* half a pair */
+    {AD_OP_PAD, L(X), 1, L(1, 1, 1, 1, 1, 1), 6, 0, 1, AD_ERR_VALUE}, /* more pairs than dims */
+    {AD_OP_PAD, L(X), 1, L(-2, -2), 2, 0, 1, AD_ERR_SHAPE},          /* cropped below 0 */
+    {AD_OP_PAD, L(IDX1), 1, L(1, 1), 2, 1e300, 1, AD_ERR_VALUE},     /* beyond int64 */
+    {AD_OP_LOGSUMEXP, L(X), 1, L(2, 0), 2, 0, 0, AD_ERR_INDEX},
+    {AD_OP_SOFTMAX, L(X), 1, L(-3), 1, 0, 0, AD_ERR_INDEX},
+    {AD_OP_LOG_SOFTMAX, L(X), 1, L(2), 1, 0, 0, AD_ERR_INDEX},
+    {AD_OP_CUMSUM, L(X), 1, L(5, 0), 2, 0, 0, AD_ERR_INDEX},
+    {AD_OP_INDEX_SELECT, L(X, IDX1), 2, L(2), 1, 0, 0, AD_ERR_INDEX},
+    {AD_OP_INDEX_ADD, L(X, IDX1, SRC), 3, L(-3), 1, 0, 0, AD_ERR_INDEX},
+    {AD_OP_GATHER, L(X, IDX2), 2, L(2), 1, 0, 0, AD_ERR_INDEX},
+    {AD_OP_SCATTER_ADD, L(X, IDX2, SRC), 3, L(-3), 1, 0, 0, AD_ERR_INDEX},
+};
+
 static ad_tensor *make(int dtype, const void *data, size_t nbytes, int ndim, int64_t a, int64_t b,
                        int64_t c, int64_t d) {
     const int64_t shape[4] = {a, b, c, d};
@@ -187,10 +216,22 @@ int main(void) {
             CHECK(covered[op], "%s (%d) has a registry row but no row in this test", info.name,
                   op);
     }
+    for (size_t r = 0; r < sizeof bad_rows / sizeof *bad_rows; r++) {
+        const bad_row *w = &bad_rows[r];
+        const ad_tensor *in[3];
+        for (int i = 0; i < w->n_in; i++) in[i] = pool[w->in[i]];
+        ad_tensor *y = NULL;
+        ad_status st = ad_op_call(w->op, in, w->n_in, w->iargs, w->n_iargs, &w->farg, w->n_fargs,
+                                  &y);
+        CHECK(st == w->st && !y, "bad row %zu (%s): status %d, expected %d (%s)", r,
+              ad_op_name(w->op), st, w->st, ad_last_error());
+        if (y) ad_tensor_release(y);
+    }
     for (int i = 0; i < N_POOL; i++) ad_tensor_release(pool[i]);
     CHECK(ad_live_tensors() == live0, "leaked %lld tensors",
           (long long)(ad_live_tensors() - live0));
     if (failures) fprintf(stderr, "%d failures\n", failures);
-    else printf("test_ops_abi: %zu calls ok\n", sizeof rows / sizeof *rows);
+    else printf("test_ops_abi: %zu calls ok, %zu bad layouts refused\n",
+                sizeof rows / sizeof *rows, sizeof bad_rows / sizeof *bad_rows);
     return failures != 0;
 }
