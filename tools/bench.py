@@ -20,9 +20,16 @@ pyautodiff is faster (for matmul that is the GFLOP/s ratio).  Thread counts are
 fixed per child process (numpy's OpenBLAS, PyTorch and pyautodiff alike): each
 thread setting runs in its own process started by this script.
 
-OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which this workplace sets for old
-OpenBLAS builds and which slow a current numpy, are unset in the children so
-numpy runs its best kernel; the kernel in use is printed.
+OPENBLAS_L2_SIZE, which some environments set for old OpenBLAS builds, is
+unset in the children. OPENBLAS_CORETYPE is unset too, so numpy runs its best
+kernel, except when PYAUTODIFF_ISA caps pyautodiff's level: then it is passed
+through, so that an AVX2 machine can be emulated on an AVX-512 one kernel
+against kernel:
+
+    PYAUTODIFF_ISA=avx2 OPENBLAS_CORETYPE=Haswell python3 tools/bench.py --only matmul
+
+The header prints the kernel numpy's OpenBLAS reports (threadpoolctl), and
+warns when it is not the OPENBLAS_CORETYPE asked for.
 """
 import argparse
 import gc
@@ -645,8 +652,7 @@ def main():
     if args.child:
         child(args)
         return
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env = bench_env(os.environ)
     if args.profile:
         profile(args.threads or 1)
         return
@@ -675,6 +681,17 @@ def main():
 
 
 # ---------------------------------------------------------------------------- environment
+def bench_env(environ):
+    """The children's environment: OPENBLAS_L2_SIZE unset; OPENBLAS_CORETYPE
+    kept only under PYAUTODIFF_ISA (emulating a smaller machine, where numpy
+    must run the matching OpenBLAS kernels), else unset so numpy runs its best.
+    OpenBLAS reads it when it loads, so it has to be in the child's
+    environment before numpy is imported, as it is here."""
+    emulate = bool(environ.get("PYAUTODIFF_ISA"))
+    drop = {"OPENBLAS_L2_SIZE"} | (set() if emulate else {"OPENBLAS_CORETYPE"})
+    return {k: v for k, v in environ.items() if k not in drop}
+
+
 def print_environment(env):
     """The ISA level pyautodiff dispatches to, the thread counts, and the BLAS
     numpy and torch call (threadpoolctl's view when it is installed), from a
@@ -715,11 +732,27 @@ print(json.dumps(info))
     print(f"pyautodiff ISA level: {info['isa']}{cap}")
     print(f"threads: each section runs at 1 and at 2 threads (this machine: "
           f"{info['cpus']} CPUs); numpy's elementwise ops are single-threaded at both")
+    want = env.get("OPENBLAS_CORETYPE")
     for d in info.get("pools", []):
         lib_ = os.path.basename(d["filepath"] or "")
         who = "torch" if "torch" in (d["filepath"] or "") else "numpy"
+        arch = d["architecture"] or ""
         print(f"  {who}: {d['user_api']} {d['internal_api']} {d['version'] or ''} "
-              f"{d['architecture'] or ''} ({lib_})")
+              f"kernel={arch or '?'} ({lib_})")
+        if d["internal_api"] == "openblas" and who == "numpy":
+            if want:
+                ok = arch.lower() == want.lower()
+                print(f"  numpy's OpenBLAS: OPENBLAS_CORETYPE={want} passed through "
+                      f"(PYAUTODIFF_ISA={info['cap']}); reported kernel {arch or '?'}"
+                      + ("" if ok else "  WARNING: not the name asked for (OpenBLAS maps "
+                                       "some, e.g. Zen runs Haswell's kernels)"))
+            elif os.environ.get("OPENBLAS_CORETYPE"):
+                print(f"  OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is unset for the "
+                      f"children (it is kept only with PYAUTODIFF_ISA, to emulate a smaller "
+                      f"machine)")
+            elif info["cap"]:
+                print(f"  note: PYAUTODIFF_ISA={info['cap']} without OPENBLAS_CORETYPE: numpy "
+                      f"runs its {arch or 'default'} kernel, not one of the capped level")
     if "numpy_blas" in info:
         print("numpy BLAS:", info["numpy_blas"], "(pip install threadpoolctl for more)")
     if "torch" in info:

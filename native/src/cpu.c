@@ -4,9 +4,14 @@
  *   PYAUTODIFF_ISA=avx2|portable at most that level (a level the CPU lacks
  *                                is ignored)
  * GEMM (gemm.c) and the float32 maps (elementwise.c) both dispatch on it. */
+#define _GNU_SOURCE /* sysconf's _SC_LEVEL*_CACHE_SIZE */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "cpu.h"
 
@@ -46,4 +51,100 @@ static void detect(void) {
 int ad_cpu_isa(void) {
     pthread_once(&isa_once, detect);
     return isa;
+}
+
+/* ---- cache sizes ---- */
+
+static struct ad_caches caches;
+static pthread_once_t caches_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The deterministic cache parameters (Intel leaf 4, AMD 0x8000001D share the
+   layout): each subleaf one cache, until a type of 0. */
+static int cpuid_caches(unsigned leaf, struct ad_caches *c)
+{
+    int found = 0;
+    for (unsigned i = 0; i < 16; i++) {
+        unsigned a, b, cx, d;
+        __cpuid_count(leaf, i, a, b, cx, d);
+        unsigned type = a & 0x1f, level = (a >> 5) & 7;
+        if (type == 0)
+            break;
+        if (type == 2) /* instruction cache */
+            continue;
+        long sharing = (long)((a >> 14) & 0xfff) + 1;
+        long size = (long)((b >> 22) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) *
+                    ((long)cx + 1);
+        if (level == 1)
+            c->l1d = size;
+        else if (level == 2)
+            c->l2 = size;
+        else if (level == 3) /* a core's share: the VM or chip may split it many ways */
+            c->l3 = size / sharing;
+        found = 1;
+    }
+    return found;
+}
+
+static void cpuid_detect(struct ad_caches *c)
+{
+    unsigned a, b, cx, d;
+    if (!__get_cpuid(0, &a, &b, &cx, &d))
+        return;
+    unsigned max_basic = a;
+    int amd = (b == 0x68747541 && cx == 0x444d4163 && d == 0x69746e65) || /* AuthenticAMD */
+              (b == 0x6f677948 && cx == 0x656e6975 && d == 0x6e65476e);  /* HygonGenuine */
+    unsigned max_ext = __get_cpuid_max(0x80000000, NULL);
+    if (amd) {
+        /* 0x8000001D needs the topology extensions (0x80000001 ECX bit 22) */
+        if (max_ext >= 0x8000001D && __get_cpuid(0x80000001, &a, &b, &cx, &d) &&
+            (cx >> 22 & 1) && cpuid_caches(0x8000001D, c))
+            return;
+        if (max_ext >= 0x80000005 && __get_cpuid(0x80000005, &a, &b, &cx, &d))
+            c->l1d = (long)(cx >> 24) << 10;
+        if (max_ext >= 0x80000006 && __get_cpuid(0x80000006, &a, &b, &cx, &d)) {
+            c->l2 = (long)(cx >> 16) << 10;
+            c->l3 = (long)(d >> 18) << 19; /* shared; its share per core is unknown here */
+        }
+        return;
+    }
+    if (max_basic >= 4)
+        cpuid_caches(4, c);
+}
+#endif
+
+static long clamp_size(long v, long lo, long hi, long fallback)
+{
+    return v <= 0 ? fallback : v < lo ? lo : v > hi ? hi : v;
+}
+
+static void caches_detect(void)
+{
+    struct ad_caches c = {0, 0, -1};
+#if defined(__x86_64__) || defined(__i386__)
+    cpuid_detect(&c);
+#endif
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    if (c.l1d <= 0)
+        c.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (c.l2 <= 0)
+        c.l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    /* glibc's L3 figure is the whole cache (of every CCX on some AMD parts):
+       halved as a guess at a core's share */
+    if (c.l3 < 0) {
+        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        c.l3 = l3 > 0 ? l3 / 2 : -1;
+    }
+#endif
+    /* implausible reports (a hypervisor's zeros, a misread leaf) fall back */
+    c.l1d = clamp_size(c.l1d, 16 << 10, 256 << 10, 32 << 10);
+    c.l2 = clamp_size(c.l2, 128 << 10, 16 << 20, 256 << 10);
+    c.l3 = c.l3 == 0 ? 0 : clamp_size(c.l3, 256 << 10, 1L << 30, 2 << 20);
+    caches = c;
+}
+
+const struct ad_caches *ad_cpu_caches(void)
+{
+    pthread_once(&caches_once, caches_detect);
+    return &caches;
 }

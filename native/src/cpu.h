@@ -10,4 +10,13 @@ int ad_cpu_isa(void);
 int ad_isa_by_name(const char *name);
 const char *ad_isa_name(int level);
 
+/* The data caches one core sees, in bytes, read once per process: cpuid (leaf
+   4 on Intel, 0x8000001D on AMD, AMD's legacy leaves 0x80000005/6 before
+   that), else sysconf, else conservative defaults (32 KiB, 256 KiB, 2 MiB
+   per core). l3 is the core's share of its L3 (0 if there is none). */
+struct ad_caches {
+    long l1d, l2, l3;
+};
+const struct ad_caches *ad_cpu_caches(void);
+
 #endif

@@ -244,14 +244,42 @@ struct S(kernel) {
     const S(ukr_fn) *half_tails; /* the same for the half kernel (NULL when tails is) */
 };
 
-/* Block sizes per kernel and dtype, measured on Zen 5 (L1 48 KiB, L2 1 MiB,
-   L3 32 MiB) against numpy's AVX-512 OpenBLAS. A long kc (fewer passes over
-   C) won over keeping the kc x NR B micro-panel strictly inside L1: L2
-   streams it fast enough (f32: kc 1024 beat 512 by 5% at n = 2048, with a
-   96-row A block, 384 KiB, in L2; f64: 576 KiB). The kc x nc B panel is in L3,
-   kept to 4 MiB: on a VM sharing its L3 with other tenants an 8-16 MiB panel
-   lost up to 8% (f32 1 thread, nc 1024 vs 4096: 2048^3 232 vs 222 GFLOP/s,
-   3000^3 234 vs 218; 1536^3 equal). */
+/* AVX-512 block sizes, measured on Zen 5 (L1 48 KiB, L2 1 MiB, L3 32 MiB)
+   against numpy's AVX-512 OpenBLAS. A long kc (fewer passes over C) won over
+   keeping the kc x NR B micro-panel strictly inside L1: L2 streams it fast
+   enough (f32: kc 1024 beat 512 by 5% at n = 2048, with a 96-row A block,
+   384 KiB, in L2; f64: 576 KiB). The kc x nc B panel is in L3, kept to 4 MiB:
+   on a VM sharing its L3 with other tenants an 8-16 MiB panel lost up to 8%
+   (f32 1 thread, nc 1024 vs 4096: 2048^3 232 vs 222 GFLOP/s, 3000^3 234 vs
+   218; 1536^3 equal). */
+#define GEMM_AVX512_F32_BLOCKS 1024, 96, 1024
+#define GEMM_AVX512_F64_BLOCKS 512, 144, 1024
+
+/* AVX2 machines range from Haswell (L1 32 KiB, L2 256 KiB) to Zen 4/5 (48 KiB,
+   1 MiB), so their block sizes come from the caches cpu.c reports:
+     kc: the kc x NR B micro-panel fills 2/3 of L1, beside the A micro-panel
+         streaming through (48 KiB: kc 512, which matched or beat 256 and 384
+         on Zen 5 under PYAUTODIFF_ISA=avx2, both dtypes);
+     mc: the mc x kc A block fills 9/16 of L2 (1 MiB, f64: 144 rows; 60 rows
+         lost 3-5% at 1024^3, 144-252 were level; f32 was level from 144 to 288);
+     nc: the kc x nc B panel takes half the core's L3 share, from 1 MiB (a
+         cpuid sharing count can overstate the cores) to 4 MiB (see above). */
+static void S(avx2_blocks)(int mr, int nr, int64_t *kc, int64_t *mc, int64_t *nc)
+{
+    const struct ad_caches *ca = ad_cpu_caches();
+    int64_t s = (int64_t)sizeof(T);
+    int64_t k = ca->l1d * 2 / 3 / (nr * s) / 16 * 16;
+    k = k < 128 ? 128 : k > 1024 ? 1024 : k;
+    int64_t m = ca->l2 * 9 / 16 / (k * s) / mr * mr;
+    m = m < 4 * mr ? 4 * mr : m > 96 * mr ? 96 * mr : m;
+    int64_t panel = ca->l3 / 2;
+    panel = panel < (1 << 20) ? (1 << 20) : panel > (4 << 20) ? (4 << 20) : panel;
+    int64_t n = panel / (k * s) / nr * nr;
+    *kc = k;
+    *mc = m;
+    *nc = n < 8 * nr ? 8 * nr : n;
+}
+
 static struct S(kernel) S(pick_kernel)(void)
 {
     int sel = kernel_sel();
@@ -259,20 +287,46 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)f32;
 #if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
-        return f32 ? (struct S(kernel)){UKR_AVX512, 1024, 96, 1024, GEMV(avx512), PACKBT_AVX2,
-                                        TAILS_AVX512}
-                   : (struct S(kernel)){UKR_AVX512, 512, 144, 1024, GEMV(avx512), PACKBT_AVX2,
-                                        TAILS_AVX512};
-    if (sel == KSEL_AVX2)
-        return f32 ? (struct S(kernel)){UKR_AVX2, 512, 144, 2048, GEMV(avx2), PACKBT_AVX2,
-                                        TAILS_AVX2}
-                   : (struct S(kernel)){UKR_AVX2, 512, 144, 1024, GEMV(avx2), PACKBT_AVX2,
-                                        TAILS_AVX2};
+        return f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS, GEMV(avx512),
+                                        PACKBT_AVX2, TAILS_AVX512}
+                   : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS, GEMV(avx512),
+                                        PACKBT_AVX2, TAILS_AVX512};
+    if (sel == KSEL_AVX2) {
+        struct S(kernel) kn = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2};
+        S(avx2_blocks)(kn.mr, kn.nr, &kn.kc, &kn.mc, &kn.nc);
+        return kn;
+    }
 #endif
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
                               2048, GEMV(portable), S(packbt_portable), S(tails_portable),
                               S(tails_half_portable)};
+}
+
+/* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
+   a unit-stride operand. The widths the kernels use get a constant-size copy
+   the compiler inlines; a memcpy call per 24-64 byte run cost up to 10% of
+   an MLP-sized product (128 x 784 @ 784 x 512), whose B is packed for only
+   128 rows. */
+static void S(copy_runs)(int64_t kb, const T *src, int64_t ld, T *dst, int w)
+{
+#define COPY_RUNS_(W)                                                                       \
+    case W:                                                                                 \
+        for (int64_t p = 0; p < kb; p++)                                                    \
+            memcpy(dst + p * (W), src + p * ld, (W) * sizeof(T));                           \
+        return;
+    switch (w) {
+        COPY_RUNS_(4)
+        COPY_RUNS_(6)
+        COPY_RUNS_(8)
+        COPY_RUNS_(12)
+        COPY_RUNS_(16)
+        COPY_RUNS_(32)
+    default:
+        for (int64_t p = 0; p < kb; p++)
+            memcpy(dst + p * w, src + p * ld, (size_t)w * sizeof(T));
+    }
+#undef COPY_RUNS_
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
@@ -284,9 +338,8 @@ static void S(pack_a)(const struct S(kernel) *kn, int64_t mb, int64_t kb, const 
         int64_t ib = min64(mr, mb - i0);
         const T *src = a + i0 * rsa;
         if (ib == mr && rsa == 1) {
-            for (int64_t p = 0; p < kb; p++)
-                memcpy(ap + p * mr, src + p * csa, (size_t)mr * sizeof(T));
-        } else if (ib == mr && csa == 1 && kn->packbt && mr % 4 == 0) {
+            S(copy_runs)(kb, src, csa, ap, mr);
+        } else if (ib == mr && csa == 1 && kn->packbt && mr % 2 == 0) {
             kn->packbt(kb, src, rsa, ap, mr);
         } else if (ib == mr && csa == 1) {
             for (int i = 0; i < mr; i++) {
@@ -316,8 +369,7 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
         int64_t jb = min64(nr, nb - j0);
         const T *src = b + j0 * csb;
         if (jb == nr && csb == 1) {
-            for (int64_t p = 0; p < kb; p++)
-                memcpy(bp + p * nr, src + p * rsb, (size_t)nr * sizeof(T));
+            S(copy_runs)(kb, src, rsb, bp, nr);
         } else if (jb == nr && rsb == 1 && kn->packbt) {
             kn->packbt(kb, src, csb, bp, nr);
         } else if (jb == nr && rsb == 1) {

@@ -60,8 +60,9 @@ GEMM_GEMV_DEFINE(f64_avx2, double)
    is a transpose; doing it in 8 x 8 (float) or 4 x 4 (double) register blocks
    instead of element by element matters when m is small and the packing cost
    is not amortised (the G @ W^T product of an MLP's backward); the same
-   transpose packs a row-major A into MR-tall micro-panels. nr must be a
-   multiple of 4; the k tail is copied element by element. */
+   transpose packs a row-major A into MR-tall micro-panels (6 rows at this
+   level, where packing element by element cost 11% of a 128^3 product). nr
+   must be even; the k tail is copied element by element. */
 static inline void transpose8_ps(__m256 r[8])
 {
     __m256 t[8], u[8];
@@ -94,7 +95,7 @@ void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, 
             for (int pp = 0; pp < 8; pp++)
                 _mm256_storeu_ps(bp + (p + pp) * nr + j, r[pp]);
         }
-        for (; j < nr; j += 4) /* a 4-wide tail (nr = 12 packing an A panel) */
+        for (; j + 4 <= nr; j += 4) /* a 4-wide tail (nr = 12 packing an A panel) */
             for (int h = 0; h < 8; h += 4) {
                 __m128 r0 = _mm_loadu_ps(src + j * csb + p + h);
                 __m128 r1 = _mm_loadu_ps(src + (j + 1) * csb + p + h);
@@ -106,6 +107,23 @@ void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, 
                 _mm_storeu_ps(bp + (p + h + 2) * nr + j, r2);
                 _mm_storeu_ps(bp + (p + h + 3) * nr + j, r3);
             }
+        if (j < nr) { /* a 2-wide tail (nr = 6: rows 4 and 5 of an A panel) */
+            __m256 r0 = _mm256_loadu_ps(src + j * csb + p);
+            __m256 r1 = _mm256_loadu_ps(src + (j + 1) * csb + p);
+            /* lo: pairs of columns 0, 1 | 4, 5; hi: 2, 3 | 6, 7 */
+            __m256 lo = _mm256_unpacklo_ps(r0, r1), hi = _mm256_unpackhi_ps(r0, r1);
+            __m128 l0 = _mm256_castps256_ps128(lo), l1 = _mm256_extractf128_ps(lo, 1);
+            __m128 h0 = _mm256_castps256_ps128(hi), h1 = _mm256_extractf128_ps(hi, 1);
+            float *d = bp + p * nr + j;
+            _mm_storel_pi((__m64 *)d, l0);
+            _mm_storeh_pi((__m64 *)(d + nr), l0);
+            _mm_storel_pi((__m64 *)(d + 2 * nr), h0);
+            _mm_storeh_pi((__m64 *)(d + 3 * nr), h0);
+            _mm_storel_pi((__m64 *)(d + 4 * nr), l1);
+            _mm_storeh_pi((__m64 *)(d + 5 * nr), l1);
+            _mm_storel_pi((__m64 *)(d + 6 * nr), h1);
+            _mm_storeh_pi((__m64 *)(d + 7 * nr), h1);
+        }
     }
     for (; p < kb; p++)
         for (int j = 0; j < nr; j++)
@@ -115,8 +133,9 @@ void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, 
 void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp, int nr)
 {
     int64_t p = 0;
-    for (; p + 4 <= kb; p += 4)
-        for (int j = 0; j < nr; j += 4) {
+    for (; p + 4 <= kb; p += 4) {
+        int j = 0;
+        for (; j + 4 <= nr; j += 4) {
             __m256d r0 = _mm256_loadu_pd(src + j * csb + p);
             __m256d r1 = _mm256_loadu_pd(src + (j + 1) * csb + p);
             __m256d r2 = _mm256_loadu_pd(src + (j + 2) * csb + p);
@@ -128,6 +147,17 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
             _mm256_storeu_pd(bp + (p + 2) * nr + j, _mm256_permute2f128_pd(t0, t2, 0x31));
             _mm256_storeu_pd(bp + (p + 3) * nr + j, _mm256_permute2f128_pd(t1, t3, 0x31));
         }
+        if (j < nr) { /* a 2-wide tail (nr = 6: rows 4 and 5 of an A panel) */
+            __m256d r0 = _mm256_loadu_pd(src + j * csb + p);
+            __m256d r1 = _mm256_loadu_pd(src + (j + 1) * csb + p);
+            __m256d lo = _mm256_unpacklo_pd(r0, r1), hi = _mm256_unpackhi_pd(r0, r1);
+            double *d = bp + p * nr + j;
+            _mm_storeu_pd(d, _mm256_castpd256_pd128(lo));
+            _mm_storeu_pd(d + nr, _mm256_castpd256_pd128(hi));
+            _mm_storeu_pd(d + 2 * nr, _mm256_extractf128_pd(lo, 1));
+            _mm_storeu_pd(d + 3 * nr, _mm256_extractf128_pd(hi, 1));
+        }
+    }
     for (; p < kb; p++)
         for (int j = 0; j < nr; j++)
             bp[p * nr + j] = src[j * csb + p];

@@ -1,0 +1,74 @@
+"""GEMM packing and blocking paths on every kernel level: a row-major A packed
+into MR-tall micro-panels by the transposing pack (6 rows at the AVX2 level:
+two 4 / 2-row register blocks plus the k tail copied element by element), a
+transposed A and a row-major B packed by runs of fixed width, and products
+larger than every block size (kc, mc, nc come from the CPU's cache sizes at
+the AVX2 level, so they differ between machines; these shapes cross them on
+any machine with caches up to 48 KiB L1 / 1 MiB L2)."""
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+
+
+@pytest.fixture(params=["avx512", "avx2", "portable"])
+def kernel(request):
+    if lib.ad_gemm_set_kernel(request.param.encode()) != lib.AD_OK:
+        pytest.skip(f"this CPU has no {request.param} kernel")
+    assert ffi.string(lib.ad_gemm_kernel()).decode() == request.param
+    yield request.param
+    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
+
+
+TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _check(a, b, dt):
+    """a @ b against float64 numpy, relative to the size of the terms."""
+    got = (ad.from_numpy(a) @ ad.from_numpy(b)).numpy().astype(np.float64)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = a64 @ b64
+    scale = np.abs(a64) @ np.abs(b64)
+    tol = TOL[dt]
+    err = np.abs(got - want) - (tol["atol"] + tol["rtol"] * np.maximum(scale, 1))
+    assert np.all(err <= 0), f"{a.shape} @ {b.shape}: max err {np.max(np.abs(got - want))}"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_row_major_a_packed_every_k_tail(kernel, threads, dt):
+    # n = 150 feeds more micro-panels than an A read in place may serve, so A
+    # is packed; k runs through every remainder of the 8 (float) / 4 (double)
+    # column blocks of the transposing pack, and m through whole panels and
+    # row tails of every level's MR (4, 6, 12)
+    rng = np.random.default_rng(17)
+    for m in (6, 12, 13, 30):
+        for k in list(range(1, 18)) + [40, 515]:
+            a = rng.standard_normal((m, k)).astype(dt)
+            b = rng.standard_normal((k, 150)).astype(dt)
+            _check(a, b, dt)
+            # the same A through a strided view: rows further apart than k
+            wide = rng.standard_normal((m, k + 5)).astype(dt)
+            _check(wide[:, 2:k + 2], b, dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_unit_stride_runs(kernel, threads, dt):
+    # a transposed A (unit row stride: MR-wide runs) and a row-major B
+    # (NR-wide runs), with partial last panels in both
+    rng = np.random.default_rng(23)
+    for m, k, n in [(70, 33, 90), (13, 300, 200), (128, 129, 130)]:
+        at = rng.standard_normal((k, m)).astype(dt)
+        b = rng.standard_normal((k, n)).astype(dt)
+        _check(at.T, b, dt)
+        _check(at.T, np.asfortranarray(b), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_larger_than_every_block(kernel, dt):
+    rng = np.random.default_rng(29)
+    m, k, n = 301, 1030, 2100 if dt == np.float32 else 1100
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    _check(a, b, dt)
+    _check(np.asfortranarray(a), b, dt)
