@@ -557,6 +557,40 @@ BACKWARD(layer_norm) {
    scale, since the mask depends only on the seed and the position */
 BACKWARD(dropout) { GRAD(0, call(s, AD_OP_DROPOUT, 1, G, NULL, NULL, IA, 1, FA, 1)); }
 
+/* d act(x @ w^T + b): gz = g act'(out) (relu: g where out > 0; tanh:
+   g (1 - out^2); sigmoid: g out (1 - out); none: g), then x gets gz @ w, w
+   gets gz^T @ x (x's leading dims as rows) and b the sums of gz over the
+   leading dims.  Without create_graph the mask and the bias sums are one
+   native pass over g (ad_linear_gradz); under it, the same formulas as
+   recorded ops. */
+BACKWARD(linear) {
+    int act = s->n->op == AD_OP_LINEAR_ACT ? (int)IA[0] : AD_LINEAR_NONE;
+    bool want_b = s->n->n_in == 3 && TRACKED(2);
+    const ad_tensor *gz, *gb;
+    if (ad_grad_enabled && ad_tracks(G)) {
+        gz = act == AD_LINEAR_RELU ? MUL(to_dtype(s, CMP(GT, Y, 0.0), Y->dtype), G)
+             : act == AD_LINEAR_TANH ? MUL(RSUB(1.0, OP1(SQR, Y)), G)
+             : act == AD_LINEAR_SIGMOID ? MUL(MUL(G, Y), RSUB(1.0, Y))
+             : G;
+        gb = gz; /* give() sums it to b's shape */
+    } else {
+        ad_tensor *z = NULL, *bs = NULL;
+        ad_status st = ad_linear_gradz(act, G, act != AD_LINEAR_NONE ? Y : NULL, want_b, &z, &bs);
+        gz = own(s, st, z);
+        gb = bs ? own(s, AD_OK, bs) : NULL;
+    }
+    GRAD(2, gb);
+    if (!TRACKED(0) && !TRACKED(1)) return;
+    const ad_tensor *x = X(0), *w = X(1);
+    int64_t m = 1, k = T_SHAPE(w)[1], xs[2], zs[2] = {0, T_SHAPE(w)[0]};
+    for (int i = 0; i < x->ndim - 1; i++) m *= T_SHAPE(x)[i];
+    xs[0] = zs[0] = m;
+    xs[1] = k;
+    const ad_tensor *gz2 = reshape(s, gz, zs, 2);
+    GRAD(0, reshape(s, MATMUL(gz2, w), T_SHAPE(x), x->ndim));
+    GRAD(1, MATMUL(swap_last2(s, gz2), reshape(s, x, xs, 2)));
+}
+
 /* conv_args with the kernel size of weight w, in op's layout, into ia */
 static int conv_layout(int op, conv_args c, const ad_tensor *w, int64_t *ia) {
     c.kh = T_SHAPE(w)[2], c.kw = T_SHAPE(w)[3];

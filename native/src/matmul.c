@@ -3,7 +3,10 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "ew.h"
 #include "gemm.h"
+#include "nnops.h"
+#include "simd.h"
 #include "strided.h"
 
 ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
@@ -95,4 +98,210 @@ AD_API ad_status ad_gemm_set_kernel(const char *name) {
                        "PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE)",
                        name ? name : "", ad_isa_name(ad_cpu_isa()));
     return AD_OK;
+}
+
+/* ---- linear: act(x @ w^T + b), the bias and the activation in the GEMM's epilogue ----
+
+   linear(x (..., k), w (n, k)[, b (n,) or one element]) and linear_act with
+   iargs {act}.  Each element of C gets c + b[j] and then the activation
+   while its block is still in cache, by the same expressions (and, for tanh
+   and sigmoid, the same SIMD maps) as the add and unary ops, so the result
+   has the bits of the unfused act(x @ w.t() + b). */
+typedef void (*linear_map)(int64_t n, const void *x, void *y);
+
+#define LINEAR_MAPS(T, SFX)                                                                   \
+    static void lin_relu_##SFX(int64_t n, const void *x, void *y) {                           \
+        const T *xs = x;                                                                      \
+        T *ys = y;                                                                            \
+        for (int64_t i = 0; i < n; i++) ys[i] = xs[i] > 0 ? xs[i] : 0;                       \
+    }
+LINEAR_MAPS(float, f32)
+LINEAR_MAPS(double, f64)
+
+typedef struct {
+    const char *bias; /* NULL: none */
+    int64_t bstride;  /* elements: 0 for a one-element bias */
+    int dtype, act;
+    un_kernel un;     /* tanh / sigmoid for this dtype and ISA */
+    void (*simd)(int64_t, const float *, int64_t, float *);
+} linear_epi_ctx;
+
+static void linear_epi(const void *vctx, void *c, int64_t rsc, int64_t i0, int64_t rows,
+                       int64_t j0, int64_t cols) {
+    const linear_epi_ctx *e = vctx;
+    (void)i0;
+    for (int64_t i = 0; i < rows; i++) {
+        if (e->dtype == AD_FLOAT32) {
+            float *r = (float *)c + i * rsc;
+            if (e->bias) {
+                const float *b = (const float *)e->bias + j0 * e->bstride;
+                if (e->bstride)
+                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];
+                else
+                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];
+            }
+            if (e->act == AD_LINEAR_RELU) lin_relu_f32(cols, r, r);
+            else if (e->simd) e->simd(cols, r, 1, r);
+            else if (e->un) e->un(cols, r, 1, r, (double[2]){0, 0});
+        } else {
+            double *r = (double *)c + i * rsc;
+            if (e->bias) {
+                const double *b = (const double *)e->bias + j0 * e->bstride;
+                if (e->bstride)
+                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];
+                else
+                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];
+            }
+            if (e->act == AD_LINEAR_RELU) lin_relu_f64(cols, r, r);
+            else if (e->un) e->un(cols, r, 1, r, (double[2]){0, 0});
+        }
+    }
+}
+
+/* The activation's elementwise kernel, as elementwise.c picks it. */
+static void linear_act_kernel(linear_epi_ctx *e) {
+    e->un = NULL;
+    e->simd = NULL;
+    if (e->act != AD_LINEAR_TANH && e->act != AD_LINEAR_SIGMOID) return;
+    int op = e->act == AD_LINEAR_TANH ? AD_OP_TANH : AD_OP_SIGMOID;
+    int isa = ad_cpu_isa();
+    if (e->dtype == AD_FLOAT32 && isa == AD_ISA_AVX512)
+        e->simd = op == AD_OP_TANH ? ad_tanh_f32_avx512 : ad_sigmoid_f32_avx512;
+    else if (e->dtype == AD_FLOAT32 && isa == AD_ISA_AVX2)
+        e->simd = op == AD_OP_TANH ? ad_tanh_f32_avx2 : ad_sigmoid_f32_avx2;
+    else
+        e->un = (isa == AD_ISA_AVX512 ? ew_un_table_avx512
+                 : isa == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable)[op][e->dtype];
+}
+
+/* x's leading dims as rows of one row stride, if its layout allows (else -1). */
+static int64_t rows_stride(const ad_tensor *x) {
+    int nd = x->ndim - 1;
+    int64_t rs = -1, span = 0; /* span: the stride the next outer dim must have */
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t sz = T_SHAPE(x)[d], st = T_STRIDES(x)[d];
+        if (sz == 1) continue;
+        if (rs < 0) rs = st;
+        else if (st != span) return -1;
+        span = st * sz;
+    }
+    return rs < 0 ? 0 : rs;
+}
+
+ad_status fwd_linear(const op_args *args, ad_tensor **out) {
+    const char *op = OP_NAME(args->op);
+    if (args->n_in != 2 && args->n_in != 3)
+        return ad_fail(AD_ERR_VALUE, "%s: takes (x, weight) or (x, weight, bias), got %d inputs",
+                       op, args->n_in);
+    const ad_tensor *x = args->in[0], *w = args->in[1], *b = args->n_in == 3 ? args->in[2] : NULL;
+    int act = args->op == AD_OP_LINEAR_ACT ? (int)args->iargs[0] : AD_LINEAR_NONE;
+    if (act < AD_LINEAR_NONE || act > AD_LINEAR_SIGMOID)
+        return ad_fail(AD_ERR_VALUE, "%s: activation %d is not 0 (none), 1 (relu), 2 (tanh) or "
+                       "3 (sigmoid)", op, act);
+    if (!ad_dtype_is_float(x->dtype) || w->dtype != x->dtype || (b && b->dtype != x->dtype))
+        return ad_fail(AD_ERR_DTYPE, "%s: x, weight%s must share a float dtype, got %s, %s%s%s",
+                       op, b ? " and bias" : "", ad_tdesc(x), ad_tdesc(w), b ? ", " : "",
+                       b ? ad_tdesc(b) : "");
+    if (x->ndim < 1 || w->ndim != 2 || T_SHAPE(x)[x->ndim - 1] != T_SHAPE(w)[1])
+        return ad_fail(AD_ERR_SHAPE, "%s: x %s (..., in_features) does not match weight %s "
+                       "(out_features, in_features)", op, ad_tdesc(x), ad_tdesc(w));
+    int64_t n = T_SHAPE(w)[0], k = T_SHAPE(w)[1];
+    if (b && (b->ndim > 1 || (b->numel != n && b->numel != 1)))
+        return ad_fail(AD_ERR_SHAPE, "%s: bias %s must have shape (%lld,) for weight %s", op,
+                       ad_tdesc(b), (long long)n, ad_tdesc(w));
+    int64_t shape[AD_MAX_DIMS];
+    memcpy(shape, T_SHAPE(x), (size_t)x->ndim * sizeof *shape);
+    shape[x->ndim - 1] = n;
+    ad_tensor *y, *xc = NULL;
+    ad_status st = ad_tensor_empty(x->dtype, shape, x->ndim, &y);
+    if (st) return st;
+    int64_t m = y->numel / (n ? n : 1);
+    if (n == 0 || m == 0 || y->numel == 0) {
+        *out = y;
+        return AD_OK;
+    }
+    const ad_tensor *xa = x;
+    int64_t rsa = rows_stride(x);
+    if (rsa < 0) { /* leading dims that do not merge: one contiguous copy */
+        if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &xc))) {
+            ad_tensor_release(y);
+            return st;
+        }
+        ad_copy_strided(x, ad_ptr(xc));
+        xa = xc;
+        rsa = k;
+    }
+    linear_epi_ctx e = {b ? ad_ptr(b) : NULL, b && b->numel == n && b->ndim ? T_STRIDES(b)[0] : 0,
+                        x->dtype, act, NULL, NULL};
+    linear_act_kernel(&e);
+    gemm_epi epi = {linear_epi, &e};
+    int64_t csa = T_STRIDES(xa)[xa->ndim - 1];
+    int64_t rsb = T_STRIDES(w)[1], csb = T_STRIDES(w)[0]; /* B = w^T */
+    if (x->dtype == AD_FLOAT32)
+        gemm_epi_f32(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
+    else
+        gemm_epi_f64(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
+    ad_tensor_release(xc);
+    *out = y;
+    return AD_OK;
+}
+
+/* The backward's elementwise part without create_graph: the gradient at the
+   pre-activation, gz = g * act'(y) (act' from the output, by the same
+   expressions as the relu / tanh / sigmoid backward ops), and, when gb is
+   non-NULL, its column sums (the bias gradient, (n,)) in the same pass.
+   g and y are (..., n) with g contiguous; gz is g itself (a new reference)
+   when act is none. */
+#define LINEAR_GRADZ(T, SFX)                                                                  \
+    static void lin_gradz_##SFX(int64_t m, int64_t n, int act, const T *g, const T *y, T *gz,  \
+                                T *gb) {                                                      \
+        if (gb)                                                                               \
+            for (int64_t j = 0; j < n; j++) gb[j] = 0;                                        \
+        for (int64_t i = 0; i < m; i++) {                                                     \
+            const T *gr = g + i * n, *yr = y ? y + i * n : NULL;                              \
+            T *zr = gz + i * n;                                                               \
+            if (act == AD_LINEAR_RELU)                                                        \
+                for (int64_t j = 0; j < n; j++) zr[j] = (T)(yr[j] > 0) * gr[j];               \
+            else if (act == AD_LINEAR_TANH)                                                   \
+                for (int64_t j = 0; j < n; j++) zr[j] = (1 - yr[j] * yr[j]) * gr[j];          \
+            else if (act == AD_LINEAR_SIGMOID)                                                \
+                for (int64_t j = 0; j < n; j++) zr[j] = gr[j] * yr[j] * (1 - yr[j]);          \
+            if (gb)                                                                           \
+                for (int64_t j = 0; j < n; j++) gb[j] += zr[j];                               \
+        }                                                                                     \
+    }
+LINEAR_GRADZ(float, f32)
+LINEAR_GRADZ(double, f64)
+
+ad_status ad_linear_gradz(int act, const ad_tensor *g, const ad_tensor *y, bool want_b,
+                          ad_tensor **gz, ad_tensor **gb) {
+    *gz = *gb = NULL;
+    int64_t n = g->ndim ? T_SHAPE(g)[g->ndim - 1] : 1, m = n ? g->numel / n : 0;
+    ad_tensor *gc = NULL, *yc = NULL;
+    const void *pg = NULL, *py = NULL;
+    ad_status st = nn_contig(g, &gc, &pg);
+    if (!st && act != AD_LINEAR_NONE) st = nn_contig(y, &yc, &py);
+    if (!st) {
+        if (act == AD_LINEAR_NONE) {
+            *gz = gc ? ad_ref(gc) : ad_ref(g);
+        } else {
+            st = ad_tensor_empty(g->dtype, T_SHAPE(g), g->ndim, gz);
+        }
+    }
+    if (!st && want_b) st = ad_tensor_empty(g->dtype, &n, 1, gb);
+    if (!st) {
+        void *pz = ad_ptr(*gz), *pb = want_b ? ad_ptr(*gb) : NULL;
+        if (g->dtype == AD_FLOAT32)
+            lin_gradz_f32(m, n, act, pg, py, act == AD_LINEAR_NONE ? (float *)pg : pz, pb);
+        else
+            lin_gradz_f64(m, n, act, pg, py, act == AD_LINEAR_NONE ? (double *)pg : pz, pb);
+    }
+    if (st) {
+        ad_tensor_release(*gz);
+        ad_tensor_release(*gb);
+        *gz = *gb = NULL;
+    }
+    ad_tensor_release(gc);
+    ad_tensor_release(yc);
+    return st;
 }
