@@ -107,21 +107,58 @@ AD_API ad_status ad_gemm_set_kernel(const char *name) {
    while its block is still in cache, by the same expressions (and, for tanh
    and sigmoid, the same SIMD maps) as the add and unary ops, so the result
    has the bits of the unfused act(x @ w.t() + b). */
-typedef void (*linear_map)(int64_t n, const void *x, void *y);
+/* The epilogue's and the backward's loops, compiled for each ISA level (as
+   reduce.c's): the same expressions at every level (no FMA: an add, a select,
+   products rounded one by one), so the same bits. */
+#if defined(__x86_64__) || defined(__i386__)
+#define LIN_ATTR_base
+#define LIN_ATTR_avx2 __attribute__((target("avx2")))
+#define LIN_ATTR_avx512 __attribute__((target("avx512f")))
+#else
+#define LIN_ATTR_base
+#define LIN_ATTR_avx2
+#define LIN_ATTR_avx512
+#endif
 
-#define LINEAR_MAPS(T, SFX)                                                                   \
-    static void lin_relu_##SFX(int64_t n, const void *x, void *y) {                           \
-        const T *xs = x;                                                                      \
-        T *ys = y;                                                                            \
-        for (int64_t i = 0; i < n; i++) ys[i] = xs[i] > 0 ? xs[i] : 0;                       \
-    }
-LINEAR_MAPS(float, f32)
-LINEAR_MAPS(double, f64)
+/* rows x cols of C (row stride rsc): + b[j] (b NULL: none; bs 0: one element),
+   then relu when asked */
+#define LIN_ROWS(T, SFX, ISA)                                                                      LIN_ATTR_##ISA static void lin_rows_##SFX##_##ISA(int64_t rows, int64_t cols, T *c,                                                               int64_t rsc, const T *b, int64_t bs,                                                            int relu) {                                       for (int64_t i = 0; i < rows; i++) {                                                               T *restrict r = c + i * rsc;                                                                   if (b && bs && relu)                                                                               for (int64_t j = 0; j < cols; j++) {                                                               T t = r[j] + b[j];                                                                             r[j] = t > 0 ? t : 0;                                                                      }                                                                                          else if (b && bs)                                                                                  for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];                                     else if (b && relu)                                                                                for (int64_t j = 0; j < cols; j++) {                                                               T t = r[j] + b[0];                                                                             r[j] = t > 0 ? t : 0;                                                                      }                                                                                          else if (b)                                                                                        for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];                                     else if (relu)                                                                                     for (int64_t j = 0; j < cols; j++) r[j] = r[j] > 0 ? r[j] : 0;                         }                                                                                          }
+
+/* The backward's elementwise part without create_graph: the gradient at the
+   pre-activation, gz = g * act'(y) (act' from the output, by the same
+   expressions as the relu / tanh / sigmoid backward ops), and, when gb is
+   non-NULL, its column sums (the bias gradient) in the same pass.  g, y, gz
+   are m x n contiguous; with no activation gz is g and only gb is written. */
+#define LIN_GRADZ(T, SFX, ISA)                                                                     LIN_ATTR_##ISA static void lin_gradz_##SFX##_##ISA(int64_t m, int64_t n, int act,                                                                  const T *g, const T *y, T *gz, T *gb) {          if (gb)                                                                                            for (int64_t j = 0; j < n; j++) gb[j] = 0;                                                 for (int64_t i = 0; i < m; i++) {                                                                  const T *restrict gr = g + i * n, *restrict yr = y ? y + i * n : NULL;                         const T *zr = gr;                                                                              if (act != AD_LINEAR_NONE) {                                                                       T *restrict w = gz + i * n;                                                                    if (act == AD_LINEAR_RELU)                                                                         for (int64_t j = 0; j < n; j++) w[j] = (T)(yr[j] > 0) * gr[j];                             else if (act == AD_LINEAR_TANH)                                                                    for (int64_t j = 0; j < n; j++) w[j] = (1 - yr[j] * yr[j]) * gr[j];                        else                                                                                               for (int64_t j = 0; j < n; j++) w[j] = gr[j] * yr[j] * (1 - yr[j]);                        zr = w;                                                                                    }                                                                                              if (gb)                                                                                            for (int64_t j = 0; j < n; j++) gb[j] += zr[j];                                        }                                                                                          }
+
+#define LIN_ISA(ISA)                                                                               LIN_ROWS(float, f32, ISA)                                                                      LIN_ROWS(double, f64, ISA)                                                                     LIN_GRADZ(float, f32, ISA)                                                                     LIN_GRADZ(double, f64, ISA)
+LIN_ISA(base)
+LIN_ISA(avx2)
+LIN_ISA(avx512)
+
+typedef struct {
+    void (*rows32)(int64_t, int64_t, float *, int64_t, const float *, int64_t, int);
+    void (*rows64)(int64_t, int64_t, double *, int64_t, const double *, int64_t, int);
+    void (*gradz32)(int64_t, int64_t, int, const float *, const float *, float *, float *);
+    void (*gradz64)(int64_t, int64_t, int, const double *, const double *, double *, double *);
+} lin_kernels;
+
+static lin_kernels lin_pick(void) {
+#define LIN_K(ISA)                                                                                 (lin_kernels) { lin_rows_f32_##ISA, lin_rows_f64_##ISA, lin_gradz_f32_##ISA,                                   lin_gradz_f64_##ISA }
+#if defined(__x86_64__) || defined(__i386__)
+    int isa = ad_cpu_isa();
+    if (isa == AD_ISA_AVX512) return LIN_K(avx512);
+    if (isa == AD_ISA_AVX2) return LIN_K(avx2);
+#endif
+    return LIN_K(base);
+#undef LIN_K
+}
 
 typedef struct {
     const char *bias; /* NULL: none */
     int64_t bstride;  /* elements: 0 for a one-element bias */
     int dtype, act;
+    lin_kernels k;
     un_kernel un;     /* tanh / sigmoid for this dtype and ISA */
     void (*simd)(int64_t, const float *, int64_t, float *);
 } linear_epi_ctx;
@@ -130,31 +167,18 @@ static void linear_epi(const void *vctx, void *c, int64_t rsc, int64_t i0, int64
                        int64_t j0, int64_t cols) {
     const linear_epi_ctx *e = vctx;
     (void)i0;
+    int relu = e->act == AD_LINEAR_RELU;
+    size_t es = e->dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    const void *b = e->bias ? e->bias + (size_t)(j0 * e->bstride) * es : NULL;
+    if (e->dtype == AD_FLOAT32)
+        e->k.rows32(rows, cols, c, rsc, b, e->bstride, relu);
+    else
+        e->k.rows64(rows, cols, c, rsc, b, e->bstride, relu);
+    if (!e->simd && !e->un) return;
     for (int64_t i = 0; i < rows; i++) {
-        if (e->dtype == AD_FLOAT32) {
-            float *r = (float *)c + i * rsc;
-            if (e->bias) {
-                const float *b = (const float *)e->bias + j0 * e->bstride;
-                if (e->bstride)
-                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];
-                else
-                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];
-            }
-            if (e->act == AD_LINEAR_RELU) lin_relu_f32(cols, r, r);
-            else if (e->simd) e->simd(cols, r, 1, r);
-            else if (e->un) e->un(cols, r, 1, r, (double[2]){0, 0});
-        } else {
-            double *r = (double *)c + i * rsc;
-            if (e->bias) {
-                const double *b = (const double *)e->bias + j0 * e->bstride;
-                if (e->bstride)
-                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];
-                else
-                    for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];
-            }
-            if (e->act == AD_LINEAR_RELU) lin_relu_f64(cols, r, r);
-            else if (e->un) e->un(cols, r, 1, r, (double[2]){0, 0});
-        }
+        char *r = (char *)c + (size_t)(i * rsc) * es;
+        if (e->simd) e->simd(cols, (float *)r, 1, (float *)r);
+        else e->un(cols, r, 1, r, (double[2]){0, 0});
     }
 }
 
@@ -232,7 +256,7 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
         rsa = k;
     }
     linear_epi_ctx e = {b ? ad_ptr(b) : NULL, b && b->numel == n && b->ndim ? T_STRIDES(b)[0] : 0,
-                        x->dtype, act, NULL, NULL};
+                        x->dtype, act, lin_pick(), NULL, NULL};
     linear_act_kernel(&e);
     gemm_epi epi = {linear_epi, &e};
     int64_t csa = T_STRIDES(xa)[xa->ndim - 1];
@@ -245,33 +269,6 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
     *out = y;
     return AD_OK;
 }
-
-/* The backward's elementwise part without create_graph: the gradient at the
-   pre-activation, gz = g * act'(y) (act' from the output, by the same
-   expressions as the relu / tanh / sigmoid backward ops), and, when gb is
-   non-NULL, its column sums (the bias gradient, (n,)) in the same pass.
-   g and y are (..., n) with g contiguous; gz is g itself (a new reference)
-   when act is none. */
-#define LINEAR_GRADZ(T, SFX)                                                                  \
-    static void lin_gradz_##SFX(int64_t m, int64_t n, int act, const T *g, const T *y, T *gz,  \
-                                T *gb) {                                                      \
-        if (gb)                                                                               \
-            for (int64_t j = 0; j < n; j++) gb[j] = 0;                                        \
-        for (int64_t i = 0; i < m; i++) {                                                     \
-            const T *gr = g + i * n, *yr = y ? y + i * n : NULL;                              \
-            T *zr = gz + i * n;                                                               \
-            if (act == AD_LINEAR_RELU)                                                        \
-                for (int64_t j = 0; j < n; j++) zr[j] = (T)(yr[j] > 0) * gr[j];               \
-            else if (act == AD_LINEAR_TANH)                                                   \
-                for (int64_t j = 0; j < n; j++) zr[j] = (1 - yr[j] * yr[j]) * gr[j];          \
-            else if (act == AD_LINEAR_SIGMOID)                                                \
-                for (int64_t j = 0; j < n; j++) zr[j] = gr[j] * yr[j] * (1 - yr[j]);          \
-            if (gb)                                                                           \
-                for (int64_t j = 0; j < n; j++) gb[j] += zr[j];                               \
-        }                                                                                     \
-    }
-LINEAR_GRADZ(float, f32)
-LINEAR_GRADZ(double, f64)
 
 ad_status ad_linear_gradz(int act, const ad_tensor *g, const ad_tensor *y, bool want_b,
                           ad_tensor **gz, ad_tensor **gb) {
@@ -290,11 +287,12 @@ ad_status ad_linear_gradz(int act, const ad_tensor *g, const ad_tensor *y, bool 
     }
     if (!st && want_b) st = ad_tensor_empty(g->dtype, &n, 1, gb);
     if (!st) {
-        void *pz = ad_ptr(*gz), *pb = want_b ? ad_ptr(*gb) : NULL;
+        void *pz = act == AD_LINEAR_NONE ? NULL : ad_ptr(*gz), *pb = want_b ? ad_ptr(*gb) : NULL;
+        lin_kernels k = lin_pick();
         if (g->dtype == AD_FLOAT32)
-            lin_gradz_f32(m, n, act, pg, py, act == AD_LINEAR_NONE ? (float *)pg : pz, pb);
+            k.gradz32(m, n, act, pg, py, pz, pb);
         else
-            lin_gradz_f64(m, n, act, pg, py, act == AD_LINEAR_NONE ? (double *)pg : pz, pb);
+            k.gradz64(m, n, act, pg, py, pz, pb);
     }
     if (st) {
         ad_tensor_release(*gz);
