@@ -34,7 +34,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train", "models")
+SECTIONS = ("matmul", "skinny", "elementwise", "overhead", "chain", "train", "models")
 
 
 # ---------------------------------------------------------------------------- child side
@@ -157,6 +157,35 @@ def child(args):
             libs_for(lambda: a @ b, lambda: ta @ tb,
                      (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
                      if torch else None))
+
+    if "skinny" in only:
+        # matrix-vector and skinny products (issue 17 part 4): numpy's 1-d
+        # rules, n x 1 and 1 x n, a batch of 32 small products, tall/wide x 8
+        cases = []
+        for n in ([256, 4096] if quick else [256, 1024, 4096]):
+            mat = rng.standard_normal((n, n)).astype("float32")
+            vec = rng.standard_normal(n).astype("float32")
+            cases += [(f"gemv ({n}x{n}) @ ({n},)", mat, vec),
+                      (f"({n},) @ ({n}x{n})", vec, mat),
+                      (f"({n}x{n}) @ ({n}x1)", mat, vec[:, None].copy()),
+                      (f"(1x{n}) @ ({n}x{n})", vec[None, :].copy(), mat)]
+        for q in (1, 8, 32):
+            cases.append((f"batch 32 x (64x32 @ 32x{q})",
+                          rng.standard_normal((32, 64, 32)).astype("float32"),
+                          rng.standard_normal((32, 32, q)).astype("float32")))
+        tall = rng.standard_normal((4096, 512)).astype("float32")
+        thin = rng.standard_normal((512, 8)).astype("float32")
+        cases += [("(4096x512) @ (512x8)", tall, thin),
+                  ("(8x512) @ (512x4096)", thin.T.copy(), tall.T.copy())]
+        for name, a, b in cases:
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            flops = 2 * a.size * (b.shape[-1] if b.ndim > 1 else 1)
+            if a.ndim == 1:
+                flops = 2 * b.size
+            run("skinny", name,
+                libs_for(lambda a=a, b=b: a @ b, lambda ta=ta, tb=tb: ta @ tb,
+                         (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
+                         if torch else None), {"flops": flops})
 
     if "elementwise" in only:
         sizes = [1000, 100_000, 10_000_000] if not quick else [1000, 10_000_000]

@@ -443,10 +443,43 @@ static const ad_tensor *swap_last2(bw_scope *s, const ad_tensor *t) {
     p[t->ndim - 1] = t->ndim - 2;
     return call(s, AD_OP_PERMUTE, 1, t, NULL, NULL, p, t->ndim, NULL, 0);
 }
-/* d(a@b) = g @ b^T, a^T @ g, each summed over broadcast batch dims */
+/* t with a size-1 dim inserted before its last d dims (d = 0: appended), or
+   (insert 0) its dim d from the end removed (d = 1: the last) */
+static const ad_tensor *unit_dim(bw_scope *s, const ad_tensor *t, int d, int insert) {
+    if (!t) return NULL;
+    int64_t sh[AD_MAX_DIMS];
+    int nd = t->ndim, pos = nd - d, j = 0;
+    for (int i = 0; i <= nd; i++) {
+        if (insert && i == pos) sh[j++] = 1;
+        if (i == nd) break;
+        if (!insert && i == pos) continue;
+        sh[j++] = T_SHAPE(t)[i];
+    }
+    return reshape(s, t, sh, j);
+}
+/* d(a@b) = g @ b^T, a^T @ g, each summed over broadcast batch dims; a 1-d
+   operand (numpy's rule: a row a, a column b) takes part as that matrix, and
+   g gets back the dim its result dropped */
 BACKWARD(matmul) {
-    GRAD(0, MATMUL(G, swap_last2(s, X(1))));
-    GRAD(1, MATMUL(swap_last2(s, X(0)), G));
+    bool a1 = XS(0)->ndim == 1, b1 = XS(1)->ndim == 1;
+    if (!a1 && !b1) {
+        GRAD(0, MATMUL(G, swap_last2(s, X(1))));
+        GRAD(1, MATMUL(swap_last2(s, X(0)), G));
+        return;
+    }
+    const ad_tensor *g = G;
+    if (a1) g = unit_dim(s, g, b1 ? 0 : 1, 1); /* the row dim, before n (if any) */
+    if (b1) g = unit_dim(s, g, 0, 1);         /* the column dim, last */
+    if (TRACKED(0)) {
+        const ad_tensor *bm = b1 ? unit_dim(s, X(1), 0, 1) : X(1);
+        const ad_tensor *ga = MATMUL(g, swap_last2(s, bm));
+        GRAD(0, a1 ? unit_dim(s, ga, 2, 0) : ga);
+    }
+    if (TRACKED(1)) {
+        const ad_tensor *am = a1 ? unit_dim(s, X(0), 1, 1) : X(0);
+        const ad_tensor *gb = MATMUL(swap_last2(s, am), g);
+        GRAD(1, b1 ? unit_dim(s, gb, 1, 0) : gb);
+    }
 }
 
 /* ---- indexing and joining ---------------------------------------------------------------- */
