@@ -250,6 +250,16 @@ CASES = {
          [_distinct((1, 2, 4, 4)), _away((1, 2, 4, 4))], (), None),
         (lambda x, t: op_("max_pool2d_gather", POOL_OVERLAP)(x, t * t),
          [_distinct((1, 1, 5, 5)), _away((1, 1, 5, 5))], (), None)],
+    "linear": [(lambda x, w, b: op_("linear")(x, w, b) ** 2,
+                [_away((3, 4)), _away((5, 4)), _away((5,))], (), None),
+               (lambda x, w: op_("linear")(x, w) ** 3, [_away((2, 3, 4)), _away((2, 4))], (),
+                None)],
+    # relu: the pre-activations stay away from 0 (x, w, b of one sign)
+    "linear_act": [(lambda x, w, b: op_("linear_act", (1,))(x, w, b) ** 2,
+                    [_away((3, 4), signed=False), _away((5, 4), signed=False),
+                     _away((5,), signed=False)], (), None)] +
+                  [(lambda x, w, b, a=a: op_("linear_act", (a,))(x, w, b) ** 2,
+                    [_away((3, 4)), _away((5, 4)), _away((5,))], (), None) for a in (2, 3)],
 }
 
 

@@ -41,7 +41,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("matmul", "elementwise", "overhead", "chain", "train", "models")
+SECTIONS = ("matmul", "skinny", "elementwise", "overhead", "chain", "train", "models")
 
 
 # ---------------------------------------------------------------------------- child side
@@ -164,6 +164,35 @@ def child(args):
             libs_for(lambda: a @ b, lambda: ta @ tb,
                      (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
                      if torch else None))
+
+    if "skinny" in only:
+        # matrix-vector and skinny products (issue 17 part 4): numpy's 1-d
+        # rules, n x 1 and 1 x n, a batch of 32 small products, tall/wide x 8
+        cases = []
+        for n in ([256, 4096] if quick else [256, 1024, 4096]):
+            mat = rng.standard_normal((n, n)).astype("float32")
+            vec = rng.standard_normal(n).astype("float32")
+            cases += [(f"gemv ({n}x{n}) @ ({n},)", mat, vec),
+                      (f"({n},) @ ({n}x{n})", vec, mat),
+                      (f"({n}x{n}) @ ({n}x1)", mat, vec[:, None].copy()),
+                      (f"(1x{n}) @ ({n}x{n})", vec[None, :].copy(), mat)]
+        for q in (1, 8, 32):
+            cases.append((f"batch 32 x (64x32 @ 32x{q})",
+                          rng.standard_normal((32, 64, 32)).astype("float32"),
+                          rng.standard_normal((32, 32, q)).astype("float32")))
+        tall = rng.standard_normal((4096, 512)).astype("float32")
+        thin = rng.standard_normal((512, 8)).astype("float32")
+        cases += [("(4096x512) @ (512x8)", tall, thin),
+                  ("(8x512) @ (512x4096)", thin.T.copy(), tall.T.copy())]
+        for name, a, b in cases:
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            flops = 2 * a.size * (b.shape[-1] if b.ndim > 1 else 1)
+            if a.ndim == 1:
+                flops = 2 * b.size
+            run("skinny", name,
+                libs_for(lambda a=a, b=b: a @ b, lambda ta=ta, tb=tb: ta @ tb,
+                         (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
+                         if torch else None), {"flops": flops})
 
     if "elementwise" in only:
         sizes = [1000, 100_000, 10_000_000] if not quick else [1000, 10_000_000]
@@ -301,6 +330,11 @@ def child(args):
         if torch:
             fns["torch"] = mlp_step_torch(np, ad, torch, rng)
         run("train", "MLP 784-512-512-10 batch 128 SGD step", fns, repeat=rep, number=5)
+        fns = {"pyautodiff": mlp_step_ad(np, ad, rng, fused=True)}
+        if torch:
+            fns["torch"] = mlp_step_torch(np, ad, torch, rng, fused=True)
+        run("train", "MLP step, F.linear (ad: bias+relu fused; torch: addmm)", fns,
+            repeat=rep, number=5)
         if args.threads == 1 and not quick:
             mem = {}
             for lib_ in fns:
@@ -346,9 +380,13 @@ def child(args):
     return out
 
 
-def mlp_step_ad(np, ad, rng, optim="SGD"):
+def mlp_step_ad(np, ad, rng, optim="SGD", fused=False):
     """One SGD step of the 784-512-512-10 MLP (batch 128, ReLU, softmax
-    cross-entropy when ad.nn has it, else MSE)."""
+    cross-entropy when ad.nn has it, else MSE).  fused: the layers as
+    F.linear(x, W, b, activation="relu") with W (out, in), one op per layer;
+    else x @ W + b and relu as separate ops, W (in, out)."""
+    if fused:
+        return mlp_step_ad_fused(np, ad, rng, optim)
     ws = [ad.Var.randn((784, 512), seed=1, std=0.05), ad.Var.zeros(512),
           ad.Var.randn((512, 512), seed=2, std=0.05), ad.Var.zeros(512),
           ad.Var.randn((512, 10), seed=3, std=0.05), ad.Var.zeros(10)]
@@ -369,8 +407,47 @@ def mlp_step_ad(np, ad, rng, optim="SGD"):
     return step
 
 
-def mlp_step_torch(np, ad, torch, rng, optim="SGD"):
+def mlp_step_ad_fused(np, ad, rng, optim="SGD"):
+    F = ad.nn.functional
+    ws = [ad.Var.randn((512, 784), seed=1, std=0.05), ad.Var.zeros(512),
+          ad.Var.randn((512, 512), seed=2, std=0.05), ad.Var.zeros(512),
+          ad.Var.randn((10, 512), seed=3, std=0.05), ad.Var.zeros(10)]
+    x = ad.randn((128, 784), seed=4)
+    tlab = ad.from_numpy(rng.integers(0, 10, 128).astype(np.int64))
+    opt = ad.optim.SGD(ws, lr=0.01) if optim == "SGD" else ad.optim.Adam(ws, lr=1e-3)
+
+    def step():
+        h = F.linear(x, ws[0], ws[1], activation="relu")
+        h = F.linear(h, ws[2], ws[3], activation="relu")
+        loss = F.cross_entropy(F.linear(h, ws[4], ws[5]), tlab)
+        opt.step(loss.backward())
+    return step
+
+
+def mlp_step_torch(np, ad, torch, rng, optim="SGD", fused=False):
+    """torch's step; fused: F.linear (addmm, the bias in the product) + relu,
+    W (out, in), as torch.nn.Linear runs it."""
     tg = torch.Generator().manual_seed(0)
+    if fused:
+        F = torch.nn.functional
+        ws = [(torch.randn(512, 784, generator=tg) * 0.05).requires_grad_(),
+              torch.zeros(512, requires_grad=True),
+              (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
+              torch.zeros(512, requires_grad=True),
+              (torch.randn(10, 512, generator=tg) * 0.05).requires_grad_(),
+              torch.zeros(10, requires_grad=True)]
+        x = torch.randn(128, 784, generator=tg)
+        labels = torch.from_numpy(rng.integers(0, 10, 128))
+        opt = torch.optim.SGD(ws, lr=0.01) if optim == "SGD" else torch.optim.Adam(ws, lr=1e-3)
+
+        def fstep():
+            h = F.relu(F.linear(x, ws[0], ws[1]))
+            h = F.relu(F.linear(h, ws[2], ws[3]))
+            loss = F.cross_entropy(F.linear(h, ws[4], ws[5]), labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return fstep
     ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
           torch.zeros(512, requires_grad=True),
           (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
@@ -766,16 +843,25 @@ print(json.dumps(info))
 def profile(threads):
     """One SGD step of the 784-512-512-10 MLP (batch 128), broken down: each
     part timed alone on the step's shapes (forward and backward products,
-    bias + relu forward and backward, softmax cross-entropy forward and
-    backward, the optimizer), the whole step, and the Python/graph overhead
-    per op measured as the same step on 4-wide layers (batch 4), whose
-    kernels cost next to nothing."""
+    bias + relu forward and backward as separate ops and as the fused linear
+    op's epilogue and mask pass, softmax cross-entropy forward and backward,
+    the optimizer on contiguous gradients, as a real step's), the whole step
+    both ways, and the Python/graph overhead per op measured as the same step
+    on 4-wide layers (batch 4), whose kernels cost next to nothing.  With
+    torch installed, its step (same threads) is timed interleaved with ours."""
     import numpy as np
 
     sys.path.insert(0, ROOT)
     import pyautodiff as ad
 
+    F = ad.nn.functional
     ad.set_num_threads(threads)
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
     rng = np.random.default_rng(0)
     B, dims = 128, (784, 512, 512, 10)
     xs = [rng.standard_normal((B, d)).astype(np.float32) for d in dims]
@@ -783,7 +869,7 @@ def profile(threads):
           for i in range(3)]
     T = {k: ad.from_numpy(v) for k, v in
          [(f"x{i}", x) for i, x in enumerate(xs)] + [(f"w{i}", w) for i, w in enumerate(ws)]}
-    rep = 7
+    rep = 11
     parts = []
 
     def part(name, fn, n_ops):
@@ -805,50 +891,94 @@ def profile(threads):
             h = T[f"x{i + 1}"]
             y = (h + bs[i]).relu()
             g = T[f"x{i + 1}"]
-            ad.where(y > 0.0, g, 0.0) if hasattr(ad, "where") else g * (y > 0.0)
+            (y > 0.0).to_dtype(ad.float32) * g  # relu's backward, as its formula
             g.sum(0)  # bias gradient
         (T["x3"] + bs[2])
         T["x3"].sum(0)
-    part("bias + relu, forward and backward (incl. bias grads)", bias_relu, 11)
+    part("unfused: bias + relu, fwd and bwd (incl. bias grads)", bias_relu, 11)
+
+    # the fused op: forward (GEMM + epilogue) and backward (mask + bias sums,
+    # two GEMMs) of each layer, minus the same GEMMs alone
+    lw = [ad.Var(np.ascontiguousarray(w.T)) for w in ws]
+    lb = [ad.Var(np.zeros(d, np.float32)) for d in dims[1:]]
+    lx = [T["x0"]] + [ad.Var(xs[i]) for i in (1, 2)]
+    gys = [ad.from_numpy(rng.standard_normal((B, d)).astype(np.float32)) for d in dims[1:]]
+
+    def fused_layers():
+        for i in range(3):
+            y = F.linear(lx[i], lw[i], lb[i], activation="relu" if i < 2 else None)
+            (y * gys[i]).sum().backward()
+
+    def plain_layers():  # the same GEMMs and the (y * g).sum() seeding, unfused ops
+        for i in range(3):
+            y = lx[i] @ lw[i].t()
+            (y * gys[i]).sum().backward()
+    t_f, t_p = timeit([fused_layers, plain_layers], rep)
+    parts.append(("fused linear: epilogue + mask/bias-grad pass (3 layers)",
+                  max(t_f - t_p, 0.0), 3))
     labels = ad.from_numpy(rng.integers(0, 10, B).astype(np.int64))
-    ce = getattr(getattr(ad, "nn", None), "cross_entropy", None)
     lv = ad.Var(xs[3])
 
     def softmax_ce():
-        loss = ce(lv, labels) if ce else ((lv - T["x3"]) ** 2).mean()
-        loss.backward()
+        F.cross_entropy(lv, labels).backward()
     part("softmax cross-entropy, forward and backward", softmax_ce, 4)
     params = [ad.Var(w) for w in ws] + [ad.Var(np.zeros(d, np.float32)) for d in dims[1:]]
     opt = ad.optim.SGD(params, lr=0.01)
-    total_sum = params[0].sum()
-    for p_ in params[1:]:
-        total_sum = total_sum + p_.sum()
-    grads = total_sum.backward()  # the same GradStore, stepped with repeatedly
+    grads = ad.GradStore()  # contiguous gradients, as backward gives them
+    for p_ in params:
+        grads.insert(p_, ad.from_numpy(rng.standard_normal(p_.shape).astype(np.float32)))
 
     def optimizer():
         opt.step(grads)
-    part("SGD optimizer update (6 parameters)", optimizer, 6)
-    step = mlp_step_ad(np, ad, rng)
-    total = timeit([step], rep, number=5)[0]
-    n_ops = 22  # 3 matmul + 3 bias add + 2 relu + loss, and their backward ops
-    tiny = tiny_mlp_step(np, ad, rng)
-    overhead = timeit([tiny], rep, number=50)[0]
+    part("SGD optimizer update (6 parameters, fused native)", optimizer, 6)
+    steps = {"unfused": mlp_step_ad(np, ad, rng), "fused": mlp_step_ad(np, ad, rng, fused=True)}
+    if torch:
+        steps["torch"] = mlp_step_torch(np, ad, torch, rng, fused=True)
+    names = list(steps)
+    totals = dict(zip(names, timeit([steps[k] for k in names], rep, number=5)))
+    total = totals["unfused"]
+    tiny = {k: tiny_mlp_step(np, ad, rng, fused=k == "fused") for k in ("unfused", "fused")}
+    over = dict(zip(tiny, timeit(list(tiny.values()), rep, number=50)))
+    n_ops = {"unfused": 22, "fused": 14}  # forward + backward ops and optimizer updates
     print(f"\n[profile] MLP 784-512-512-10, batch 128, SGD, {threads} thread(s), "
-          f"medians of {rep}")
-    print(f"{'part':<58}{'time':>10}{'share':>8}{'per op':>10}")
+          f"medians of {rep}; shares of the unfused step")
+    print(f"{'part':<60}{'time':>10}{'share':>8}{'per op':>10}")
     for name, t, k in parts:
-        print(f"{name:<58}{fmt_time(t):>10}{t / total:>8.0%}{fmt_time(t / k):>10}")
-    print(f"{'Python + graph overhead (same step, 4-wide layers)':<58}{fmt_time(overhead):>10}"
-          f"{overhead / total:>8.0%}{fmt_time(overhead / n_ops):>10}")
-    rest = total - sum(t for _, t, _ in parts) - overhead
+        print(f"{name:<60}{fmt_time(t):>10}{t / total:>8.0%}{fmt_time(t / k):>10}")
+    for k in tiny:
+        print(f"{'Python + graph overhead, ' + k + ' step (4-wide layers)':<60}"
+              f"{fmt_time(over[k]):>10}{over[k] / total:>8.0%}{fmt_time(over[k] / n_ops[k]):>10}")
+    unf = [t for n, t, _ in parts if not n.startswith("fused")]
+    rest = total - sum(unf) - over["unfused"]
     sign = "-" if rest < 0 else ""  # < 0: parts timed alone ran slower than in the step
-    print(f"{'unaccounted (allocation, caches between parts)':<58}{sign + fmt_time(abs(rest)).strip():>10}"
-          f"{rest / total:>8.0%}")
-    print(f"{'whole step':<58}{fmt_time(total):>10}{1:>8.0%}")
+    print(f"{'unaccounted, unfused step (allocation, caches)':<60}"
+          f"{sign + fmt_time(abs(rest)).strip():>10}{rest / total:>8.0%}")
+    for k in names:
+        label = {"unfused": "whole step, x @ W + b, relu (separate ops)",
+                 "fused": "whole step, F.linear(..., activation='relu')",
+                 "torch": "torch step, F.linear + relu (same threads)"}[k]
+        print(f"{label:<60}{fmt_time(totals[k]):>10}{totals[k] / total:>8.0%}")
+    if torch:
+        print(f"ours / torch: unfused {totals['unfused'] / totals['torch']:.2f}, "
+              f"fused {totals['fused'] / totals['torch']:.2f} (< 1: faster)")
 
 
-def tiny_mlp_step(np, ad, rng):
+def tiny_mlp_step(np, ad, rng, fused=False):
     """The MLP step's ops on 4-wide layers: what the step costs besides its kernels."""
+    if fused:
+        F = ad.nn.functional
+        fw = [ad.Var.randn((4, 4), seed=1, std=0.05), ad.Var.zeros(4),
+              ad.Var.randn((4, 4), seed=2, std=0.05), ad.Var.zeros(4),
+              ad.Var.randn((4, 4), seed=3, std=0.05), ad.Var.zeros(4)]
+        fx = ad.randn((4, 4), seed=4)
+        flab = ad.from_numpy(rng.integers(0, 4, 4).astype(np.int64))
+        fopt = ad.optim.SGD(fw, lr=0.01)
+
+        def fstep():
+            h = F.linear(fx, fw[0], fw[1], activation="relu")
+            h = F.linear(h, fw[2], fw[3], activation="relu")
+            fopt.step(F.cross_entropy(F.linear(h, fw[4], fw[5]), flab).backward())
+        return fstep
     ws = [ad.Var.randn((4, 4), seed=1, std=0.05), ad.Var.zeros(4),
           ad.Var.randn((4, 4), seed=2, std=0.05), ad.Var.zeros(4),
           ad.Var.randn((4, 4), seed=3, std=0.05), ad.Var.zeros(4)]

@@ -172,9 +172,19 @@ typedef enum ad_op {
     AD_OP_MAX_POOL2D = 94,    /* x NCHW; iargs = {kh, kw, sh, sw, ph, pw, dh, dw} */
     AD_OP_MAX_POOL2D_BACKWARD = 95, /* (x, gy); iargs as max_pool2d */
     AD_OP_MAX_POOL2D_GATHER = 96, /* (x, t x-shaped); iargs as max_pool2d: t read at each window's first maximum of x */
+    AD_OP_LINEAR = 120,       /* (x (..., in), w (out, in)[, b (out,)]): x @ w^T + b */
+    AD_OP_LINEAR_ACT = 121,   /* the same with iargs = {act: ad_linear_act}, applied to the sum */
     AD_OP_CUSTOM = 150,       /* a Python ad.Function: recorded by ad_custom_record only */
     AD_OP__COUNT = 160        /* table size; grows when a range fills */
 } ad_op;
+
+/* linear_act's activations, applied in the product's epilogue */
+typedef enum ad_linear_act {
+    AD_LINEAR_NONE = 0,
+    AD_LINEAR_RELU = 1,
+    AD_LINEAR_TANH = 2,
+    AD_LINEAR_SIGMOID = 3
+} ad_linear_act;
 
 /* What an op is, from the op registry (native/src/ops.def): how Python
    builds its methods, and what a tool (checkpointing, a tracer) reads. */

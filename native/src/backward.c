@@ -443,10 +443,43 @@ static const ad_tensor *swap_last2(bw_scope *s, const ad_tensor *t) {
     p[t->ndim - 1] = t->ndim - 2;
     return call(s, AD_OP_PERMUTE, 1, t, NULL, NULL, p, t->ndim, NULL, 0);
 }
-/* d(a@b) = g @ b^T, a^T @ g, each summed over broadcast batch dims */
+/* t with a size-1 dim inserted before its last d dims (d = 0: appended), or
+   (insert 0) its dim d from the end removed (d = 1: the last) */
+static const ad_tensor *unit_dim(bw_scope *s, const ad_tensor *t, int d, int insert) {
+    if (!t) return NULL;
+    int64_t sh[AD_MAX_DIMS];
+    int nd = t->ndim, pos = nd - d, j = 0;
+    for (int i = 0; i <= nd; i++) {
+        if (insert && i == pos) sh[j++] = 1;
+        if (i == nd) break;
+        if (!insert && i == pos) continue;
+        sh[j++] = T_SHAPE(t)[i];
+    }
+    return reshape(s, t, sh, j);
+}
+/* d(a@b) = g @ b^T, a^T @ g, each summed over broadcast batch dims; a 1-d
+   operand (numpy's rule: a row a, a column b) takes part as that matrix, and
+   g gets back the dim its result dropped */
 BACKWARD(matmul) {
-    GRAD(0, MATMUL(G, swap_last2(s, X(1))));
-    GRAD(1, MATMUL(swap_last2(s, X(0)), G));
+    bool a1 = XS(0)->ndim == 1, b1 = XS(1)->ndim == 1;
+    if (!a1 && !b1) {
+        GRAD(0, MATMUL(G, swap_last2(s, X(1))));
+        GRAD(1, MATMUL(swap_last2(s, X(0)), G));
+        return;
+    }
+    const ad_tensor *g = G;
+    if (a1) g = unit_dim(s, g, b1 ? 0 : 1, 1); /* the row dim, before n (if any) */
+    if (b1) g = unit_dim(s, g, 0, 1);         /* the column dim, last */
+    if (TRACKED(0)) {
+        const ad_tensor *bm = b1 ? unit_dim(s, X(1), 0, 1) : X(1);
+        const ad_tensor *ga = MATMUL(g, swap_last2(s, bm));
+        GRAD(0, a1 ? unit_dim(s, ga, 2, 0) : ga);
+    }
+    if (TRACKED(1)) {
+        const ad_tensor *am = a1 ? unit_dim(s, X(0), 1, 1) : X(0);
+        const ad_tensor *gb = MATMUL(swap_last2(s, am), g);
+        GRAD(1, b1 ? unit_dim(s, gb, 1, 0) : gb);
+    }
 }
 
 /* ---- indexing and joining ---------------------------------------------------------------- */
@@ -556,6 +589,40 @@ BACKWARD(layer_norm) {
 /* d dropout(x) = dropout(g) with the same seed and p: the same mask and
    scale, since the mask depends only on the seed and the position */
 BACKWARD(dropout) { GRAD(0, call(s, AD_OP_DROPOUT, 1, G, NULL, NULL, IA, 1, FA, 1)); }
+
+/* d act(x @ w^T + b): gz = g act'(out) (relu: g where out > 0; tanh:
+   g (1 - out^2); sigmoid: g out (1 - out); none: g), then x gets gz @ w, w
+   gets gz^T @ x (x's leading dims as rows) and b the sums of gz over the
+   leading dims.  Without create_graph the mask and the bias sums are one
+   native pass over g (ad_linear_gradz); under it, the same formulas as
+   recorded ops. */
+BACKWARD(linear) {
+    int act = s->n->op == AD_OP_LINEAR_ACT ? (int)IA[0] : AD_LINEAR_NONE;
+    bool want_b = s->n->n_in == 3 && TRACKED(2);
+    const ad_tensor *gz, *gb;
+    if (ad_grad_enabled && ad_tracks(G)) {
+        gz = act == AD_LINEAR_RELU ? MUL(to_dtype(s, CMP(GT, Y, 0.0), Y->dtype), G)
+             : act == AD_LINEAR_TANH ? MUL(RSUB(1.0, OP1(SQR, Y)), G)
+             : act == AD_LINEAR_SIGMOID ? MUL(MUL(G, Y), RSUB(1.0, Y))
+             : G;
+        gb = gz; /* give() sums it to b's shape */
+    } else {
+        ad_tensor *z = NULL, *bs = NULL;
+        ad_status st = ad_linear_gradz(act, G, act != AD_LINEAR_NONE ? Y : NULL, want_b, &z, &bs);
+        gz = own(s, st, z);
+        gb = bs ? own(s, AD_OK, bs) : NULL;
+    }
+    GRAD(2, gb);
+    if (!TRACKED(0) && !TRACKED(1)) return;
+    const ad_tensor *x = X(0), *w = X(1);
+    int64_t m = 1, k = T_SHAPE(w)[1], xs[2], zs[2] = {0, T_SHAPE(w)[0]};
+    for (int i = 0; i < x->ndim - 1; i++) m *= T_SHAPE(x)[i];
+    xs[0] = zs[0] = m;
+    xs[1] = k;
+    const ad_tensor *gz2 = reshape(s, gz, zs, 2);
+    GRAD(0, reshape(s, MATMUL(gz2, w), T_SHAPE(x), x->ndim));
+    GRAD(1, MATMUL(swap_last2(s, gz2), reshape(s, x, xs, 2)));
+}
 
 /* conv_args with the kernel size of weight w, in op's layout, into ia */
 static int conv_layout(int op, conv_args c, const ad_tensor *w, int64_t *ia) {

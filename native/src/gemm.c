@@ -444,7 +444,16 @@ struct S(prob) {
     int64_t count;        /* batch items sharing this B */
     const int64_t *a_off; /* NULL: a single item at offset 0 */
     const int64_t *c_off;
+    const gemm_epi *epi;  /* NULL, or (a single item) applied to each finished block */
 };
+
+/* The epilogue over rows [i0, i0 + rows) x cols [j0, j0 + cols) of C (csc == 1). */
+static void S(epi_block)(const struct S(prob) *pr, int64_t i0, int64_t rows, int64_t j0,
+                         int64_t cols)
+{
+    if (pr->epi && rows > 0 && cols > 0)
+        pr->epi->fn(pr->epi->ctx, pr->c + i0 * pr->rsc + j0, pr->rsc, i0, rows, j0, cols);
+}
 
 /* One thread's share of the work on one packed B panel. */
 struct S(panel_job) {
@@ -478,6 +487,8 @@ static void S(panel_rows_cols)(struct S(panel_job) *job, int64_t r0, int64_t r1,
     if (!ap) {
         S(slow)(pr, item, r0, r1, job->jc + c0, job->jc + c1, job->pc, job->pc + job->kb,
                 accum);
+        if (job->pc + job->kb == pr->k)
+            S(epi_block)(pr, r0, r1 - r0, job->jc + c0, c1 - c0);
         return;
     }
     for (int64_t ic = r0; ic < r1; ic += kn->mc) {
@@ -493,6 +504,8 @@ static void S(panel_rows_cols)(struct S(panel_job) *job, int64_t r0, int64_t r1,
         S(macro)(kn, mb, job->nb, c0, c1, job->kb, inplace, ablk, pr->rsa, ap, job->bp,
                  job->bdir, pr->rsb,
                  c + ic * pr->rsc + job->jc * pr->csc, pr->rsc, pr->csc, accum);
+        if (job->pc + job->kb == pr->k)
+            S(epi_block)(pr, ic, mb, job->jc + c0, c1 - c0);
     }
 }
 
@@ -637,11 +650,13 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
             else
                 S(vec_item)(&kn, pr, it, 0, outs);
         }
+        S(epi_block)(pr, 0, pr->m, 0, pr->n);
         return;
     }
     if (pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK) {
         for (int64_t it = 0; it < pr->count; it++)
             S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
+        S(epi_block)(pr, 0, pr->m, 0, pr->n);
         return;
     }
     /* n in equal column panels of at most nc (1536 = 768 + 768, not 1024 + 512) */
@@ -659,6 +674,7 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     if (!bp) {
         for (int64_t it = 0; it < pr->count; it++)
             S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
+        S(epi_block)(pr, 0, pr->m, 0, pr->n);
         return;
     }
     for (int64_t jc = 0; jc < pr->n; jc += kn.nc) {
@@ -776,7 +792,7 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
-    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, 1, NULL, NULL};
+    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, 1, NULL, NULL, NULL};
     if (k <= 0) {
         for (int64_t i = 0; i < batch; i++) {
             pr.c = c + c_off[i];
@@ -787,7 +803,7 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
     /* The micro-kernel writes rows of C with unit column stride; a column-major
        C is the row-major C^T = B^T A^T, so swap the operands. */
     if (csc != 1 && rsc == 1) {
-        pr = (struct S(prob)){n, m, k, b, csb, rsb, a, csa, rsa, c, csc, rsc, 1, NULL, NULL};
+        pr = (struct S(prob)){n, m, k, b, csb, rsb, a, csa, rsa, c, csc, rsc, 1, NULL, NULL, NULL};
         const int64_t *t = a_off;
         a_off = b_off;
         b_off = t;
@@ -826,6 +842,23 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
         S(run_group)(&g, threads);
         i = e;
     }
+}
+
+void S(gemm_epi)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t csa,
+                 const T *b, int64_t rsb, int64_t csb, T *c, int64_t rsc, const gemm_epi *epi)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, 1, 1, NULL, NULL, epi};
+    if (k <= 0) {
+        S(zero_c)(&pr, 0);
+        S(epi_block)(&pr, 0, m, 0, n);
+        return;
+    }
+    int threads = par_num_threads();
+    int64_t work = m * n * k;
+    int inner = threads > 1 && work >= (m == 1 || n == 1 ? GEMM_GEMV_PAR_MIN : GEMM_PAR_MIN_WORK);
+    S(run_group)(&pr, inner ? threads : 1);
 }
 
 void S(gemm)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t csa, const T *b,

@@ -34,6 +34,25 @@ void gemm_batch_f64(int64_t batch, const int64_t *a_off, const int64_t *b_off, c
                     const double *b, int64_t rsb, int64_t csb,
                     double *c, int64_t rsc, int64_t csc);
 
+/* A product with an epilogue: C = A @ B (C row-major, unit column stride), then
+   fn(ctx, c_blk, rsc, i0, rows, j0, cols) once for every block of C whose
+   product is complete, c_blk pointing at element (i0, j0), while the block is
+   still in cache (the packed path calls it per macro-kernel block, on the
+   thread that computed it; the other paths once for all of C).  Every element
+   is passed exactly once.  The linear op (matmul.c) adds its bias and applies
+   its activation here. */
+typedef struct gemm_epi {
+    void (*fn)(const void *ctx, void *c, int64_t rsc, int64_t i0, int64_t rows, int64_t j0,
+               int64_t cols);
+    const void *ctx;
+} gemm_epi;
+void gemm_epi_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                  const float *b, int64_t rsb, int64_t csb, float *c, int64_t rsc,
+                  const gemm_epi *epi);
+void gemm_epi_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t rsa, int64_t csa,
+                  const double *b, int64_t rsb, int64_t csb, double *c, int64_t rsc,
+                  const gemm_epi *epi);
+
 /* Kernel selection: "avx512", "avx2" or "portable", by default the level cpu.c
    picks (the CPU's best unless PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE caps it).
    gemm_set_kernel(name) forces a level, "auto" (or NULL) restores the default;

@@ -279,6 +279,12 @@ ad_status fwd_contiguous(const op_args *a, ad_tensor **out);
 ad_status fwd_to_dtype(const op_args *a, ad_tensor **out);
 ad_status fwd_copy(const op_args *a, ad_tensor **out);
 ad_status fwd_matmul(const op_args *a, ad_tensor **out);
+ad_status fwd_linear(const op_args *a, ad_tensor **out);
+/* linear's backward without create_graph (matmul.c): gz = g * act'(y) (g itself
+   for no activation) and, when want_b, its sums over the leading dims in the
+   same pass (*gb, (n,)); new references. */
+ad_status ad_linear_gradz(int act, const ad_tensor *g, const ad_tensor *y, bool want_b,
+                          ad_tensor **gz, ad_tensor **gb);
 /* elementwise math, softmax family (elementwise.c, lanes.c) */
 ad_status fwd_clamp(const op_args *a, ad_tensor **out);
 ad_status fwd_where(const op_args *a, ad_tensor **out);

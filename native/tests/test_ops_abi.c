@@ -106,6 +106,8 @@ static const row rows[] = {
      L(1, 2, 5, 5)},
     {AD_OP_MAX_POOL2D_GATHER, L(IMG, IMG), 2, L(2, 2, 2, 2, 0, 0, 1, 1), 8, L(0), 0, F64, 4,
      L(1, 2, 2, 2)},
+    {AD_OP_LINEAR, L(X, Y3), 2, L(0), 0, L(0), 0, F64, 2, L(2, 2)},
+    {AD_OP_LINEAR_ACT, L(X, Y3), 2, L(1), 1, L(0), 0, F64, 2, L(2, 2)},
 };
 
 /* Layouts the header rules out, each with the status it documents. */

@@ -855,25 +855,42 @@ def embedding(input: _Tensor, weight: _Tensor,
     return out.reshape(idx.shape + (weight.shape[1],))
 
 
-def linear(input: _Tensor, weight: _Tensor,
-           bias: _Optional[_Tensor] = None) -> _Tensor:
-    """input @ weight.T + bias (weight (out, in), input (..., in))."""
+_LINEAR_ACTS = {None: 0, "relu": 1, "tanh": 2, "sigmoid": 3}
+
+
+def linear(input: _Tensor, weight: _Tensor, bias: _Optional[_Tensor] = None, *,
+           activation: _Optional[str] = None) -> _Tensor:
+    """input @ weight.T + bias (weight (out, in), input (..., in)), as one op:
+    the bias is added in the product's epilogue, while each block of the
+    output is still in cache, and the backward gives the bias its gradient in
+    the same pass that forms the product's.
+
+    activation (a pyautodiff extension): None, "relu", "tanh" or "sigmoid",
+    applied in the same epilogue; F.linear(x, w, b, activation="relu") equals
+    F.relu(F.linear(x, w, b)) bit for bit, with one op instead of three."""
     fn = "linear"
     if not isinstance(input, _Tensor) or not isinstance(weight, _Tensor):
         _need_tensor(input, fn)
         _need_tensor(weight, fn, "weight")
+    act = _LINEAR_ACTS.get(activation, -1) if activation is None or isinstance(
+        activation, str) else -1
+    if act < 0:
+        raise InvalidArgumentError(f"{fn}: activation must be None, 'relu', 'tanh' or "
+                                   f"'sigmoid', got {activation!r}")
     if weight.ndim != 2:  # a batched weight would broadcast silently in the matmul
         raise ShapeError(f"{fn}: weight {_desc(weight)} must be 2-d (out_features, "
                          f"in_features)")
     b = None if bias is None else _tensor(bias, input)
-    try:  # the checks only run on failure, so that the common call stays one matmul
-        y = input @ weight.t()
-        return y if b is None else y + b
+    ins = (input, weight) if b is None else (input, weight, b)
+    try:  # the checks only run on failure, so that the common call stays one op
+        if act:
+            return _call(_lib.AD_OP_LINEAR_ACT, ins, (act,))
+        return _call(_lib.AD_OP_LINEAR, ins)
     except (ShapeError, DTypeError) as e:
         if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
             raise ShapeError(f"{fn}: input {_desc(input)} (..., in_features) does not match "
                              f"weight {_desc(weight)} (out_features, in_features)") from None
-        if b is not None and b.shape not in ((weight.shape[0],), ()):
+        if b is not None and b.shape not in ((weight.shape[0],), (), (1,)):
             raise ShapeError(f"{fn}: bias {_desc(b)} must have shape ({weight.shape[0]},)") \
                 from None
         raise type(e)(f"{fn}: input {_desc(input)}, weight {_desc(weight)}"

@@ -76,8 +76,7 @@ class Linear(Module):
         x = float_input(self, input, w.dtype, _ANY_RANK)
         if x.shape[-1] != self.in_features:
             raise ShapeError(f"{self._tag}: input {desc(x)} has {x.shape[-1]} features")
-        y = x @ w.t()
-        return y if b is None else y + b
+        return F.linear(x, w, b)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -1,0 +1,99 @@
+"""Matrix-vector products (matmul.c's matvec path: m == 1 or n == 1 in any
+layout the dot or axpy form reads, batched, split over threads) and numpy's
+1-d operand rules in the native matmul, forward against numpy and backward by
+float64 central differences."""
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+from gradcheck import check_grad, layouts
+
+
+def _views(shape, rng):
+    """(name, numpy value, tensor) for a 2-d shape in four layouts"""
+    out = []
+    for name, base, make in layouts(shape, rng):
+        t = make(ad.tensor(base))
+        out.append((name, np.asarray(t), t))
+    return out
+
+
+@pytest.mark.parametrize("m,k,n", [(300, 70, 1), (1, 70, 300), (1, 5, 1), (37, 3, 1),
+                                   (1, 3, 37), (600, 300, 1), (1, 300, 600)])
+def test_matrix_vector_every_layout(m, k, n, threads):
+    """600 x 300 (180000 elements) is split over the threads; the others not"""
+    rng = np.random.default_rng(0)
+    for an, a, ta in _views((m, k), rng):
+        for bn, b, tb in _views((k, n), rng):
+            for dt in (ad.float32, ad.float64):
+                got = np.asarray(ta.to_dtype(dt) @ tb.to_dtype(dt))
+                tol = 1e-4 if dt == ad.float32 else 1e-12
+                np.testing.assert_allclose(got, a @ b, rtol=tol, atol=tol,
+                                           err_msg=f"a {an}, b {bn}, {dt}")
+
+
+@pytest.mark.parametrize("sa,sb", [((32, 64, 32), (32, 32, 1)), ((32, 1, 32), (32, 32, 64)),
+                                   ((5, 64, 32), (32, 1)), ((64, 32), (7, 32, 1)),
+                                   ((3, 1, 40, 20), (4, 20, 1)), ((300, 2, 400), (400, 1))])
+def test_batched_matrix_vector(sa, sb, threads):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
+        got = ad.from_numpy(a.astype(dt)) @ ad.from_numpy(b.astype(dt))
+        np.testing.assert_allclose(np.asarray(got), a @ b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("sa,sb", [((5,), (5,)), ((3, 5), (5,)), ((5,), (5, 4)),
+                                   ((2, 3, 5), (5,)), ((5,), (2, 5, 4)), ((1, 5), (5,)),
+                                   ((5,), (5, 1)), ((2, 1, 3, 5), (4, 5, 1))])
+def test_one_dim_operands_follow_numpy(sa, sb):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    y = ad.tensor(a) @ ad.tensor(b)
+    ref = a @ b
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-12, atol=1e-12)
+    check_grad(lambda x, w: x @ w, [a, b])
+
+
+def test_one_dim_gradients_every_layout():
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal(4)
+    for name, base, make in layouts((3, 4), rng):
+        check_grad(lambda m, x: m @ x, [base, v], make=lambda i, t: make(t) if i == 0 else t)
+        check_grad(lambda x, m: x @ m, [v[:3], base],
+                   make=lambda i, t: make(t) if i == 1 else t)
+    # a sliced and a broadcast vector
+    check_grad(lambda m, x: m @ x[::2], [rng.standard_normal((3, 4)), rng.standard_normal(8)])
+    check_grad(lambda m, x: m @ x.broadcast_to((4,)),
+               [rng.standard_normal((3, 4)), rng.standard_normal(1)])
+
+
+def test_vector_dot_and_errors():
+    a, b = np.arange(3.0), np.arange(3.0, 6.0)
+    y = ad.tensor(a) @ ad.tensor(b)
+    assert y.shape == () and y.item() == a @ b
+    with pytest.raises(ad.ShapeError, match="inner dims differ"):
+        ad.tensor(a) @ ad.tensor(np.ones(4))
+    with pytest.raises(ad.ShapeError, match="matmul"):
+        ad.tensor(np.ones((2, 3))) @ ad.tensor(np.ones(2))
+    with pytest.raises(ad.ShapeError, match="0-d"):
+        ad.tensor(1.0) @ ad.tensor(np.ones(2))
+
+
+def test_create_graph_through_one_dim_matmul():
+    rng = np.random.default_rng(4)
+    m = ad.Var(rng.standard_normal((3, 4)))
+    x = ad.Var(rng.standard_normal(4))
+    (gx,) = ad.grad(((m @ x) ** 2).sum(), [x], create_graph=True)
+    (gm,) = ad.grad(gx.sum(), [m])
+    mn, xn = np.asarray(m), np.asarray(x)
+    # gx = 2 m^T (m x); d sum(gx) / dm = 2 (x 1^T m^T... ) by finite differences
+    eps, num = 1e-6, np.zeros_like(mn)
+    for i in range(3):
+        for j in range(4):
+            for sgn in (1, -1):
+                mm = mn.copy()
+                mm[i, j] += sgn * eps
+                num[i, j] += sgn * (2 * mm.T @ (mm @ xn)).sum() / (2 * eps)
+    np.testing.assert_allclose(np.asarray(gm), num, rtol=1e-6, atol=1e-6)
