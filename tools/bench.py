@@ -247,11 +247,12 @@ def child(args):
                     libs_for(f_np, f_ad, f_t if torch else None))
         s2 = rng.standard_normal((512, 1024)).astype("float32")
         sv = ad.Var(s2)
-        gw = ad.from_numpy(rng.standard_normal((512, 1024)).astype("float32"))
+        g2 = rng.standard_normal((512, 1024)).astype("float32")
+        gw = ad.from_numpy(g2)
         fns = {"pyautodiff": lambda: (sv.softmax(1) * gw).sum().backward()}
         if torch:
             Sv = torch.from_numpy(s2.copy()).requires_grad_()
-            GW = torch.from_numpy(gw.numpy())
+            GW = torch.from_numpy(g2)
 
             def softmax_bw():
                 (torch.softmax(Sv, 1) * GW).sum().backward()

@@ -2,7 +2,10 @@
  * broadcasting, output allocation and threading around the kernels of
  * ew_kernels.h, whose tables for the CPU's ISA level are picked once here
  * (the float32 exp/tanh/sigmoid/silu/gelu/log/erf/gelu_erf entries replaced by the SIMD maps
- * of simd_avx*.c).
+ * of simd_avx*.c).  An op whose operands outgrow the last-level cache writes
+ * its output with non-temporal stores (bin_inner_stream, un_inner_stream):
+ * the output would be evicted before anyone reads it, and a plain store would
+ * first read every line it overwrites.
  */
 #include <math.h>
 #include <string.h>
