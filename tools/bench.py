@@ -195,7 +195,7 @@ def child(args):
                          if torch else None), {"flops": flops})
 
     if "elementwise" in only:
-        sizes = [1000, 100_000, 10_000_000] if not quick else [1000, 10_000_000]
+        sizes = [1000, 100_000, 1_000_000, 10_000_000] if not quick else [1000, 10_000_000]
         for n in sizes:
             a = rng.standard_normal(n).astype("float32")
             b = rng.standard_normal(n).astype("float32")
@@ -250,24 +250,51 @@ def child(args):
                 Av.grad = None
             fns["torch"] = gelu_bw
         run("elementwise", "gelu (tanh) fwd+bwd float32 n=262144", fns)
-        s2 = rng.standard_normal((512, 1024)).astype("float32")
-        ts2 = ad.from_numpy(s2)
-        S2 = torch.from_numpy(s2) if torch else None
+        fns = {"pyautodiff": lambda: tv.gelu_erf().sum().backward()}
+        if torch:
+            def gelu_erf_bw():
+                torch.nn.functional.gelu(Av).sum().backward()
+                Av.grad = None
+            fns["torch"] = gelu_erf_bw
+        run("elementwise", "gelu (erf) fwd+bwd float32 n=262144", fns)
+        # softmax over the last dim of (B, N): many short rows (attention
+        # scores, classifier logits) to a few long ones
+        shapes = [(512, 1024)] if quick else [(8192, 64), (512, 1024), (16, 32768)]
+        for bsz, nn_ in shapes:
+            s2 = rng.standard_normal((bsz, nn_)).astype("float32")
+            ts2 = ad.from_numpy(s2)
+            S2 = torch.from_numpy(s2) if torch else None
 
-        def np_softmax():
-            e = np.exp(s2 - s2.max(1, keepdims=True))
-            return e / e.sum(1, keepdims=True)
-        for name, f_np, f_ad, f_t in (
-                ("softmax", np_softmax, lambda: ts2.softmax(1),
-                 lambda: torch.softmax(S2, 1)),
-                ("log_softmax", lambda: s2 - s2.max(1, keepdims=True) - np.log(np.exp(
-                    s2 - s2.max(1, keepdims=True)).sum(1, keepdims=True)),
-                 lambda: ts2.log_softmax(1), lambda: torch.log_softmax(S2, 1)),
-                ("logsumexp", lambda: s2.max(1) + np.log(np.exp(
-                    s2 - s2.max(1, keepdims=True)).sum(1)),
-                 lambda: ts2.logsumexp(1), lambda: torch.logsumexp(S2, 1))):
-            run("elementwise", f"{name} float32 512x1024 dim 1",
-                libs_for(f_np, f_ad, f_t if torch else None))
+            def np_softmax(s2=s2):
+                e = np.exp(s2 - s2.max(1, keepdims=True))
+                return e / e.sum(1, keepdims=True)
+            for name, f_np, f_ad, f_t in (
+                    ("softmax", np_softmax, lambda t=ts2: t.softmax(1),
+                     lambda S=S2: torch.softmax(S, 1)),
+                    ("log_softmax", lambda s2=s2: s2 - s2.max(1, keepdims=True) - np.log(np.exp(
+                        s2 - s2.max(1, keepdims=True)).sum(1, keepdims=True)),
+                     lambda t=ts2: t.log_softmax(1), lambda S=S2: torch.log_softmax(S, 1)),
+                    ("logsumexp", lambda s2=s2: s2.max(1) + np.log(np.exp(
+                        s2 - s2.max(1, keepdims=True)).sum(1)),
+                     lambda t=ts2: t.logsumexp(1), lambda S=S2: torch.logsumexp(S, 1))):
+                if name != "softmax" and (bsz, nn_) != (512, 1024):
+                    continue
+                run("elementwise", f"{name} float32 {bsz}x{nn_} dim 1",
+                    libs_for(f_np, f_ad, f_t if torch else None))
+        s2 = rng.standard_normal((512, 1024)).astype("float32")
+        sv = ad.Var(s2)
+        g2 = rng.standard_normal((512, 1024)).astype("float32")
+        gw = ad.from_numpy(g2)
+        fns = {"pyautodiff": lambda: (sv.softmax(1) * gw).sum().backward()}
+        if torch:
+            Sv = torch.from_numpy(s2.copy()).requires_grad_()
+            GW = torch.from_numpy(g2)
+
+            def softmax_bw():
+                (torch.softmax(Sv, 1) * GW).sum().backward()
+                Sv.grad = None
+            fns["torch"] = softmax_bw
+        run("elementwise", "softmax fwd+bwd float32 512x1024 dim 1", fns)
         m = rng.standard_normal((1024, 1024)).astype("float32")
         v = rng.standard_normal(1024).astype("float32")
         tm, tv = ad.from_numpy(m), ad.from_numpy(v)

@@ -2,7 +2,10 @@
  * broadcasting, output allocation and threading around the kernels of
  * ew_kernels.h, whose tables for the CPU's ISA level are picked once here
  * (the float32 exp/tanh/sigmoid/silu/gelu/log/erf/gelu_erf entries replaced by the SIMD maps
- * of simd_avx*.c).
+ * of simd_avx*.c).  An op whose operands outgrow the last-level cache writes
+ * its output with non-temporal stores (bin_inner_stream, un_inner_stream):
+ * the output would be evicted before anyone reads it, and a plain store would
+ * first read every line it overwrites.
  */
 #include <math.h>
 #include <string.h>
@@ -24,7 +27,42 @@ typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
 SIMD_MAPS(SIMD_PTR)
 static bin_kernel bin_table[AD_OP__COUNT][6];
 static un_kernel un_table[AD_OP__COUNT][6];
+static void (*stream_copy)(void *dst, const void *src, size_t n);
+static int64_t stream_min_bytes; /* operands' footprint from which outputs stream */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+/* The size of one last-level cache instance (cpuid's deterministic cache
+   parameters: leaf 4 on Intel, 0x8000001D on AMD), 0 when unknown.  sysconf's
+   figure can be the whole package's (all of an EPYC's L3 slices), while a
+   core only fills its own slice. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static int64_t llc_bytes(void) {
+    unsigned a, b, c, d, best = 0;
+    int64_t size = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    unsigned leaf = 4;
+    if (b == 0x68747541) { /* "AuthenticAMD" */
+        unsigned ea;
+        if (!__get_cpuid(0x80000000, &ea, &b, &c, &d) || ea < 0x8000001D) return 0;
+        leaf = 0x8000001D;
+    } else if (a < 4) {
+        return 0;
+    }
+    for (unsigned i = 0; i < 16; i++) {
+        __cpuid_count(leaf, i, a, b, c, d);
+        unsigned type = a & 31, level = (a >> 5) & 7;
+        if (type == 0) break;
+        if (type == 2 || level < best) continue; /* 1 data, 2 instruction, 3 unified */
+        best = level;
+        size = (int64_t)((b >> 22) + 1) * (((b >> 12) & 1023) + 1) * ((b & 4095) + 1) *
+               ((int64_t)c + 1);
+    }
+    return size;
+}
+#else
+static int64_t llc_bytes(void) { return 0; }
+#endif
 
 #define DEF_SIMD_UN(OP, OPU)                                                            \
     static void un_##OP##_f32_simd(int64_t n, const void *x, int64_t sx, void *y,       \
@@ -42,6 +80,14 @@ static void tables_init(void) {
     memcpy(un_table, isa == AD_ISA_AVX512 ? ew_un_table_avx512
                      : isa == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable,
            sizeof un_table);
+    stream_copy = isa == AD_ISA_AVX512 ? ew_stream_copy_avx512
+                  : isa == AD_ISA_AVX2 ? ew_stream_copy_avx2 : ew_stream_copy_portable;
+    /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
+       arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
+    const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
+    int64_t llc = llc_bytes();
+    stream_min_bytes = env && *env ? (int64_t)strtoll(env, NULL, 10)
+                       : llc > 0 ? llc : (int64_t)32 << 20;
     if (isa == AD_ISA_PORTABLE) return;
 #define SIMD_PICK(OP, OPU)                                                              \
     simd_##OP##_f32 = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512 : ad_##OP##_f32_avx2; \
@@ -65,8 +111,40 @@ ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const in
     return AD_OK;
 }
 
+typedef struct {
+    bin_kernel k;
+    int64_t es, out_es; /* bytes per input and per output element */
+} bin_ctx;
+
 static void bin_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
-    (*(bin_kernel *)ctx)(n, p[1], s[1], p[2], s[2], p[0]);
+    ((bin_ctx *)ctx)->k(n, p[1], s[1], p[2], s[2], p[0]);
+}
+
+/* Outputs streamed past the cache (stream_min_bytes): a contiguous inner loop
+   computes STREAM_CHUNK bytes at a time into a buffer that stays in L1 and
+   stream_copy writes them out; the kernels are elementwise, so the chunks
+   give the same bits as one call. */
+enum { STREAM_CHUNK = 4096 };
+
+static void bin_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
+    const bin_ctx *c = ctx;
+    if (s[0] != 1) {
+        c->k(n, p[1], s[1], p[2], s[2], p[0]);
+        return;
+    }
+    _Alignas(64) char buf[STREAM_CHUNK];
+    int64_t step = STREAM_CHUNK / c->out_es;
+    for (int64_t i = 0; i < n; i += step) {
+        int64_t m = n - i < step ? n - i : step;
+        c->k(m, p[1] + i * s[1] * c->es, s[1], p[2] + i * s[2] * c->es, s[2], buf);
+        stream_copy(p[0] + i * c->out_es, buf, (size_t)(m * c->out_es));
+    }
+}
+
+/* whether an op over these operands streams its output: the footprint
+   (inputs and output, broadcast inputs counted once) outgrows the cache */
+static bool streams(int64_t out_bytes, int64_t in_bytes) {
+    return out_bytes >= STREAM_CHUNK && out_bytes + in_bytes >= stream_min_bytes;
 }
 
 static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out) {
@@ -94,7 +172,9 @@ static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out)
     nditer it;
     nditer_init(&it, 3, nd, shape, strides, es);
     char *base[3] = {ad_ptr(y), ad_ptr(a), ad_ptr(b)};
-    nditer_run_par(&it, base, bin_inner, &k);
+    bin_ctx c = {k, (int64_t)es[1], (int64_t)es[0]};
+    bool nt = streams(y->numel * c.out_es, (a->numel + b->numel) * c.es);
+    nditer_run_par(&it, base, nt ? bin_inner_stream : bin_inner, &c);
     *out = y;
     return AD_OK;
 }
@@ -108,11 +188,27 @@ ad_status fwd_compare(const op_args *a, ad_tensor **out) { return run_binary(a, 
 typedef struct {
     un_kernel k;
     double s[2];
+    int64_t es;
 } un_ctx;
 
 static void un_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     un_ctx *c = ctx;
     c->k(n, p[1], s[1], p[0], c->s);
+}
+
+static void un_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
+    un_ctx *c = ctx;
+    if (s[0] != 1) {
+        c->k(n, p[1], s[1], p[0], c->s);
+        return;
+    }
+    _Alignas(64) char buf[STREAM_CHUNK];
+    int64_t step = STREAM_CHUNK / c->es;
+    for (int64_t i = 0; i < n; i += step) {
+        int64_t m = n - i < step ? n - i : step;
+        c->k(m, p[1] + i * s[1] * c->es, s[1], buf, c->s);
+        stream_copy(p[0] + i * c->es, buf, (size_t)(m * c->es));
+    }
 }
 
 /* Work per element relative to a copy, for the threading threshold, from
@@ -163,8 +259,9 @@ static ad_status run_unary(int op, const ad_tensor *x, double s, double s2, ad_t
     nditer it;
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
-    un_ctx c = {k, {s, s2}};
-    nditer_run_par_cost(&it, base, un_inner, &c, un_cost(op, x->dtype));
+    un_ctx c = {k, {s, s2}, (int64_t)es[0]};
+    bool nt = streams(y->numel * c.es, x->numel * c.es);
+    nditer_run_par_cost(&it, base, nt ? un_inner_stream : un_inner, &c, un_cost(op, x->dtype));
     *out = y;
     return AD_OK;
 }

@@ -10,9 +10,13 @@ typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, 
 /* s: the op's float arguments (up to two; zeros when it has none) */
 typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const double *s);
 
+/* per ISA level: the kernel tables, and ew_stream_copy, a memcpy with
+   non-temporal stores for outputs too large to stay in the last-level cache
+   (a store then skips the read-for-ownership of the line it overwrites) */
 #define EW_TABLES(SFX)                                                                 \
     extern const bin_kernel ew_bin_table_##SFX[AD_OP__COUNT][6];                        \
-    extern const un_kernel ew_un_table_##SFX[AD_OP__COUNT][6];
+    extern const un_kernel ew_un_table_##SFX[AD_OP__COUNT][6];                          \
+    void ew_stream_copy_##SFX(void *dst, const void *src, size_t n);
 EW_TABLES(portable)
 EW_TABLES(avx2)
 EW_TABLES(avx512)

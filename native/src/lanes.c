@@ -8,7 +8,10 @@
  * with the SIMD exp map (simd.h) in blocks: d = x - max is rounded to float32,
  * its rounding error dl (TwoSum, exact) restored as e^d (1 + dl), so the terms
  * carry only the map's ~1 ulp; softmax stores the terms in y and scales them
- * by 1 / sum, so each element is exponentiated once.
+ * by 1 / sum, so each element is exponentiated once.  A contiguous lane runs
+ * whole in the SIMD row kernel (simd_math.h's row_softmax: max, terms and
+ * scaling in vector registers); strided lanes gather blocks for the exp map.
+ * Large inputs split their lanes over the thread pool.
  */
 #include <math.h>
 #include <pthread.h>
@@ -16,15 +19,20 @@
 
 #include "cpu.h"
 #include "opargs.h"
+#include "parallel.h"
 #include "simd.h"
 #include "strided.h"
 
 typedef void (*f32_map)(int64_t n, const float *x, int64_t sx, float *y);
+typedef int (*f32_row)(const float *x, float *y, int64_t len, int mode);
 static f32_map simd_exp; /* NULL at the portable level: the double loops */
+static f32_row simd_row; /* a whole contiguous lane in vector registers */
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 static void simd_init(void) {
     int isa = ad_cpu_isa();
     simd_exp = isa == AD_ISA_AVX512 ? ad_exp_f32_avx512 : isa == AD_ISA_AVX2 ? ad_exp_f32_avx2 : NULL;
+    simd_row = isa == AD_ISA_AVX512 ? ad_softmax_row_f32_avx512
+               : isa == AD_ISA_AVX2 ? ad_softmax_row_f32_avx2 : NULL;
 }
 
 enum { EXP_BLOCK = 512 };
@@ -89,6 +97,7 @@ static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, in
 static int lse_simd(const float *X, int64_t sx, float *y, int64_t len) {
     pthread_once(&simd_once, simd_init);
     if (!simd_exp) return 0;
+    if (sx == 1) return simd_row(X, y, len, 2);
     float m = lane_max_f32(X, sx, len);
     if (!isfinite(m)) return 0;
     *y = (float)((double)m + log(exp_terms_f32(X, sx, NULL, 0, len, m)));
@@ -99,6 +108,7 @@ static int softmax_simd(const float *X, int64_t sx, float *Y, int64_t sy, int64_
                         int flag) {
     pthread_once(&simd_once, simd_init);
     if (!simd_exp) return 0;
+    if (sx == 1 && sy == 1) return simd_row(X, Y, len, flag);
     float m = lane_max_f32(X, sx, len);
     if (!isfinite(m)) return 0;
     if (flag) {
@@ -202,6 +212,41 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
               c->len, c->flag);
 }
 
+typedef struct {
+    const nditer *it;
+    char *const *base;
+    lane_ctx *c;
+    int d;
+    int64_t unit;
+} lanes_job;
+
+static void lanes_block(void *ctx, int64_t k) {
+    const lanes_job *j = ctx;
+    int64_t b = k * j->unit, e = b + j->unit < j->it->shape[j->d] ? b + j->unit : j->it->shape[j->d];
+    nditer sub;
+    char *sb[ITER_MAX_OPS];
+    nditer_slice(j->it, j->base, j->d, b, e, &sub, sb);
+    nditer_run(&sub, sb, lane_inner, j->c);
+}
+
+/* The lanes split over threads when there is enough work (len elements a
+   lane, `cost` times a copy's work each): the outermost dim the output moves
+   along is cut into blocks of whole lanes, so every lane is one kernel call
+   and the result does not depend on the thread count. */
+static void run_lanes_par(const nditer *it, char **base, lane_ctx *c, int cost) {
+    int d = 0;
+    while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
+    int64_t lanes = nditer_numel(it), work = lanes * c->len;
+    if (d == it->ndim || work < ITER_PAR_MIN / cost || par_num_threads() < 2) {
+        nditer_run(it, base, lane_inner, c);
+        return;
+    }
+    int64_t per_index = lanes / it->shape[d] * c->len;
+    int64_t unit = (ITER_PAR_BLOCK / cost + per_index - 1) / per_index;
+    lanes_job j = {it, base, c, d, unit};
+    par_blocks((it->shape[d] + unit - 1) / unit, lanes_block, &j);
+}
+
 /* Runs kind along dim of x.  reduce: the output has size 1 on dim (dropped
    unless keepdim), else x's shape.  A 0-d input is one lane of length 1. */
 static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **out) {
@@ -248,7 +293,7 @@ static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **
     nditer it;
     nditer_init(&it, 2, nd, kshape, strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
-    nditer_run(&it, base, lane_inner, &c);
+    run_lanes_par(&it, base, &c, kind == L_CUMSUM ? 1 : 16);
     *out = y;
     return AD_OK;
 }

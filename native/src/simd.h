@@ -17,4 +17,10 @@
 /* simd_avx512.c (AVX-512F) gives the same results as simd_avx2.c, 16 lanes */
 SIMD_MAPS(SIMD_DECLARE)
 
+/* One contiguous lane of the softmax family (simd_math.h's row_softmax):
+   mode 0 softmax into y, 1 log_softmax into y, 2 logsumexp into y[0]; returns
+   0 (nothing written) when the lane's maximum is not finite. */
+int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode);
+int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode);
+
 #endif

@@ -1,6 +1,7 @@
 /* simd_avx2.c - the float32 SIMD maps at AVX2/FMA (8 lanes): the vector
  * layer for simd_math.h, and the loops over arrays. */
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef __m256 V;
@@ -38,6 +39,43 @@ typedef __m256 M;
 #define M_AND _mm256_and_ps
 #define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
 
+/* the softmax rows' layer (simd_math.h) */
+#define VW 8
+#define V_LOADU _mm256_loadu_ps
+#define V_STOREU _mm256_storeu_ps
+static inline __m256 first_n(int64_t n) { /* lanes < n all ones */
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+static inline __m256 load_part(const float *p, int64_t n, float fill) {
+    return _mm256_blendv_ps(_mm256_set1_ps(fill),
+                            _mm256_maskload_ps(p, _mm256_castps_si256(first_n(n))), first_n(n));
+}
+#define V_LOAD_PART load_part
+#define V_STORE_PART(p, n, v) _mm256_maskstore_ps((p), _mm256_castps_si256(first_n(n)), (v))
+#define V_KEEP(v, n) _mm256_and_ps((v), first_n(n))
+typedef struct { __m256d a[4]; } ROW_ACC; /* partial j: a[j / 4] lane j % 4 */
+static inline void row_acc_zero(ROW_ACC *c) {
+    c->a[0] = c->a[1] = c->a[2] = c->a[3] = _mm256_setzero_pd();
+}
+static inline void row_acc(ROW_ACC *c, __m256 e, int64_t i) {
+    int k = (i & 8) ? 2 : 0; /* elements 8..15 of a step of 16 */
+    c->a[k] = _mm256_add_pd(c->a[k], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    c->a[k + 1] = _mm256_add_pd(c->a[k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+static inline void row_acc_store(double *p, const ROW_ACC *c) {
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(p + 4 * k, c->a[k]);
+}
+#define ROW_D(NAME, OPD)                                                             \
+    static inline __m256 NAME(__m256 v, double s) {                                  \
+        __m256d d = _mm256_set1_pd(s);                                               \
+        __m128 lo = _mm256_cvtpd_ps(OPD(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), d)); \
+        __m128 hi = _mm256_cvtpd_ps(OPD(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), d)); \
+        return _mm256_set_m128(hi, lo);                                              \
+    }
+ROW_D(V_MUL_D, _mm256_mul_pd)
+ROW_D(V_SUB_D, _mm256_sub_pd)
+
 #include "simd_math.h"
 
 #define DEF_MAP(NAME, F)                                                            \
@@ -64,3 +102,7 @@ typedef __m256 M;
 /* one map per SIMD_MAPS entry (simd.h), the list every level shares */
 #define MAP_AVX2(OP, OPU) DEF_MAP(ad_##OP##_f32_avx2, v_##OP)
 SIMD_MAPS(MAP_AVX2)
+
+int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode) {
+    return row_softmax(x, y, len, mode);
+}

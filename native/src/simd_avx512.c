@@ -1,6 +1,7 @@
 /* simd_avx512.c - the float32 SIMD maps at AVX-512 (16 lanes; F and DQ): the
  * vector layer for simd_math.h, and the loops over arrays. */
 #include <immintrin.h>
+#include <stdint.h>
 
 typedef __m512 V;
 typedef __m512i VI;
@@ -37,6 +38,35 @@ typedef __mmask16 M;
 #define M_AND(a, b) ((M)((a) & (b)))
 #define M_ALL(m) ((m) == (M)0xffff)
 
+/* the softmax rows' layer (simd_math.h) */
+#define VW 16
+#define V_LOADU _mm512_loadu_ps
+#define V_STOREU _mm512_storeu_ps
+static inline __mmask16 first_n(int64_t n) { return (__mmask16)((1u << n) - 1); }
+#define V_LOAD_PART(p, n, fill) _mm512_mask_loadu_ps(_mm512_set1_ps(fill), first_n(n), (p))
+#define V_STORE_PART(p, n, v) _mm512_mask_storeu_ps((p), first_n(n), (v))
+#define V_KEEP(v, n) _mm512_maskz_mov_ps(first_n(n), (v))
+typedef struct { __m512d a[2]; } ROW_ACC; /* partial j: a[j / 8] lane j % 8 */
+static inline void row_acc_zero(ROW_ACC *c) { c->a[0] = c->a[1] = _mm512_setzero_pd(); }
+static inline void row_acc(ROW_ACC *c, __m512 e, int64_t i) {
+    (void)i;
+    c->a[0] = _mm512_add_pd(c->a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    c->a[1] = _mm512_add_pd(c->a[1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+}
+static inline void row_acc_store(double *p, const ROW_ACC *c) {
+    _mm512_storeu_pd(p, c->a[0]);
+    _mm512_storeu_pd(p + 8, c->a[1]);
+}
+#define ROW_D(NAME, OPD)                                                             \
+    static inline __m512 NAME(__m512 v, double s) {                                  \
+        __m512d d = _mm512_set1_pd(s);                                               \
+        __m256 lo = _mm512_cvtpd_ps(OPD(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), d)); \
+        __m256 hi = _mm512_cvtpd_ps(OPD(_mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)), d)); \
+        return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);                \
+    }
+ROW_D(V_MUL_D, _mm512_mul_pd)
+ROW_D(V_SUB_D, _mm512_sub_pd)
+
 #include "simd_math.h"
 
 #define DEF_MAP(NAME, F)                                                               \
@@ -62,3 +92,7 @@ typedef __mmask16 M;
 /* one map per SIMD_MAPS entry (simd.h), the list every level shares */
 #define MAP_AVX512(OP, OPU) DEF_MAP(ad_##OP##_f32_avx512, v_##OP)
 SIMD_MAPS(MAP_AVX512)
+
+int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode) {
+    return row_softmax(x, y, len, mode);
+}

@@ -23,7 +23,8 @@
  * polynomial fitted (minimax, float32 coefficients) to log(erfc(z) e^(z^2) / t)
  * on [0.5, 10.5] to 1.6e-8, and z^2 split exactly into hi + lo by an FMA so
  * e^(-z^2) carries no error from rounding z^2 (the form of Numerical Recipes'
- * erfcc, refitted).  gelu_erf = x Phi(x), Phi(x) = erfc(-x/sqrt 2) / 2: for
+ * erfcc, refitted); e^(Q - lo) e^(-hi) is one exp of the unrounded sum
+ * (exp_sum_scaled).  gelu_erf = x Phi(x), Phi(x) = erfc(-x/sqrt 2) / 2: for
  * x/sqrt 2 below -0.5 straight from erfc with z^2 = x^2/2 split from x itself
  * (no cancellation, accurate far into the tail), else 1/2 (1 + erf). */
 #include <math.h>
@@ -32,10 +33,7 @@
 
 /* e^r for the reduced argument: n = round(x log2 e), r = x - n ln2; returns
    e^r (the caller scales by 2^n). */
-static inline V exp_reduced(V xc, V *n) {
-    *n = V_ROUND(V_MUL(xc, V_SET1(1.44269504088896341f)));
-    V r = V_FNMADD(*n, V_SET1(0.693359375f), xc);
-    r = V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
+static inline V exp_poly(V r) { /* e^r, |r| <= ln2 / 2 */
     V p = V_SET1(1.9875691500E-4f);
     p = V_FMADD(p, r, V_SET1(1.3981999507E-3f));
     p = V_FMADD(p, r, V_SET1(8.3334519073E-3f));
@@ -44,6 +42,13 @@ static inline V exp_reduced(V xc, V *n) {
     p = V_FMADD(p, r, V_SET1(5.0000001201E-1f));
     p = V_FMADD(p, V_MUL(r, r), r);
     return V_ADD(p, V_SET1(1.0f));
+}
+
+static inline V exp_reduced(V xc, V *n) {
+    *n = V_ROUND(V_MUL(xc, V_SET1(1.44269504088896341f)));
+    V r = V_FNMADD(*n, V_SET1(0.693359375f), xc);
+    r = V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
+    return exp_poly(r);
 }
 
 static inline V pow2i(VI e) { /* 2^e for a normal exponent e */
@@ -156,6 +161,20 @@ static inline V v_gelu(V x) { /* -2u = x (-2c - 2ck x^2) */
     return logistic_div(x, V_MUL(w, x));
 }
 
+/* f e^(a + b) for -111 <= a <= 0, -1.5 <= b <= 0 and f in [0.1, 2], without
+   rounding a + b: n = round((a + b) log2 e), r = (a - n ln2) + b, where
+   a - n ln2_hi is exact (n ln2_hi has 17 bits, the difference is below 1);
+   f e^r (normal) is scaled by 2^n as two factors, so a denormal result comes
+   out of one rounding. */
+static inline V exp_sum_scaled(V a, V b, V f) {
+    V n = V_ROUND(V_MUL(V_ADD(a, b), V_SET1(1.44269504088896341f)));
+    V r = V_FNMADD(n, V_SET1(0.693359375f), a);
+    r = V_ADD(V_FNMADD(n, V_SET1(-2.12194440e-4f), r), b);
+    VI ni = V_TOI(n);
+    VI n1 = VI_SRAI(ni, 1), n2 = VI_SUB(ni, n1);
+    return V_MUL(V_MUL(V_MUL(exp_poly(r), f), pow2i(n1)), pow2i(n2));
+}
+
 /* erf(x) / x for s = x^2 <= 0.81 */
 static inline V erf_small(V s) {
     V p = V_SET1(-6.090653478167951e-4f);
@@ -180,10 +199,7 @@ static inline V erfc_big(V z, V hi, V lo) {
     q = V_FMADD(q, t, V_SET1(3.661649525165558e-1f));
     q = V_FMADD(q, t, V_SET1(1.0006853342056274f));
     q = V_FMADD(q, t, V_SET1(-1.2655352354049683f));
-    /* q - lo lies in [-1.3, -0.2]: exp_mid's range; e^-hi may be denormal,
-       so it is the last factor (one rounding into the denormal range) */
-    V r = V_MUL(t, exp_mid(V_SUB(q, lo)));
-    return V_MUL(r, v_exp(V_SUB(V_ZERO(), hi)));
+    return exp_sum_scaled(V_SUB(V_ZERO(), hi), V_SUB(q, lo), t);
 }
 
 static inline V v_erf(V x) {
@@ -221,4 +237,75 @@ static inline V v_gelu_erf(V x) {
     }
     y = V_OR(y, V_AND(x, sign)); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
     return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+}
+
+/* ---- softmax rows ---------------------------------------------------------------
+ * One contiguous lane of the softmax family in three passes that stay in
+ * vector registers: the maximum m; the terms e^(x - m), with x - m split into
+ * d + dl exactly (TwoSum) and e^d (1 + dl) so the terms carry only exp's
+ * ~1 ulp, summed in double; then softmax scales the terms by 1 / sum in
+ * double and log_softmax writes x - (m + log sum) in double.  The sum goes
+ * into 16 double partial sums, partial j taking the elements i = j (mod 16),
+ * folded in one fixed order at both levels: AVX2 and AVX-512 give the same
+ * bits.  Each .c file defines, before including this file: VW (lanes),
+ * V_LOADU, V_STOREU, V_LOAD_PART / V_STORE_PART (the first n lanes; the
+ * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
+ * step's terms added to the partials; steps start at multiples of VW),
+ * V_MUL_D / V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
+
+/* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
+   not finite */
+static inline V row_term(V x, V m) {
+    V s = V_SUB(x, m);
+    V bv = V_SUB(s, x);
+    V err = V_ADD(V_SUB(x, V_SUB(s, bv)), V_SUB(V_ZERO(), V_ADD(m, bv)));
+    err = V_SELECT(V_CMP(V_SUB(s, s), V_ZERO(), _CMP_EQ_OQ), err, V_ZERO());
+    V e = v_exp(s);
+    return V_FMADD(e, err, e);
+}
+
+/* mode 0: softmax into y; 1: log_softmax into y; 2: logsumexp into y[0].
+   0 when the lane's maximum is not finite (the caller's double loop keeps its
+   inf / NaN arithmetic), else 1. */
+static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
+    V mv = V_SET1(-INFINITY);
+    int64_t i = 0;
+    /* NaN skipped: max(a, b) returns b when a is NaN */
+    for (; i + VW <= len; i += VW) mv = V_MAX(V_LOADU(x + i), mv);
+    if (i < len) mv = V_MAX(V_LOAD_PART(x + i, len - i, -INFINITY), mv);
+    float lanes[VW];
+    V_STOREU(lanes, mv);
+    float m = lanes[0];
+    for (int l = 1; l < VW; l++) m = lanes[l] > m ? lanes[l] : m;
+    if (!isfinite(m)) return 0;
+    const V M = V_SET1(m);
+    ROW_ACC acc;
+    row_acc_zero(&acc);
+    for (i = 0; i + VW <= len; i += VW) {
+        V e = row_term(V_LOADU(x + i), M);
+        if (mode == 0) V_STOREU(y + i, e);
+        row_acc(&acc, e, i);
+    }
+    if (i < len) {
+        V e = V_KEEP(row_term(V_LOAD_PART(x + i, len - i, m), M), len - i);
+        if (mode == 0) V_STORE_PART(y + i, len - i, e);
+        row_acc(&acc, e, i);
+    }
+    double part[16];
+    row_acc_store(part, &acc);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) part[l] += part[l + w];
+    double sum = part[0];
+    if (mode == 2) {
+        *y = (float)((double)m + log(sum));
+    } else if (mode == 1) {
+        double lz = (double)m + log(sum);
+        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
+        if (i < len) V_STORE_PART(y + i, len - i, V_SUB_D(V_LOAD_PART(x + i, len - i, 0.0f), lz));
+    } else {
+        double inv = 1.0 / sum;
+        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), inv));
+        if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), inv));
+    }
+    return 1;
 }

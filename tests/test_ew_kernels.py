@@ -1,0 +1,192 @@
+"""The elementwise kernels' large-array path and the softmax row kernels.
+
+Outputs whose operands outgrow the last-level cache are computed in chunks
+and written with non-temporal stores; PYAUTODIFF_STREAM_BYTES=0 makes every
+output of 4 KiB or more take that path, so a subprocess checks it bit for bit
+against the ordinary path at every ISA level.  Contiguous softmax / log_softmax
+/ logsumexp lanes run whole in the SIMD row kernel: checked against float64
+numpy for every tail length, with non-finite elements, at 1 and 2 threads, and
+AVX2 against AVX-512 bit for bit."""
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+STREAM_SCRIPT = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+rng = np.random.default_rng(11)
+outs = []
+for n in (1023, 1024, 4096, 70001):  # below, at and past a 4 KiB chunk; a ragged tail
+    for dt in (np.float32, np.float64, np.int32):
+        big = (rng.standard_normal(n + 40) * 50).astype(dt)
+        other = (rng.standard_normal(n + 40) * 50).astype(dt)
+        t, u = ad.from_numpy(big), ad.from_numpy(other)
+        for off in (0, 1, 3):  # output blocks are 64-aligned; views move the inputs
+            a, b = t[off:off + n], u[5:5 + n]
+            outs += [a + b, a * b, a - b, -a, a * 2, a + u[:1], (a > b)]
+            if dt != np.int32:
+                outs += [a / b, a.exp(), a.tanh(), a.sigmoid(), a.gelu_erf(), a.sqrt()]
+        m = t[: (n // 8) * 8].reshape(n // 8, 8)
+        outs += [m + u[:8], m.t() + m.t()]  # broadcast row; strided output walk
+with np.errstate(all="ignore"):
+    data = [o.numpy().tobytes() for o in outs]
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), data), sys.stdout.buffer)
+"""
+
+
+def _run(script, **env_extra):
+    env = dict(os.environ, PYTHONPATH=ROOT, **env_extra)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return pickle.loads(r.stdout)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("nthreads", ["1", "2"])
+def test_streamed_outputs_same_bits(isa, nthreads):
+    """Streamed (non-temporal) outputs equal the cached path's, for every
+    layout, dtype, alignment and tail, at each ISA level and thread count."""
+    env = {"PYAUTODIFF_ISA": isa, "PYAUTODIFF_NUM_THREADS": nthreads}
+    level, plain = _run(STREAM_SCRIPT, **env)
+    level2, streamed = _run(STREAM_SCRIPT, PYAUTODIFF_STREAM_BYTES="0", **env)
+    assert level == level2
+    assert len(plain) == len(streamed)
+    for i, (p, s) in enumerate(zip(plain, streamed)):
+        assert p == s, f"output {i} differs when streamed ({level})"
+
+
+def test_streamed_outputs_match_numpy():
+    """The streamed path in this process's ISA level against numpy."""
+    script = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+rng = np.random.default_rng(2)
+a = rng.standard_normal(100_003).astype(np.float32)
+b = rng.standard_normal(100_003).astype(np.float32)
+t, u = ad.from_numpy(a), ad.from_numpy(b)
+pickle.dump([(t + u).numpy(), (t * u).numpy(), t[1:].exp().numpy(), (t[2:] - u[:-2]).numpy()],
+            sys.stdout.buffer)
+"""
+    got = _run(script, PYAUTODIFF_STREAM_BYTES="0")
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(100_003).astype(np.float32)
+    b = rng.standard_normal(100_003).astype(np.float32)
+    np.testing.assert_array_equal(got[0], a + b)
+    np.testing.assert_array_equal(got[1], a * b)
+    np.testing.assert_allclose(got[2], np.exp(a[1:].astype(np.float64)), rtol=2e-7)
+    np.testing.assert_array_equal(got[3], a[2:] - b[:-2])
+
+
+# ---- softmax rows ----------------------------------------------------------------------
+def _ulps(got, want):
+    w32 = want.astype(np.float32)
+    return np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(w32)).astype(np.float64)
+
+
+def _lanes():
+    """Lanes of every length up to 40 (each tail of an 8- and a 16-lane step),
+    and long ones, with dominant, tied, huge and tiny entries."""
+    rng = np.random.default_rng(9)
+    rows = [(rng.standard_normal(n) * 5).astype(np.float32) for n in range(1, 41)]
+    rows += [(rng.standard_normal(n) * 20).astype(np.float32) for n in (1000, 4099)]
+    r = (rng.standard_normal(37) * 3).astype(np.float32)
+    r[11] = 95.0  # the others' terms underflow to 0 or denormals
+    rows.append(r)
+    rows.append(np.full(19, -7.25, np.float32))  # all equal: 1/19 each
+    rows.append(np.array([3e38, -3e38, 1e-45, 0.0, -0.0], np.float32))  # x - m overflows
+    r = (rng.standard_normal(33) * 3).astype(np.float32)
+    r[[2, 30]] = -np.inf  # finite max: those terms are 0
+    rows.append(r)
+    return rows
+
+
+def _softmax64(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax", "logsumexp"])
+def test_softmax_rows_ulps(threads, mode):
+    for x in _lanes():
+        # the same lane as one row of a batch large enough to be split over threads
+        batch = np.tile(x, (max(2, 40_000 // x.size), 1))
+        with np.errstate(all="ignore"):
+            got = getattr(ad.from_numpy(batch), mode)(1).numpy()
+            xd = x.astype(np.float64)
+            lse = xd.max() + np.log(np.exp(xd - xd.max()).sum())
+        for row in (got[0], got[-1]):
+            if mode == "softmax":
+                ref = _softmax64(xd)
+                normal = ref >= np.finfo(np.float32).tiny
+                assert _ulps(row[normal], ref[normal]).max() <= 4, x.size
+                np.testing.assert_allclose(row[~normal], ref[~normal], rtol=0,
+                                           atol=4 * 2.0 ** -149)
+            elif mode == "log_softmax":
+                ref = xd - lse
+                with np.errstate(all="ignore"):
+                    ref32 = ref.astype(np.float32)  # -6e38 is -inf in float32
+                fin = np.isfinite(ref32)
+                np.testing.assert_array_equal(row[~fin], ref32[~fin])
+                scale = np.maximum(np.abs(ref[fin]), np.abs(xd[fin] - xd.max()))
+                err = np.abs(row[fin] - ref[fin]) / np.spacing(scale.astype(np.float32))
+                assert err.max() <= 4, x.size
+            else:
+                assert _ulps(np.array([row]), np.array([lse])).max() <= 4, x.size
+        np.testing.assert_array_equal(got[0], got[-1])
+
+
+def test_softmax_rows_nonfinite():
+    """NaN anywhere in a lane gives NaN (the row kernel); an infinite maximum
+    leaves the lane to the double loop (inf minus inf is NaN, -inf rows)."""
+    x = np.zeros((6, 21), np.float32)
+    x[0, 5] = np.nan
+    x[1, 20] = np.nan  # in the tail
+    x[2, 3] = np.inf
+    x[3, :] = -np.inf
+    x[4, 7] = -np.inf
+    with np.errstate(all="ignore"):
+        sm = ad.from_numpy(x).softmax(1).numpy()
+        ls = ad.from_numpy(x).log_softmax(1).numpy()
+        lse = ad.from_numpy(x).logsumexp(1).numpy()
+    assert np.isnan(sm[0]).all() and np.isnan(sm[1]).all()
+    assert np.isnan(ls[0]).all() and np.isnan(lse[:2]).all()
+    assert lse[2] == np.inf and lse[3] == -np.inf
+    assert sm[4, 7] == 0 and ls[4, 7] == -np.inf
+    np.testing.assert_allclose(sm[4, :7], 1 / 20, rtol=1e-6)
+    np.testing.assert_allclose(sm[5], 1 / 21, rtol=1e-6)
+
+
+SOFTMAX_SCRIPT = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+rng = np.random.default_rng(4)
+outs = []
+for n in list(range(1, 34)) + [1000, 4099]:
+    x = ad.from_numpy((rng.standard_normal((3, n)) * 9).astype(np.float32))
+    outs += [x.softmax(1), x.log_softmax(1), x.logsumexp(1)]
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(),
+             [o.numpy().tobytes() for o in outs]), sys.stdout.buffer)
+"""
+
+
+def test_softmax_rows_same_bits_avx2_avx512():
+    """The row kernel's partial sums are folded in one order at both levels."""
+    outs = {}
+    for isa in ("avx512", "avx2"):
+        level, data = _run(SOFTMAX_SCRIPT, PYAUTODIFF_ISA=isa)
+        if level == isa:
+            outs[isa] = data
+    if len(outs) < 2:
+        pytest.skip("this CPU lacks AVX-512 (or AVX2)")
+    for i, (a, b) in enumerate(zip(outs["avx512"], outs["avx2"])):
+        assert a == b, f"softmax output {i} differs between AVX-512 and AVX2"
