@@ -11,6 +11,7 @@ import gc
 import pytest
 
 import pyautodiff as ad
+from pyautodiff._lib import ffi, lib
 
 
 _garbage_possible = [True]  # at the first test: whatever imports and collection left
@@ -76,3 +77,14 @@ def threads(request):
     ad.set_num_threads(request.param)
     yield request.param
     ad.set_num_threads(old)
+
+
+@pytest.fixture(params=["avx512", "avx2", "portable"])
+def kernel(request):
+    """Runs the test with each GEMM kernel level the CPU has (skipping the
+    others), putting the automatic choice back after."""
+    if lib.ad_gemm_set_kernel(request.param.encode()) != lib.AD_OK:
+        pytest.skip(f"this CPU has no {request.param} kernel")
+    assert ffi.string(lib.ad_gemm_kernel()).decode() == request.param
+    yield request.param
+    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK

@@ -12,15 +12,6 @@ import pyautodiff as ad
 from pyautodiff._lib import ffi, lib
 
 
-@pytest.fixture(params=["avx512", "avx2", "portable"])
-def kernel(request):
-    if lib.ad_gemm_set_kernel(request.param.encode()) != lib.AD_OK:
-        pytest.skip(f"this CPU has no {request.param} kernel")
-    assert ffi.string(lib.ad_gemm_kernel()).decode() == request.param
-    yield request.param
-    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
-
-
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 

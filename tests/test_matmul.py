@@ -21,15 +21,6 @@ SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29),
           (1, 700, 700), (700, 700, 1), (1, 4097, 70), (4097, 70, 1)]
 
 
-@pytest.fixture(params=["avx512", "avx2", "portable"])
-def kernel(request):
-    if lib.ad_gemm_set_kernel(request.param.encode()) != lib.AD_OK:
-        pytest.skip(f"this CPU has no {request.param} kernel")
-    assert ffi.string(lib.ad_gemm_kernel()).decode() == request.param
-    yield request.param
-    assert lib.ad_gemm_set_kernel(b"auto") == lib.AD_OK
-
-
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 
