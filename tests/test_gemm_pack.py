@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import pyautodiff as ad
-from pyautodiff._lib import ffi, lib
 
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
