@@ -203,3 +203,34 @@ def test_conv2d_weight_grad_sums_the_batch(threads):
         again = np.asarray((F.conv2d(x32, w32, padding=1, groups=2) * gy32).sum()
                            .backward()[w32])
         np.testing.assert_array_equal(again, first)
+
+
+# ---- row-parallel layer_norm and class losses (nn.c) ---------------------------------------------
+def test_layer_norm_and_class_losses_split_over_threads(threads):
+    """Shapes above the threshold for splitting rows over the threads, against
+    numpy; the reduced losses sum the rows in order, so 1 and 2 threads agree
+    exactly."""
+    x, w, b = rand(70, 3, 200), rand(3, 200), rand(3, 200)
+    mean = x.mean((1, 2), keepdims=True)
+    ref = (x - mean) / np.sqrt(x.var((1, 2), keepdims=True) + 1e-5) * w + b
+    y = F.layer_norm(ad.tensor(x, dtype=ad.float64), (3, 200), ad.tensor(w, dtype=ad.float64),
+                     ad.tensor(b, dtype=ad.float64))
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-10, atol=1e-10)
+    logits, t = rand(3000, 17), rng.integers(0, 17, 3000)
+    m = logits.max(1, keepdims=True)
+    lse = np.log(np.exp(logits - m).sum(1)) + m[:, 0]
+    ce = lse - logits[np.arange(3000), t]
+    lt = ad.tensor(logits, dtype=ad.float64)
+    np.testing.assert_allclose(np.asarray(F.cross_entropy(lt, t, reduction="none")), ce,
+                               rtol=1e-12)
+    np.testing.assert_allclose(F.cross_entropy(lt, t).item(), ce.mean(), rtol=1e-12)
+    np.testing.assert_allclose(F.nll_loss(lt, t, reduction="sum").item(),
+                               -logits[np.arange(3000), t].sum(), rtol=1e-12)
+    l32 = ad.tensor(logits, dtype=ad.float32)
+    old = ad.get_num_threads()
+    try:
+        ad.set_num_threads(1)
+        one = F.cross_entropy(l32, t).item()
+    finally:
+        ad.set_num_threads(old)
+    assert F.cross_entropy(l32, t).item() == one

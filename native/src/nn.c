@@ -38,6 +38,17 @@ static inline void stv(void *p, int dt, int64_t i, double v) {
     else ((double *)p)[i] = v;
 }
 
+/* Runs fn over [0, rows) split over the threads when the rows hold enough
+   elements (cols each) to repay waking the pool; the rows are independent. */
+#define NN_PAR_MIN 32768
+static void nn_rows(int64_t rows, int64_t cols, void (*fn)(void *, int64_t, int64_t),
+                    void *ctx) {
+    if (rows > 1 && rows * cols >= NN_PAR_MIN && par_num_threads() > 1)
+        par_for(rows, fn, ctx);
+    else if (rows > 0)
+        fn(ctx, 0, rows);
+}
+
 /* ---- mse_loss --------------------------------------------------------------- */
 /* (x - y)^2, then none / mean / sum */
 ad_status fwd_mse_loss(const op_args *a, ad_tensor **out) {
@@ -93,6 +104,39 @@ static ad_status class_inputs(const char *op, const ad_tensor *x, const ad_tenso
     return AD_OK;
 }
 
+typedef struct cl_job {
+    const void *x;
+    const int64_t *ix;
+    int dt;
+    int64_t c;
+    bool ce;
+    double *loss;   /* the rows' losses, to be reduced (or NULL) */
+    void *out;      /* else the unreduced output */
+} cl_job;
+
+static void cl_rows(void *ctx, int64_t i0, int64_t i1) {
+    const cl_job *j = ctx;
+    const void *px = j->x;
+    int dt = j->dt;
+    int64_t c = j->c;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t row = i * c;
+        double loss = -ld(px, dt, row + j->ix[i]);
+        if (j->ce) {
+            double m = -INFINITY, s = 0;
+            for (int64_t k = 0; k < c; k++) m = fmax(m, ld(px, dt, row + k));
+            if (isinf(m)) {
+                s = 1; /* all -inf (or an inf): keep the result inf/nan as torch does */
+            } else {
+                for (int64_t k = 0; k < c; k++) s += exp(ld(px, dt, row + k) - m);
+            }
+            loss += m + log(s);
+        }
+        if (j->loss) j->loss[i] = loss;
+        else stv(j->out, dt, i, loss);
+    }
+}
+
 /* loss_i = logsumexp(x_i) - x_i[t_i] (ce), or -x_i[t_i] (nll) */
 static ad_status class_loss(const op_args *a, bool ce, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *t = a->in[1];
@@ -104,29 +148,27 @@ static ad_status class_loss(const op_args *a, bool ce, ad_tensor **out) {
     const void *px;
     if ((st = nn_contig(x, &tx, &px))) goto done;
     if ((st = ad_tensor_empty(x->dtype, &n, r ? 0 : 1, &o))) goto done;
-    int dt = x->dtype;
-    double acc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t row = i * c;
-        double loss = -ld(px, dt, row + ix[i]);
-        if (ce) {
-            double m = -INFINITY, s = 0;
-            for (int64_t j = 0; j < c; j++) m = fmax(m, ld(px, dt, row + j));
-            if (isinf(m)) {
-                s = 1; /* all -inf (or an inf): keep the result inf/nan as torch does */
-            } else {
-                for (int64_t j = 0; j < c; j++) s += exp(ld(px, dt, row + j) - m);
-            }
-            loss += m + log(s);
+    cl_job jb = {px, ix, x->dtype, c, ce, NULL, NULL};
+    if (r) {
+        if (!(jb.loss = ad_malloc((size_t)(n ? n : 1) * sizeof(double)))) {
+            st = ad_fail_nomem(OP_NAME(a->op));
+            goto done;
         }
-        if (r) acc += loss;
-        else stv(o->storage->data, dt, i, loss);
+    } else {
+        jb.out = o->storage->data;
     }
+    nn_rows(n, ce ? 3 * c : 1, cl_rows, &jb);
+    double acc = 0;
+    if (r)
+        for (int64_t i = 0; i < n; i++) acc += jb.loss[i]; /* in row order, as before */
+    ad_mfree(jb.loss);
+    int dt = x->dtype;
     if (r) stv(o->storage->data, dt, 0, r == 1 ? acc / (double)n : acc);
 done:
     ad_tensor_release(tx);
     ad_mfree(ix);
     if (!st) *out = o;
+    else ad_tensor_release(o);
     return st;
 }
 
@@ -134,6 +176,39 @@ ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out) { return class_lo
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out) { return class_loss(a, false, out); }
 
 /* ---- layer_norm ---------------------------------------------------------------- */
+typedef struct ln_job {
+    const void *x, *w, *b;
+    void *y;
+    int dt;
+    int64_t cols;
+    double eps;
+} ln_job;
+
+static void ln_rows(void *ctx, int64_t r0, int64_t r1) {
+    const ln_job *j = ctx;
+    const void *px = j->x, *pw = j->w, *pb = j->b;
+    int dt = j->dt;
+    int64_t dcols = j->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t base = r * dcols;
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < dcols; c++) mean += ld(px, dt, base + c);
+        mean /= (double)dcols;
+        for (int64_t c = 0; c < dcols; c++) {
+            double d = ld(px, dt, base + c) - mean;
+            var += d * d;
+        }
+        var /= (double)dcols;
+        double rstd = 1.0 / sqrt(var + j->eps);
+        for (int64_t c = 0; c < dcols; c++) {
+            double v = (ld(px, dt, base + c) - mean) * rstd;
+            if (pw) v *= ld(pw, dt, c);
+            if (pb) v += ld(pb, dt, c);
+            stv(j->y, dt, base + c, v);
+        }
+    }
+}
+
 /* (x - mean) / sqrt(var + eps) * weight + bias over the last k dims (biased
    variance, as PyTorch) */
 ad_status fwd_layer_norm(const op_args *a, ad_tensor **out) {
@@ -167,25 +242,8 @@ ad_status fwd_layer_norm(const op_args *a, ad_tensor **out) {
     if (w && (st = nn_contig(w, &tw, &pw))) goto done;
     if (b && (st = nn_contig(b, &tb, &pb))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &o))) goto done;
-    int dt = x->dtype;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = r * dcols;
-        double mean = 0, var = 0;
-        for (int64_t j = 0; j < dcols; j++) mean += ld(px, dt, base + j);
-        mean /= (double)dcols;
-        for (int64_t j = 0; j < dcols; j++) {
-            double d = ld(px, dt, base + j) - mean;
-            var += d * d;
-        }
-        var /= (double)dcols;
-        double rstd = 1.0 / sqrt(var + eps);
-        for (int64_t j = 0; j < dcols; j++) {
-            double v = (ld(px, dt, base + j) - mean) * rstd;
-            if (pw) v *= ld(pw, dt, j);
-            if (pb) v += ld(pb, dt, j);
-            stv(o->storage->data, dt, base + j, v);
-        }
-    }
+    ln_job jb = {px, pw, pb, o->storage->data, x->dtype, dcols, eps};
+    nn_rows(rows, dcols, ln_rows, &jb);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tw);
