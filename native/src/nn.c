@@ -479,6 +479,8 @@ typedef struct pool_walk_job {
         const pool_geom *g = jb->g;                                                        \
         const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                               \
         T *m = scratch, *done = m + g->ow;                                                 \
+        if (jb->kind == POOL_BWD) /* each thread zeroes the planes it adds into */        \
+            memset((T *)jb->y + p0 * hw, 0, (size_t)((p1 - p0) * hw) * sizeof(T));          \
         for (int64_t p = p0; p < p1; p++) {                                                \
             const T *plane = (const T *)jb->x + p * hw;                                    \
             if (jb->is2x2) {                                                               \
@@ -526,14 +528,17 @@ static void pool_chunks(void *ctx, int64_t c0, int64_t c1) {
 
 /* Every max-pooling window of the contiguous x, planes split over the
    threads (a plane's windows read and write only that plane): POOL_FWD
-   stores each window's maximum in y; POOL_BWD adds gy (output-shaped) into
-   y (x-shaped, zeroed) at each window's argmax; POOL_GATHER stores gy's
+   stores each window's maximum in y; POOL_BWD zeroes y (x-shaped) and adds
+   gy (output-shaped) into it at each window's argmax; POOL_GATHER stores gy's
    (x-shaped) value at each window's argmax (0 for a window wholly in the
    padding) in y. */
 static ad_status pool_walk(int op, const pool_geom *g, int kind, int dt, const void *x,
                            const void *gy, void *y) {
     int64_t planes = g->n * g->c, work = planes * g->oh * g->ow * g->kh * g->kw;
-    if (planes == 0 || g->oh == 0 || g->ow == 0) return AD_OK;
+    if (planes == 0 || g->oh == 0 || g->ow == 0) {
+        if (kind == POOL_BWD) memset(y, 0, (size_t)(planes * g->h * g->w) * ad_dtype_size_(dt));
+        return AD_OK;
+    }
     int64_t chunks = work < POOL_PAR_MIN ? 1 : par_num_threads();
     if (chunks > planes) chunks = planes;
     size_t es = ad_dtype_size_(dt);
@@ -582,7 +587,7 @@ ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out) {
     ad_tensor *tx = NULL, *tg = NULL, *o = NULL;
     const void *px, *pg;
     if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(gy, &tg, &pg)) ||
-        (st = ad_tensor_zeros(x->dtype, T_SHAPE(x), 4, &o)))
+        (st = ad_tensor_empty(x->dtype, T_SHAPE(x), 4, &o)))  /* zeroed by pool_walk */
         goto done;
     st = pool_walk(a->op, &g, POOL_BWD, x->dtype, px, pg, o->storage->data);
 done:
