@@ -7,11 +7,13 @@
  *   conv_transpose2d  output -> input      x_g = col2im(W_g^T @ y_g)  (conv2d's input gradient)
  *   conv2d_weight_grad                     dW_g = sum_n y_g @ im2col(x_g)^T
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "gemm.h"
 #include "nnops.h"
 #include "opargs.h"
+#include "parallel.h"
 
 typedef struct conv_geom {
     int op;
@@ -66,6 +68,35 @@ static ad_status groups_divide(const conv_geom *g, const ad_tensor *x, const ad_
 }
 
 /* ---- kernels, one per float type -------------------------------------------- */
+/* [*x0, *x1): the output columns x whose input column x*sw + off is in [0, w) */
+static void valid_cols(const conv_geom *g, int64_t off, int64_t *x0, int64_t *x1) {
+    int64_t a = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+    int64_t b = g->w - off <= 0 ? 0 : (g->w - off + g->sw - 1) / g->sw;
+    *x0 = a < g->ow ? a : g->ow;
+    *x1 = b < g->ow ? b : g->ow;
+    if (*x1 < *x0) *x1 = *x0;
+}
+
+/* A 1x1 kernel with stride 1 and no padding reads the input as it is: its
+   im2col is the (cg, h*w) group slice itself. */
+static bool pointwise(const conv_geom *g) {
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->oh == g->h && g->ow == g->w; /* not so for conv_transpose2d's output padding */
+}
+
+/* BODY for x in [x0, x1) with the stride S, compiled apart for stride 1 (a
+   plain copy or add the compiler vectorises). */
+#define CONV_COLS(x0, x1, sw, ...)                                                         \
+    do {                                                                                   \
+        if ((sw) == 1) {                                                                   \
+            const int64_t S = 1;                                                           \
+            for (int64_t x = (x0); x < (x1); x++) __VA_ARGS__                              \
+        } else {                                                                           \
+            const int64_t S = (sw);                                                        \
+            for (int64_t x = (x0); x < (x1); x++) __VA_ARGS__                              \
+        }                                                                                  \
+    } while (0)
+
 #define DEF_CONV_KERNELS(T, SUF)                                                           \
     /* cols[(c*kh + i)*kw + j][y*ow + x] = in[c][y*sh - ph + i*dh][x*sw - pw + j*dw] */     \
     static void im2col_##SUF(const conv_geom *g, const T *in, T *cols) {                   \
@@ -73,18 +104,19 @@ static ad_status groups_divide(const conv_geom *g, const ad_tensor *x, const ad_
             for (int64_t i = 0; i < g->kh; i++)                                            \
                 for (int64_t j = 0; j < g->kw; j++) {                                      \
                     T *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;                  \
+                    int64_t off = j * g->dw - g->pw, x0, x1;                               \
+                    valid_cols(g, off, &x0, &x1);                                          \
                     for (int64_t y = 0; y < g->oh; y++) {                                  \
                         int64_t iy = y * g->sh - g->ph + i * g->dh;                        \
-                        T *r = row + y * g->ow;                                            \
+                        T *restrict r = row + y * g->ow;                                   \
                         if (iy < 0 || iy >= g->h) {                                        \
                             for (int64_t x = 0; x < g->ow; x++) r[x] = 0;                  \
                             continue;                                                      \
                         }                                                                  \
-                        const T *src = in + (c * g->h + iy) * g->w;                        \
-                        for (int64_t x = 0; x < g->ow; x++) {                              \
-                            int64_t ix = x * g->sw - g->pw + j * g->dw;                    \
-                            r[x] = (ix < 0 || ix >= g->w) ? 0 : src[ix];                   \
-                        }                                                                  \
+                        const T *restrict src = in + (c * g->h + iy) * g->w + off;         \
+                        for (int64_t x = 0; x < x0; x++) r[x] = 0;                         \
+                        CONV_COLS(x0, x1, g->sw, { r[x] = src[x * S]; });                  \
+                        for (int64_t x = x1; x < g->ow; x++) r[x] = 0;                     \
                     }                                                                      \
                 }                                                                          \
     }                                                                                      \
@@ -94,83 +126,149 @@ static ad_status groups_divide(const conv_geom *g, const ad_tensor *x, const ad_
             for (int64_t i = 0; i < g->kh; i++)                                            \
                 for (int64_t j = 0; j < g->kw; j++) {                                      \
                     const T *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;            \
+                    int64_t off = j * g->dw - g->pw, x0, x1;                               \
+                    valid_cols(g, off, &x0, &x1);                                          \
                     for (int64_t y = 0; y < g->oh; y++) {                                  \
                         int64_t iy = y * g->sh - g->ph + i * g->dh;                        \
                         if (iy < 0 || iy >= g->h) continue;                                \
-                        const T *r = row + y * g->ow;                                      \
-                        T *dst = in + (c * g->h + iy) * g->w;                              \
-                        for (int64_t x = 0; x < g->ow; x++) {                              \
-                            int64_t ix = x * g->sw - g->pw + j * g->dw;                    \
-                            if (ix >= 0 && ix < g->w) dst[ix] += r[x];                     \
-                        }                                                                  \
+                        const T *restrict r = row + y * g->ow;                             \
+                        T *restrict dst = in + (c * g->h + iy) * g->w + off;               \
+                        CONV_COLS(x0, x1, g->sw, { dst[x * S] += r[x]; });                 \
                     }                                                                      \
                 }                                                                          \
     }                                                                                      \
-    static void conv_fwd_##SUF(const conv_geom *g, const T *x, const T *w, T *y, T *cols) { \
-        for (int64_t n = 0; n < g->n; n++)                                                 \
-            for (int64_t q = 0; q < g->groups; q++) {                                      \
-                im2col_##SUF(g, x + (n * g->c + q * g->cg) * g->h * g->w, cols);           \
-                gemm_##SUF(g->og, g->l, g->k, w + q * g->og * g->k, g->k, 1, cols, g->l, 1, \
-                           y + (n * g->o + q * g->og) * g->l, g->l, 1);                    \
+    /* item (sample n, group q) of one of the three kernels; cols is k*l scratch,          \
+       acc the weight gradient being accumulated (o*k), tmp og*k scratch */                \
+    static void conv_item_##SUF(const conv_job *jb, int64_t item, T *cols, T *acc,         \
+                                T *tmp) {                                                  \
+        const conv_geom *g = jb->g;                                                        \
+        int64_t n = item / g->groups, q = item % g->groups;                                \
+        int64_t xoff = (n * g->c + q * g->cg) * g->h * g->w, yoff = (n * g->o + q * g->og) * g->l; \
+        const T *a = jb->a, *b = jb->b;                                                    \
+        T *y = jb->y;                                                                      \
+        bool pw = pointwise(g);                                                            \
+        if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */                   \
+            const T *c = pw ? a + xoff : cols;                                             \
+            if (!pw) im2col_##SUF(g, a + xoff, cols);                                      \
+            gemm_##SUF(g->og, g->l, g->k, b + q * g->og * g->k, g->k, 1, c, g->l, 1,       \
+                       y + yoff, g->l, 1);                                                 \
+        } else if (jb->which == RUN_BWD_INPUT) { /* a = conv output grad, b = w, y = x */ \
+            if (pw) {                                                                      \
+                gemm_##SUF(g->k, g->l, g->og, b + q * g->og * g->k, 1, g->k, a + yoff,     \
+                           g->l, 1, y + xoff, g->l, 1);                                    \
+                return;                                                                    \
             }                                                                              \
+            gemm_##SUF(g->k, g->l, g->og, b + q * g->og * g->k, 1, g->k, a + yoff, g->l,   \
+                       1, cols, g->l, 1);                                                  \
+            memset(y + xoff, 0, (size_t)(g->cg * g->h * g->w) * sizeof(T));                \
+            col2im_##SUF(g, cols, y + xoff);                                               \
+        } else { /* a = x, b = conv output grad: acc_q += b_g @ im2col(a_g)^T */           \
+            const T *c = pw ? a + xoff : cols;                                             \
+            if (!pw) im2col_##SUF(g, a + xoff, cols);                                      \
+            gemm_##SUF(g->og, g->k, g->l, b + yoff, g->l, 1, c, 1, g->l, tmp, g->k, 1);    \
+            T *restrict d = acc + q * g->og * g->k;                                        \
+            for (int64_t i = 0; i < g->og * g->k; i++) d[i] += tmp[i];                     \
+        }                                                                                  \
     }                                                                                      \
-    /* x = conv2d's input gradient of y (x zeroed by the caller) */                        \
-    static void conv_bwd_input_##SUF(const conv_geom *g, const T *y, const T *w, T *x,     \
-                                     T *cols) {                                            \
-        for (int64_t n = 0; n < g->n; n++)                                                 \
-            for (int64_t q = 0; q < g->groups; q++) {                                      \
-                gemm_##SUF(g->k, g->l, g->og, w + q * g->og * g->k, 1, g->k,               \
-                           y + (n * g->o + q * g->og) * g->l, g->l, 1, cols, g->l, 1);     \
-                col2im_##SUF(g, cols, x + (n * g->c + q * g->cg) * g->h * g->w);           \
-            }                                                                              \
-    }                                                                                      \
-    /* dw (zeroed by the caller) += y_g @ im2col(x_g)^T over the batch */                  \
-    static void conv_bwd_weight_##SUF(const conv_geom *g, const T *x, const T *y, T *dw,   \
-                                      T *cols, T *tmp) {                                   \
-        for (int64_t n = 0; n < g->n; n++)                                                 \
-            for (int64_t q = 0; q < g->groups; q++) {                                      \
-                im2col_##SUF(g, x + (n * g->c + q * g->cg) * g->h * g->w, cols);           \
-                gemm_##SUF(g->og, g->k, g->l, y + (n * g->o + q * g->og) * g->l, g->l, 1,  \
-                           cols, 1, g->l, tmp, g->k, 1);                                   \
-                T *d = dw + q * g->og * g->k;                                              \
-                for (int64_t i = 0; i < g->og * g->k; i++) d[i] += tmp[i];                 \
-            }                                                                              \
+    static void conv_slot_##SUF(conv_job *jb, int64_t s) {                                 \
+        const conv_geom *g = jb->g;                                                        \
+        T *cols = (T *)(jb->scratch + (size_t)s * jb->slot), *tmp = cols + jb->ncols;      \
+        int64_t items = g->n * g->groups;                                                  \
+        if (jb->which == RUN_BWD_WEIGHT) {                                                 \
+            /* a static share of the items, so that the sums' order depends only on the   \
+               slot count */                                                               \
+            T *acc = s == 0 ? (T *)jb->y : tmp + g->og * g->k;                             \
+            if (s) memset(acc, 0, (size_t)(g->o * g->k) * sizeof(T));                      \
+            for (int64_t it = items * s / jb->slots; it < items * (s + 1) / jb->slots; it++) \
+                conv_item_##SUF(jb, it, cols, acc, tmp);                                   \
+            return;                                                                        \
+        }                                                                                  \
+        for (;;) {                                                                         \
+            int64_t it = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);    \
+            if (it >= items) return;                                                       \
+            conv_item_##SUF(jb, it, cols, NULL, NULL);                                     \
+        }                                                                                  \
     }
+
+enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT };
+
+typedef struct conv_job {
+    const conv_geom *g;
+    int which, dt;
+    const void *a, *b;      /* the two operands, contiguous */
+    void *y;                /* the result */
+    char *scratch;          /* `slots` slots of `slot` bytes */
+    size_t slot;
+    int64_t slots, ncols;   /* ncols: the im2col buffer's elements, 0 when pointwise */
+    atomic_llong next;      /* the next unclaimed item (forward and input gradient) */
+} conv_job;
 
 DEF_CONV_KERNELS(float, f32)
 DEF_CONV_KERNELS(double, f64)
 
-enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT };
+static void conv_slots(void *ctx, int64_t s0, int64_t s1) {
+    conv_job *jb = ctx;
+    for (int64_t s = s0; s < s1; s++) {
+        if (jb->dt == AD_FLOAT32) conv_slot_f32(jb, s);
+        else conv_slot_f64(jb, s);
+    }
+}
+
+/* A slot's scratch above this size runs the items one at a time, each
+   GEMM threaded by itself, rather than a buffer per thread. */
+#define CONV_SLOT_MAX ((size_t)32 << 20)
 
 /* Runs one of the three kernels: a, b are the two operands (made
-   contiguous), y the result (zeroed for the accumulating kernels). */
+   contiguous), y the result. The (sample, group) items are spread over the
+   threads, each with its own im2col buffer (and, for the weight gradient,
+   its own accumulator, summed in slot order at the end); with fewer items
+   than threads they run one by one and each GEMM uses the threads. */
 static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad_tensor *b,
                      const int64_t *yshape, ad_tensor **out) {
     ad_tensor *ta = NULL, *tb = NULL, *y = NULL;
     const void *pa, *pb;
     ad_status st;
     size_t es = ad_dtype_size_(a->dtype);
-    void *cols = NULL;
-    size_t ncols = (size_t)(g->k * g->l) + (which == RUN_BWD_WEIGHT ? (size_t)(g->og * g->k) : 0);
+    conv_job jb = {.g = g, .which = which, .dt = a->dtype};
+    int64_t items = g->n * g->groups;
+    /* im2col, then for the weight gradient one GEMM result and an accumulator */
+    jb.ncols = pointwise(g) ? 0 : g->k * g->l;
+    size_t slot = (size_t)jb.ncols;
+    if (which == RUN_BWD_WEIGHT) slot += (size_t)((g->og + g->o) * g->k);
+    slot = (slot * es + 63) / 64 * 64;
+    jb.slot = slot;
     if ((st = nn_contig(a, &ta, &pa)) || (st = nn_contig(b, &tb, &pb))) goto done;
-    if ((st = ad_tensor_zeros(a->dtype, yshape, 4, &y))) goto done;
-    if (y->numel == 0 || a->numel == 0 || b->numel == 0) goto done;
-    if (!(cols = ad_malloc((ncols ? ncols : 1) * es))) {
+    /* every item writes its whole part of the forward and input-gradient
+       results; the weight gradient accumulates */
+    bool empty = a->numel == 0 || b->numel == 0;
+    if ((st = (which == RUN_BWD_WEIGHT || empty ? ad_tensor_zeros : ad_tensor_empty)(
+             a->dtype, yshape, 4, &y)))
+        goto done;
+    if (y->numel == 0 || empty) goto done;
+    int threads = par_num_threads();
+    /* fewer items than threads: one at a time, each GEMM threaded */
+    jb.slots = threads > 1 && items >= threads && slot <= CONV_SLOT_MAX ? threads : 1;
+    if (!(jb.scratch = ad_malloc(slot * (size_t)jb.slots + 64))) {
         st = ad_fail_nomem(OP_NAME(g->op));
         goto done;
     }
-    void *py = y->storage->data;
-    if (a->dtype == AD_FLOAT32) {
-        if (which == RUN_FWD) conv_fwd_f32(g, pa, pb, py, cols);
-        else if (which == RUN_BWD_INPUT) conv_bwd_input_f32(g, pa, pb, py, cols);
-        else conv_bwd_weight_f32(g, pa, pb, py, cols, (float *)cols + g->k * g->l);
-    } else {
-        if (which == RUN_FWD) conv_fwd_f64(g, pa, pb, py, cols);
-        else if (which == RUN_BWD_INPUT) conv_bwd_input_f64(g, pa, pb, py, cols);
-        else conv_bwd_weight_f64(g, pa, pb, py, cols, (double *)cols + g->k * g->l);
+    jb.a = pa, jb.b = pb, jb.y = y->storage->data;
+    atomic_init(&jb.next, 0);
+    if (jb.slots > 1) par_for(jb.slots, conv_slots, &jb);
+    else conv_slots(&jb, 0, 1);
+    if (which == RUN_BWD_WEIGHT && jb.slots > 1) {
+        int64_t nk = g->o * g->k;
+        for (int64_t s = 1; s < jb.slots; s++) {
+            const char *acc =
+                jb.scratch + (size_t)s * slot + (size_t)(jb.ncols + g->og * g->k) * es;
+            if (a->dtype == AD_FLOAT32)
+                for (int64_t i = 0; i < nk; i++) ((float *)jb.y)[i] += ((const float *)acc)[i];
+            else
+                for (int64_t i = 0; i < nk; i++) ((double *)jb.y)[i] += ((const double *)acc)[i];
+        }
     }
 done:
-    ad_mfree(cols);
+    ad_mfree(jb.scratch);
     ad_tensor_release(ta);
     ad_tensor_release(tb);
     if (st) ad_tensor_release(y);

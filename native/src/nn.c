@@ -6,6 +6,7 @@
 
 #include "nnops.h"
 #include "opargs.h"
+#include "parallel.h"
 
 static ad_status need_float(const char *op, const ad_tensor *x, const char *what) {
     if (!ad_dtype_is_float(x->dtype))
@@ -35,6 +36,17 @@ static inline double ld(const void *p, int dt, int64_t i) {
 static inline void stv(void *p, int dt, int64_t i, double v) {
     if (dt == AD_FLOAT32) ((float *)p)[i] = (float)v;
     else ((double *)p)[i] = v;
+}
+
+/* Runs fn over [0, rows) split over the threads when the rows hold enough
+   elements (cols each) to repay waking the pool; the rows are independent. */
+#define NN_PAR_MIN 32768
+static void nn_rows(int64_t rows, int64_t cols, void (*fn)(void *, int64_t, int64_t),
+                    void *ctx) {
+    if (rows > 1 && rows * cols >= NN_PAR_MIN && par_num_threads() > 1)
+        par_for(rows, fn, ctx);
+    else if (rows > 0)
+        fn(ctx, 0, rows);
 }
 
 /* ---- mse_loss --------------------------------------------------------------- */
@@ -92,6 +104,39 @@ static ad_status class_inputs(const char *op, const ad_tensor *x, const ad_tenso
     return AD_OK;
 }
 
+typedef struct cl_job {
+    const void *x;
+    const int64_t *ix;
+    int dt;
+    int64_t c;
+    bool ce;
+    double *loss;   /* the rows' losses, to be reduced (or NULL) */
+    void *out;      /* else the unreduced output */
+} cl_job;
+
+static void cl_rows(void *ctx, int64_t i0, int64_t i1) {
+    const cl_job *j = ctx;
+    const void *px = j->x;
+    int dt = j->dt;
+    int64_t c = j->c;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t row = i * c;
+        double loss = -ld(px, dt, row + j->ix[i]);
+        if (j->ce) {
+            double m = -INFINITY, s = 0;
+            for (int64_t k = 0; k < c; k++) m = fmax(m, ld(px, dt, row + k));
+            if (isinf(m)) {
+                s = 1; /* all -inf (or an inf): keep the result inf/nan as torch does */
+            } else {
+                for (int64_t k = 0; k < c; k++) s += exp(ld(px, dt, row + k) - m);
+            }
+            loss += m + log(s);
+        }
+        if (j->loss) j->loss[i] = loss;
+        else stv(j->out, dt, i, loss);
+    }
+}
+
 /* loss_i = logsumexp(x_i) - x_i[t_i] (ce), or -x_i[t_i] (nll) */
 static ad_status class_loss(const op_args *a, bool ce, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *t = a->in[1];
@@ -103,29 +148,27 @@ static ad_status class_loss(const op_args *a, bool ce, ad_tensor **out) {
     const void *px;
     if ((st = nn_contig(x, &tx, &px))) goto done;
     if ((st = ad_tensor_empty(x->dtype, &n, r ? 0 : 1, &o))) goto done;
-    int dt = x->dtype;
-    double acc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t row = i * c;
-        double loss = -ld(px, dt, row + ix[i]);
-        if (ce) {
-            double m = -INFINITY, s = 0;
-            for (int64_t j = 0; j < c; j++) m = fmax(m, ld(px, dt, row + j));
-            if (isinf(m)) {
-                s = 1; /* all -inf (or an inf): keep the result inf/nan as torch does */
-            } else {
-                for (int64_t j = 0; j < c; j++) s += exp(ld(px, dt, row + j) - m);
-            }
-            loss += m + log(s);
+    cl_job jb = {px, ix, x->dtype, c, ce, NULL, NULL};
+    if (r) {
+        if (!(jb.loss = ad_malloc((size_t)(n ? n : 1) * sizeof(double)))) {
+            st = ad_fail_nomem(OP_NAME(a->op));
+            goto done;
         }
-        if (r) acc += loss;
-        else stv(o->storage->data, dt, i, loss);
+    } else {
+        jb.out = o->storage->data;
     }
+    nn_rows(n, ce ? 3 * c : 1, cl_rows, &jb);
+    double acc = 0;
+    if (r)
+        for (int64_t i = 0; i < n; i++) acc += jb.loss[i]; /* in row order, as before */
+    ad_mfree(jb.loss);
+    int dt = x->dtype;
     if (r) stv(o->storage->data, dt, 0, r == 1 ? acc / (double)n : acc);
 done:
     ad_tensor_release(tx);
     ad_mfree(ix);
     if (!st) *out = o;
+    else ad_tensor_release(o);
     return st;
 }
 
@@ -133,6 +176,39 @@ ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out) { return class_lo
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out) { return class_loss(a, false, out); }
 
 /* ---- layer_norm ---------------------------------------------------------------- */
+typedef struct ln_job {
+    const void *x, *w, *b;
+    void *y;
+    int dt;
+    int64_t cols;
+    double eps;
+} ln_job;
+
+static void ln_rows(void *ctx, int64_t r0, int64_t r1) {
+    const ln_job *j = ctx;
+    const void *px = j->x, *pw = j->w, *pb = j->b;
+    int dt = j->dt;
+    int64_t dcols = j->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t base = r * dcols;
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < dcols; c++) mean += ld(px, dt, base + c);
+        mean /= (double)dcols;
+        for (int64_t c = 0; c < dcols; c++) {
+            double d = ld(px, dt, base + c) - mean;
+            var += d * d;
+        }
+        var /= (double)dcols;
+        double rstd = 1.0 / sqrt(var + j->eps);
+        for (int64_t c = 0; c < dcols; c++) {
+            double v = (ld(px, dt, base + c) - mean) * rstd;
+            if (pw) v *= ld(pw, dt, c);
+            if (pb) v += ld(pb, dt, c);
+            stv(j->y, dt, base + c, v);
+        }
+    }
+}
+
 /* (x - mean) / sqrt(var + eps) * weight + bias over the last k dims (biased
    variance, as PyTorch) */
 ad_status fwd_layer_norm(const op_args *a, ad_tensor **out) {
@@ -166,25 +242,8 @@ ad_status fwd_layer_norm(const op_args *a, ad_tensor **out) {
     if (w && (st = nn_contig(w, &tw, &pw))) goto done;
     if (b && (st = nn_contig(b, &tb, &pb))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &o))) goto done;
-    int dt = x->dtype;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = r * dcols;
-        double mean = 0, var = 0;
-        for (int64_t j = 0; j < dcols; j++) mean += ld(px, dt, base + j);
-        mean /= (double)dcols;
-        for (int64_t j = 0; j < dcols; j++) {
-            double d = ld(px, dt, base + j) - mean;
-            var += d * d;
-        }
-        var /= (double)dcols;
-        double rstd = 1.0 / sqrt(var + eps);
-        for (int64_t j = 0; j < dcols; j++) {
-            double v = (ld(px, dt, base + j) - mean) * rstd;
-            if (pw) v *= ld(pw, dt, j);
-            if (pb) v += ld(pb, dt, j);
-            stv(o->storage->data, dt, base + j, v);
-        }
-    }
+    ln_job jb = {px, pw, pb, o->storage->data, x->dtype, dcols, eps};
+    nn_rows(rows, dcols, ln_rows, &jb);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tw);
@@ -250,51 +309,249 @@ static ad_status pool_geometry(int op, const ad_tensor *x, const int64_t *ia, po
     return win_out(op, "width", g->w, g->kw, g->sw, g->pw, g->dw, x, &g->ow);
 }
 
-/* The flat index (in the h*w plane) of the first maximum of window (i, j),
-   NaN counting as the maximum; -1 when the window sees only padding. */
-static int64_t pool_argmax(const pool_geom *g, const void *plane, int dt, int64_t i,
-                           int64_t j) {
-    int64_t best = -1;
-    double m = 0;
-    for (int64_t ki = 0; ki < g->kh; ki++) {
-        int64_t y = i * g->sh - g->ph + ki * g->dh;
-        if (y < 0 || y >= g->h) continue;
-        for (int64_t kj = 0; kj < g->kw; kj++) {
-            int64_t x = j * g->sw - g->pw + kj * g->dw;
-            if (x < 0 || x >= g->w) continue;
-            double v = ld(plane, dt, y * g->w + x);
-            if (best < 0 || v > m || (isnan(v) && !isnan(m))) {
-                best = y * g->w + x;
-                m = v;
-            }
-        }
-    }
-    return best;
+/* The kernels walk one output row (i) of one plane at a time: for every
+   window offset (ki, kj) that is inside the input, the output columns j
+   whose input column j*sw + off is inside form one contiguous range, so the
+   inner loops are branch-free strided reads the compiler vectorises. */
+static int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+/* [*j0, *j1): the output columns whose input column j*sw + off is in [0, w) */
+static void pool_cols(const pool_geom *g, int64_t off, int64_t *j0, int64_t *j1) {
+    int64_t a = ceil_div_nonneg(-off, g->sw), b = ceil_div_nonneg(g->w - off, g->sw);
+    *j0 = a < g->ow ? a : g->ow;
+    *j1 = b < g->ow ? b : g->ow;
+    if (*j1 < *j0) *j1 = *j0;
 }
 
-/* Every max-pooling window of the contiguous x: forward (gy NULL) stores
-   its maximum (-inf for a window wholly in the padding) at the window's
-   output index of y; backward adds gy there into y (x's shape) at the
-   window's argmax; gather (gy x-shaped) stores gy's value at the argmax (0
-   for a window wholly in the padding) at the window's output index. */
-static void pool_max_walk(const pool_geom *g, const void *px, const void *gy, bool gather,
-                          int dt, void *y) {
-    size_t es = ad_dtype_size_(dt);
-    for (int64_t p = 0; p < g->n * g->c; p++) {
-        const char *plane = (const char *)px + (size_t)(p * g->h * g->w) * es;
-        for (int64_t i = 0; i < g->oh; i++)
-            for (int64_t j = 0; j < g->ow; j++) {
-                int64_t at = pool_argmax(g, plane, dt, i, j), o = (p * g->oh + i) * g->ow + j;
-                if (!gy) {
-                    stv(y, dt, o, at < 0 ? -INFINITY : ld(plane, dt, at));
-                } else if (gather) {
-                    stv(y, dt, o, at < 0 ? 0.0 : ld(gy, dt, p * g->h * g->w + at));
-                } else if (at >= 0) {
-                    int64_t t = p * g->h * g->w + at;
-                    stv(y, dt, t, ld(y, dt, t) + ld(gy, dt, o));
-                }
-            }
+enum { POOL_FWD, POOL_BWD, POOL_GATHER };
+
+typedef struct pool_walk_job {
+    const pool_geom *g;
+    int kind, dt;
+    bool is2x2;        /* the window of pool_2x2 */
+    const void *x, *gy;
+    void *y;
+    char *scratch;     /* one slot of `slot` bytes per chunk */
+    size_t slot;
+    int64_t chunks;
+} pool_walk_job;
+
+/* BODY for j in [j0, j1) with the stride S: compiled apart for the common
+   strides 1 and 2, where S is a constant and the strided reads vectorise. */
+#define POOL_COLS(j0, j1, sw, ...)                                                      \
+    do {                                                                                   \
+        if ((sw) == 1) {                                                                   \
+            const int64_t S = 1;                                                           \
+            for (int64_t j = (j0); j < (j1); j++) __VA_ARGS__                                  \
+        } else if ((sw) == 2) {                                                            \
+            const int64_t S = 2;                                                           \
+            for (int64_t j = (j0); j < (j1); j++) __VA_ARGS__                                  \
+        } else {                                                                           \
+            const int64_t S = (sw);                                                        \
+            for (int64_t j = (j0); j < (j1); j++) __VA_ARGS__                                  \
+        }                                                                                  \
+    } while (0)
+
+/* The backward and the gather find a window's argmax without an index per
+   lane: with the window's maximum m known, the argmax is the first element
+   in (ki, kj) order equal to m, or the first NaN (m is NaN exactly when the
+   window holds one); done[j] (0 or 1, in T so that the loop stays one lane
+   width) marks the windows already matched. The loops are branch-free (every
+   operand loaded, the match selected) so that they vectorise. For a window of -infs the first
+   element matches, as the first valid element is the maximum there. */
+/* pool_2x2's window (a b / c d) at column j: its maximum m with the NaN rule,
+   and h0..h3 flagging the first element equal to it (0 or 1 in T: the loop
+   stays one lane width and vectorises) */
+#define POOL_2X2_FLAGS(T)                                                                  \
+    T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1], m = a;           \
+    m = (b > m || b != b) ? b : m;                                                         \
+    m = (c > m || c != c) ? c : m;                                                         \
+    m = (d > m || d != d) ? d : m;                                                         \
+    m = (a != a) ? a : m;                                                                  \
+    T h0 = (T)((a == m) | (a != a));                                                       \
+    T h1 = (1 - h0) * (T)((b == m) | (b != b));                                            \
+    T h2 = (1 - h0 - h1) * (T)((c == m) | (c != c));                                       \
+    T h3 = 1 - h0 - h1 - h2
+
+#define DEF_POOL_KERNELS(T, SUF)                                                           \
+    /* m[j]: the window maximum of output (i, j), NaN if the window holds one,           \
+       -inf for a window wholly in the padding */                                          \
+    static void pool_max_row_##SUF(const pool_geom *g, const T *restrict plane, int64_t i,  \
+                                   T *restrict m) {                                        \
+        for (int64_t j = 0; j < g->ow; j++) m[j] = (T)-INFINITY;                           \
+        for (int64_t ki = 0; ki < g->kh; ki++) {                                           \
+            int64_t y = i * g->sh - g->ph + ki * g->dh;                                    \
+            if (y < 0 || y >= g->h) continue;                                              \
+            for (int64_t kj = 0; kj < g->kw; kj++) {                                       \
+                int64_t off = kj * g->dw - g->pw, j0, j1;                                  \
+                pool_cols(g, off, &j0, &j1);                                               \
+                const T *restrict r = plane + y * g->w + off;                              \
+                POOL_COLS(j0, j1, g->sw, {                                                 \
+                    T v = r[j * S], c = m[j];                                              \
+                    m[j] = (v > c || v != v) ? v : c;                                      \
+                });                                                                        \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    /* POOL_BWD: gx[argmax] += gy[j] (gx the plane of the x-shaped result);               \
+       POOL_GATHER: out[j] = t[argmax] (t the plane of the x-shaped operand) */            \
+    static void pool_arg_row_##SUF(const pool_geom *g, int kind, const T *restrict plane,  \
+                                   int64_t i, const T *restrict m, T *restrict done,       \
+                                   const T *restrict gy, T *restrict gx,                  \
+                                   const T *restrict t, T *restrict out) {                 \
+        for (int64_t j = 0; j < g->ow; j++) done[j] = 0;                                   \
+        if (kind == POOL_GATHER)                                                           \
+            for (int64_t j = 0; j < g->ow; j++) out[j] = 0;                                \
+        for (int64_t ki = 0; ki < g->kh; ki++) {                                           \
+            int64_t y = i * g->sh - g->ph + ki * g->dh;                                    \
+            if (y < 0 || y >= g->h) continue;                                              \
+            for (int64_t kj = 0; kj < g->kw; kj++) {                                       \
+                int64_t off = kj * g->dw - g->pw, j0, j1, base = y * g->w + off;           \
+                pool_cols(g, off, &j0, &j1);                                               \
+                const T *restrict r = plane + base;                                        \
+                if (kind == POOL_BWD) {                                                    \
+                    T *restrict d = gx + base;                                             \
+                    POOL_COLS(j0, j1, g->sw, {                                             \
+                        T v = r[j * S], gv = gy[j];                                        \
+                        T hit = (T)((done[j] == 0) & ((v == m[j]) | (v != v)));            \
+                        d[j * S] += hit != 0 ? gv : 0;                                     \
+                        done[j] += hit;                                                    \
+                    });                                                                    \
+                } else {                                                                   \
+                    const T *restrict tr = t + base;                                       \
+                    POOL_COLS(j0, j1, g->sw, {                                             \
+                        T v = r[j * S], tv = tr[j * S];                                    \
+                        T hit = (T)((done[j] == 0) & ((v == m[j]) | (v != v)));            \
+                        out[j] = hit != 0 ? tv : out[j];                                   \
+                        done[j] += hit;                                                    \
+                    });                                                                    \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    /* The common 2x2 window with stride 2 and no padding or dilation, one plane:     \
+       each output row reads two input rows once, with no per-offset passes. */        \
+    static void pool_2x2_##SUF(const pool_geom *g, int kind, const T *restrict x,         \
+                               const T *restrict gy, T *restrict y) {                     \
+        const int64_t w = g->w, ow = g->ow;                                                \
+        for (int64_t i = 0; i < g->oh; i++) {                                              \
+            const T *restrict r0 = x + 2 * i * w, *restrict r1 = r0 + w;                   \
+            if (kind == POOL_FWD) {                                                        \
+                T *restrict o = y + i * ow;                                                \
+                for (int64_t j = 0; j < ow; j++) {                                         \
+                    T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];   \
+                    T m = a;                                                               \
+                    m = (b > m || b != b) ? b : m;                                         \
+                    m = (c > m || c != c) ? c : m;                                         \
+                    m = (d > m || d != d) ? d : m;                                         \
+                    o[j] = (a != a) ? a : m;                                               \
+                }                                                                          \
+                continue;                                                                  \
+            }                                                                              \
+            if (kind == POOL_BWD) {                                                        \
+                const T *restrict g_ = gy + i * ow;                                        \
+                T *restrict y0 = y + 2 * i * w, *restrict y1 = y0 + w;                     \
+                for (int64_t j = 0; j < ow; j++) {                                         \
+                    POOL_2X2_FLAGS(T);                                                     \
+                    T gv = g_[j];                                                          \
+                    y0[2 * j] += h0 != 0 ? gv : 0;                                         \
+                    y0[2 * j + 1] += h1 != 0 ? gv : 0;                                     \
+                    y1[2 * j] += h2 != 0 ? gv : 0;                                         \
+                    y1[2 * j + 1] += h3 != 0 ? gv : 0;                                     \
+                }                                                                          \
+            } else {                                                                       \
+                const T *restrict t0 = gy + 2 * i * w, *restrict t1 = t0 + w;              \
+                T *restrict o = y + i * ow;                                                \
+                for (int64_t j = 0; j < ow; j++) {                                         \
+                    POOL_2X2_FLAGS(T);                                                     \
+                    T v = t1[2 * j + 1];                                                   \
+                    v = h2 != 0 ? t1[2 * j] : v;                                           \
+                    v = h1 != 0 ? t0[2 * j + 1] : v;                                       \
+                    o[j] = h0 != 0 ? t0[2 * j] : v;                                        \
+                    (void)h3;                                                              \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    /* planes [p0, p1) of one of the three walks (see pool_walk) */                       \
+    static void pool_planes_##SUF(const pool_walk_job *jb, int64_t p0, int64_t p1,        \
+                                  void *scratch) {                                         \
+        const pool_geom *g = jb->g;                                                        \
+        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                               \
+        T *m = scratch, *done = m + g->ow;                                                 \
+        if (jb->kind == POOL_BWD) /* each thread zeroes the planes it adds into */        \
+            memset((T *)jb->y + p0 * hw, 0, (size_t)((p1 - p0) * hw) * sizeof(T));          \
+        for (int64_t p = p0; p < p1; p++) {                                                \
+            const T *plane = (const T *)jb->x + p * hw;                                    \
+            if (jb->is2x2) {                                                               \
+                bool fwd = jb->kind == POOL_FWD, bwd = jb->kind == POOL_BWD;               \
+                pool_2x2_##SUF(g, jb->kind, plane, (const T *)jb->gy + (bwd ? p * ohw : p * hw), \
+                               (T *)jb->y + (bwd ? p * hw : p * ohw));                     \
+                (void)fwd;                                                                 \
+                continue;                                                                  \
+            }                                                                              \
+            for (int64_t i = 0; i < g->oh; i++) {                                          \
+                int64_t o = p * ohw + i * g->ow;                                           \
+                if (jb->kind == POOL_FWD) {                                                \
+                    pool_max_row_##SUF(g, plane, i, (T *)jb->y + o);                       \
+                    continue;                                                              \
+                }                                                                          \
+                pool_max_row_##SUF(g, plane, i, m);                                        \
+                if (jb->kind == POOL_GATHER)                                               \
+                    pool_arg_row_##SUF(g, POOL_GATHER, plane, i, m, done, NULL, NULL,       \
+                                       (const T *)jb->gy + p * hw, (T *)jb->y + o);        \
+                else                                                                       \
+                    pool_arg_row_##SUF(g, POOL_BWD, plane, i, m, done,                     \
+                                       (const T *)jb->gy + o, (T *)jb->y + p * hw, NULL,    \
+                                       NULL);                                              \
+            }                                                                              \
+        }                                                                                  \
     }
+
+DEF_POOL_KERNELS(float, f32)
+DEF_POOL_KERNELS(double, f64)
+
+/* chunk c of the planes: a static split, so any thread may run any chunk */
+static void pool_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const pool_walk_job *jb = ctx;
+    int64_t planes = jb->g->n * jb->g->c;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t p0 = planes * c / jb->chunks, p1 = planes * (c + 1) / jb->chunks;
+        void *scr = jb->scratch + (size_t)c * jb->slot;
+        if (jb->dt == AD_FLOAT32) pool_planes_f32(jb, p0, p1, scr);
+        else pool_planes_f64(jb, p0, p1, scr);
+    }
+}
+
+/* Below this many window reads a loop is not worth waking the pool for. */
+#define POOL_PAR_MIN 32768
+
+/* Every max-pooling window of the contiguous x, planes split over the
+   threads (a plane's windows read and write only that plane): POOL_FWD
+   stores each window's maximum in y; POOL_BWD zeroes y (x-shaped) and adds
+   gy (output-shaped) into it at each window's argmax; POOL_GATHER stores gy's
+   (x-shaped) value at each window's argmax (0 for a window wholly in the
+   padding) in y. */
+static ad_status pool_walk(int op, const pool_geom *g, int kind, int dt, const void *x,
+                           const void *gy, void *y) {
+    int64_t planes = g->n * g->c, work = planes * g->oh * g->ow * g->kh * g->kw;
+    if (planes == 0 || g->oh == 0 || g->ow == 0) {
+        if (kind == POOL_BWD) memset(y, 0, (size_t)(planes * g->h * g->w) * ad_dtype_size_(dt));
+        return AD_OK;
+    }
+    int64_t chunks = work < POOL_PAR_MIN ? 1 : par_num_threads();
+    if (chunks > planes) chunks = planes;
+    size_t es = ad_dtype_size_(dt);
+    /* the window maxima and the matched flags of one output row */
+    size_t slot = kind == POOL_FWD ? 0 : 2 * (size_t)g->ow * es;
+    bool is2x2 = g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 &&
+                 g->pw == 0 && g->dh == 1 && g->dw == 1;
+    pool_walk_job jb = {g, kind, dt, is2x2, x, gy, y, NULL, slot, chunks};
+    if (slot && !(jb.scratch = ad_malloc(slot * (size_t)chunks))) return ad_fail_nomem(OP_NAME(op));
+    if (chunks > 1) par_for(chunks, pool_chunks, &jb);
+    else pool_chunks(&jb, 0, 1);
+    ad_mfree(jb.scratch);
+    return AD_OK;
 }
 
 ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
@@ -310,10 +567,11 @@ ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out) {
         ad_tensor_release(tx);
         return st;
     }
-    pool_max_walk(&g, px, NULL, false, x->dtype, o->storage->data);
+    st = pool_walk(a->op, &g, POOL_FWD, x->dtype, px, NULL, o->storage->data);
     ad_tensor_release(tx);
-    *out = o;
-    return AD_OK;
+    if (st) ad_tensor_release(o);
+    else *out = o;
+    return st;
 }
 
 /* gx[argmax of each window] += gy (the first maximum takes a tie) */
@@ -329,13 +587,14 @@ ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out) {
     ad_tensor *tx = NULL, *tg = NULL, *o = NULL;
     const void *px, *pg;
     if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(gy, &tg, &pg)) ||
-        (st = ad_tensor_zeros(x->dtype, T_SHAPE(x), 4, &o)))
+        (st = ad_tensor_empty(x->dtype, T_SHAPE(x), 4, &o)))  /* zeroed by pool_walk */
         goto done;
-    pool_max_walk(&g, px, pg, false, x->dtype, o->storage->data);
+    st = pool_walk(a->op, &g, POOL_BWD, x->dtype, px, pg, o->storage->data);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tg);
     if (!st) *out = o;
+    else ad_tensor_release(o);
     return st;
 }
 
@@ -355,10 +614,11 @@ ad_status fwd_max_pool2d_gather(const op_args *a, ad_tensor **out) {
     if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(t, &tt, &pt)) ||
         (st = ad_tensor_empty(x->dtype, shape, 4, &o)))
         goto done;
-    pool_max_walk(&g, px, pt, true, x->dtype, o->storage->data);
+    st = pool_walk(a->op, &g, POOL_GATHER, x->dtype, px, pt, o->storage->data);
 done:
     ad_tensor_release(tx);
     ad_tensor_release(tt);
     if (!st) *out = o;
+    else ad_tensor_release(o);
     return st;
 }

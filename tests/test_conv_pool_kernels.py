@@ -1,0 +1,236 @@
+"""The conv and max-pool kernels' own paths, at 1 and 2 threads: the
+(sample, group) items spread over the threads with their own im2col buffers
+and weight-gradient accumulators, the pointwise (1x1) convolution that skips
+im2col, the 2x2 stride-2 pooling kernel and the general pooling walk (with
+its parallel split over planes).  Forwards against the numpy references of
+test_ops_nn, the pooling backward and gather against a direct argmax
+reference (first maximum in window order, a NaN counting as the maximum),
+gradients by float64 central differences."""
+import itertools
+
+import numpy as np
+import pytest
+
+import pyautodiff as ad
+from gradcheck import check_grad
+from pyautodiff._lib import lib
+from pyautodiff.tensor import _call
+from test_ops_nn import np_conv2d, np_pool2d
+
+F = ad.nn.functional
+rng = np.random.default_rng(12)
+
+
+def rand(*shape):
+    return rng.standard_normal(shape)
+
+
+# ---- max pooling ---------------------------------------------------------------------------------
+def np_argmax_windows(x, k, s, p, d):
+    """(n, c, oh, ow) flat h*w indices of each window's first maximum (window
+    order, a NaN wins), -1 for a window wholly in the padding."""
+    n, c, h, w = x.shape
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    at = np.full((n, c, oh, ow), -1, np.int64)
+    for b, ch, i, j in itertools.product(range(n), range(c), range(oh), range(ow)):
+        best, m = -1, 0.0
+        for ki, kj in itertools.product(range(k[0]), range(k[1])):
+            r, q = i * s[0] - p[0] + ki * d[0], j * s[1] - p[1] + kj * d[1]
+            if not (0 <= r < h and 0 <= q < w):
+                continue
+            v = x[b, ch, r, q]
+            if best < 0 or v > m or (np.isnan(v) and not np.isnan(m)):
+                best, m = r * w + q, v
+        at[b, ch, i, j] = best
+    return at
+
+
+def special_values(x):
+    """x with ties, -infs, NaNs and signed zeros planted."""
+    x = x.copy()
+    flat = x.reshape(-1)
+    idx = rng.permutation(flat.size)
+    flat[idx[:flat.size // 6]] = 1.5                     # ties
+    flat[idx[flat.size // 6:flat.size // 6 + 9]] = -np.inf
+    flat[idx[flat.size // 6 + 9:flat.size // 6 + 14]] = np.nan
+    flat[idx[flat.size // 6 + 14:flat.size // 6 + 20]] = -0.0
+    x[0, 0, :2, :2] = -np.inf                            # a whole window of -inf
+    return x
+
+
+# (kernel, stride, padding, dilation): the 2x2 stride-2 kernel on even and odd
+# sizes, and the general walk with stride 1, 3, padding, dilation, a 1-wide kernel
+POOL_CASES = [((2, 2), (2, 2), (0, 0), (1, 1)),
+              ((3, 3), (2, 2), (1, 1), (1, 1)),
+              ((2, 2), (1, 1), (0, 0), (1, 1)),
+              ((3, 2), (3, 1), (1, 0), (1, 2)),
+              ((2, 3), (1, 2), (0, 1), (2, 1)),
+              ((1, 1), (2, 2), (0, 0), (1, 1))]
+# the first is above the kernels' threshold for splitting over threads
+POOL_SHAPES = [(3, 9, 33, 31), (2, 3, 8, 6), (1, 1, 5, 7)]
+
+
+def pool_iargs(k, s, p, d):
+    return tuple(k) + tuple(s) + tuple(p) + tuple(d)
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+@pytest.mark.parametrize("shape", POOL_SHAPES)
+@pytest.mark.parametrize("dtype", [ad.float32, ad.float64])
+def test_max_pool_kernels(threads, case, shape, dtype):
+    k, s, p, d = case
+    x = special_values(rand(*shape)).astype(np.float32 if dtype == ad.float32 else np.float64)
+    tx = ad.tensor(x, dtype=dtype)
+    y = np.asarray(F.max_pool2d(tx, k, s, p, d))
+    ref = np_pool2d(x.astype(np.float64), k, s, p, d)
+    # np.max propagates a NaN as the kernel does; no window here is all padding
+    np.testing.assert_array_equal(y, ref.astype(x.dtype))
+
+    at = np_argmax_windows(x, k, s, p, d)
+    n, c, h, w = shape
+    gy = rand(*at.shape).astype(x.dtype)
+    gx = np.zeros((n, c, h * w), x.dtype)
+    flat_at, flat_gy = at.reshape(n, c, -1), gy.reshape(n, c, -1)
+    for b, ch in itertools.product(range(n), range(c)):
+        for a, g in zip(flat_at[b, ch], flat_gy[b, ch]):
+            if a >= 0:
+                gx[b, ch, a] += g
+    got = np.asarray(_call(lib.AD_OP_MAX_POOL2D_BACKWARD, (tx, ad.tensor(gy, dtype=dtype)),
+                           pool_iargs(k, s, p, d)))
+    np.testing.assert_allclose(got.reshape(n, c, -1), gx, rtol=1e-6, atol=1e-6)
+
+    t = rand(*shape).astype(x.dtype)
+    want = np.where(at >= 0, np.take_along_axis(t.reshape(n, c, -1),
+                                                np.maximum(at, 0).reshape(n, c, -1),
+                                                2).reshape(at.shape), 0)
+    got = np.asarray(_call(lib.AD_OP_MAX_POOL2D_GATHER, (tx, ad.tensor(t, dtype=dtype)),
+                           pool_iargs(k, s, p, d)))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", POOL_CASES[:4])
+def test_max_pool_kernels_gradcheck(threads, case):
+    k, s, p, d = case
+    x = rand(2, 2, 7, 6)  # odd height: the 2x2 kernel leaves a row unread
+    check_grad(lambda a: F.max_pool2d(a, k, s, p, d), [x], eps=1e-4)
+    # a transposed view of the input
+    check_grad(lambda a: F.max_pool2d(a.transpose(2, 3), k, s, p, d),
+               [rand(2, 2, 6, 7)], eps=1e-4)
+
+
+def test_max_pool_window_of_padding_only(threads):
+    # padding 1, dilation 3: the one window sees only padding; it gives -inf
+    # forward, no gradient and a 0 gather
+    x = ad.tensor(rand(1, 2, 2, 2), dtype=ad.float64)
+    ia = pool_iargs((2, 2), (3, 3), (1, 1), (3, 3))
+    y = F.max_pool2d(x, 2, 3, 1, 3)
+    np.testing.assert_array_equal(np.asarray(y), np.full((1, 2, 1, 1), -np.inf))
+    g = _call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, ad.ones((1, 2, 1, 1), dtype=ad.float64)), ia)
+    np.testing.assert_array_equal(np.asarray(g), np.zeros((1, 2, 2, 2)))
+    t = _call(lib.AD_OP_MAX_POOL2D_GATHER, (x, x), ia)
+    np.testing.assert_array_equal(np.asarray(t), np.zeros((1, 2, 1, 1)))
+
+
+# ---- convolution --------------------------------------------------------------------------------
+CONV_CASES = [dict(padding=1),                                  # the CNN's 3x3
+              dict(stride=2, padding=(1, 0), dilation=(1, 2)),
+              dict(groups=2, stride=(1, 2)),
+              dict(),                                            # 1x1 when the kernel is 1x1
+              dict(groups=3, padding=2, dilation=2)]
+
+
+@pytest.mark.parametrize("kw", CONV_CASES)
+@pytest.mark.parametrize("n", [1, 5])
+@pytest.mark.parametrize("ksize", [(3, 3), (1, 1), (2, 3)])
+def test_conv2d_batch_items(threads, kw, n, ksize):
+    """n = 1 runs the items one by one with threaded GEMMs; n = 5 spreads
+    them over the threads (5 * groups items, an uneven split)."""
+    g = kw.get("groups", 1)
+    c, o = 2 * g, 3 * g
+    x, w = rand(n, c, 9, 8), rand(o, c // g, *ksize)
+    d = kw.get("dilation", 1)
+    d = (d, d) if isinstance(d, int) else d
+    pad = kw.get("padding", 0)
+    pad = (pad, pad) if isinstance(pad, int) else pad
+    st = kw.get("stride", 1)
+    st = (st, st) if isinstance(st, int) else st
+    ref = np_conv2d(x, w, st, pad, d, g)
+    for dt, tol in ((ad.float64, 1e-10), (ad.float32, 1e-4)):
+        y = F.conv2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), **kw)
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
+    # gradients of the input (conv_transpose2d) and the weight (the
+    # accumulated per-thread sums) by finite differences, on a smaller input
+    xs = x[:, :, :5, :6]
+    check_grad(lambda a, k: F.conv2d(a, k, **kw), [xs, w])
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1, output_padding=1),
+                                dict(dilation=2, padding=1, groups=2),
+                                dict(groups=2)])
+@pytest.mark.parametrize("ksize", [(1, 1), (3, 2)])
+def test_conv_transpose2d_batch_items(threads, kw, ksize):
+    # n = 4 samples: the items spread over the threads; a 1x1 kernel without stride
+    # is pointwise (no im2col), with stride and output padding it is not
+    g = kw.get("groups", 1)
+    x, w = rand(4, 2 * g, 4, 5), rand(2 * g, 3, *ksize)
+    check_grad(lambda a, k: F.conv_transpose2d(a, k, **kw), [x, w])
+    y = F.conv_transpose2d(ad.tensor(x), ad.tensor(w), **kw)
+    ys = [F.conv_transpose2d(ad.tensor(x[i:i + 1]), ad.tensor(w), **kw) for i in range(4)]
+    np.testing.assert_allclose(np.asarray(y), np.concatenate([np.asarray(t) for t in ys]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_weight_grad_sums_the_batch(threads):
+    """The weight gradient of a batch is the sum of the per-sample ones, and
+    the same on every call (the per-thread sums are added in a fixed order)."""
+    x, w = rand(7, 4, 10, 9), rand(6, 2, 3, 3)
+    gy = rand(7, 6, 10, 9)
+    xv, wv = ad.Var(x, dtype=ad.float64), ad.Var(w, dtype=ad.float64)
+    out = F.conv2d(xv, wv, padding=1, groups=2)
+    gw = np.asarray((out * ad.tensor(gy, dtype=ad.float64)).sum().backward()[wv])
+    parts = 0
+    for i in range(7):
+        wi = ad.Var(w, dtype=ad.float64)
+        o = F.conv2d(ad.tensor(x[i:i + 1], dtype=ad.float64), wi, padding=1, groups=2)
+        parts = parts + np.asarray((o * ad.tensor(gy[i:i + 1], dtype=ad.float64)).sum()
+                                   .backward()[wi])
+    np.testing.assert_allclose(gw, parts, rtol=1e-10, atol=1e-10)
+    x32, gy32 = ad.tensor(x, dtype=ad.float32), ad.tensor(gy, dtype=ad.float32)
+    w32 = ad.Var(w, dtype=ad.float32)
+    first = np.asarray((F.conv2d(x32, w32, padding=1, groups=2) * gy32).sum().backward()[w32])
+    for _ in range(3):
+        again = np.asarray((F.conv2d(x32, w32, padding=1, groups=2) * gy32).sum()
+                           .backward()[w32])
+        np.testing.assert_array_equal(again, first)
+
+
+# ---- row-parallel layer_norm and class losses (nn.c) ---------------------------------------------
+def test_layer_norm_and_class_losses_split_over_threads(threads):
+    """Shapes above the threshold for splitting rows over the threads, against
+    numpy; the reduced losses sum the rows in order, so 1 and 2 threads agree
+    exactly."""
+    x, w, b = rand(70, 3, 200), rand(3, 200), rand(3, 200)
+    mean = x.mean((1, 2), keepdims=True)
+    ref = (x - mean) / np.sqrt(x.var((1, 2), keepdims=True) + 1e-5) * w + b
+    y = F.layer_norm(ad.tensor(x, dtype=ad.float64), (3, 200), ad.tensor(w, dtype=ad.float64),
+                     ad.tensor(b, dtype=ad.float64))
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-10, atol=1e-10)
+    logits, t = rand(3000, 17), rng.integers(0, 17, 3000)
+    m = logits.max(1, keepdims=True)
+    lse = np.log(np.exp(logits - m).sum(1)) + m[:, 0]
+    ce = lse - logits[np.arange(3000), t]
+    lt = ad.tensor(logits, dtype=ad.float64)
+    np.testing.assert_allclose(np.asarray(F.cross_entropy(lt, t, reduction="none")), ce,
+                               rtol=1e-12)
+    np.testing.assert_allclose(F.cross_entropy(lt, t).item(), ce.mean(), rtol=1e-12)
+    np.testing.assert_allclose(F.nll_loss(lt, t, reduction="sum").item(),
+                               -logits[np.arange(3000), t].sum(), rtol=1e-12)
+    l32 = ad.tensor(logits, dtype=ad.float32)
+    old = ad.get_num_threads()
+    try:
+        ad.set_num_threads(1)
+        one = F.cross_entropy(l32, t).item()
+    finally:
+        ad.set_num_threads(old)
+    assert F.cross_entropy(l32, t).item() == one
