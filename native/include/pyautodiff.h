@@ -575,9 +575,6 @@ AD_API void ad_testing_fail_alloc_after(int64_t n);
 /* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
    restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. */
 AD_API ad_status ad_gemm_set_kernel(const char *name);
-/* 1: the portable C GEMM kernel; 0: run-time dispatch (ad_gemm_set_kernel
-   "portable" / "auto"). */
-AD_API void ad_gemm_force_portable(int on);
 /* cffi-testing:end */
 #endif
 

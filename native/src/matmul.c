@@ -305,7 +305,6 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
 }
 
 AD_API const char *ad_gemm_kernel(void) { return gemm_kernel_name(); }
-AD_API void ad_gemm_force_portable(int on) { gemm_set_kernel(on ? "portable" : "auto"); }
 AD_API ad_status ad_gemm_set_kernel(const char *name) {
     if (gemm_set_kernel(name))
         return ad_fail(AD_ERR_VALUE,
