@@ -1,7 +1,8 @@
 /* ew_kernels.h - the elementwise kernels (binary, comparison, unary,
  * tensor-scalar) and their (op, dtype) tables, compiled once per ISA level:
  * ew_portable.c (baseline), ew_avx2.c (-mavx2 -mfma), ew_avx512.c (AVX-512),
- * each defining EW_SFX before including this file; elementwise.c picks one
+ * each defining EW_SFX (and the streaming-copy macros, at the end) before
+ * including this file; elementwise.c picks one
  * set of tables at run time (cpu.c).
  *
  * Each kernel family is one template instantiated per dtype; NULL in a table
@@ -11,6 +12,8 @@
  * mode the compiler never contracts a * b + c into an FMA, so every level
  * gives the same bits; the float32 libm calls (exp -> expf through tgmath.h)
  * are the same functions at every level. */
+#include <stdint.h>
+#include <string.h>
 #include <tgmath.h>
 
 #include "ew.h"
@@ -164,3 +167,32 @@ const un_kernel EW_NAME(ew_un_table)[AD_OP__COUNT][6] = {
 #define UNARY(ID, NUM, name, nf, fwd, expr, kd, ...) [AD_OP_##ID] = ROW_##kd(un_, ID),
 #include "ops.def"
 };
+
+/* ---- streaming copy --------------------------------------------------------
+ * dst <- src with non-temporal stores past dst's first EW_STREAM_BYTES
+ * boundary (memcpy for the ends); the fence orders them before the caller's
+ * later stores, such as the thread pool's completion flag.  The including
+ * file defines EW_STREAM_BYTES (0: no streaming stores at this level) and
+ * EW_STREAM_COPY1(d, s), one vector's non-temporal copy. */
+void EW_NAME(ew_stream_copy)(void *dst, const void *src, size_t n) {
+#if EW_STREAM_BYTES
+    enum { V = EW_STREAM_BYTES };
+    char *d = dst;
+    const char *s = src;
+    size_t head = (size_t)(-(uintptr_t)d & (V - 1));
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    for (; n >= 4 * V; n -= 4 * V, d += 4 * V, s += 4 * V) {
+        EW_STREAM_COPY1(d, s);
+        EW_STREAM_COPY1(d + V, s + V);
+        EW_STREAM_COPY1(d + 2 * V, s + 2 * V);
+        EW_STREAM_COPY1(d + 3 * V, s + 3 * V);
+    }
+    for (; n >= V; n -= V, d += V, s += V) EW_STREAM_COPY1(d, s);
+    _mm_sfence();
+    memcpy(d, s, n);
+#else
+    memcpy(dst, src, n);
+#endif
+}
