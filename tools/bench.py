@@ -455,17 +455,16 @@ def mlp_step_torch(np, ad, torch, rng, optim="SGD", fused=False):
     """torch's step; fused: F.linear (addmm, the bias in the product) + relu,
     W (out, in), as torch.nn.Linear runs it."""
     tg = torch.Generator().manual_seed(0)
+    ws = []
+    for fan_in, fan_out in ((784, 512), (512, 512), (512, 10)):
+        shape = (fan_out, fan_in) if fused else (fan_in, fan_out)
+        ws += [(torch.randn(*shape, generator=tg) * 0.05).requires_grad_(),
+               torch.zeros(fan_out, requires_grad=True)]
+    x = torch.randn(128, 784, generator=tg)
+    labels = torch.from_numpy(rng.integers(0, 10, 128))
+    opt = torch.optim.SGD(ws, lr=0.01) if optim == "SGD" else torch.optim.Adam(ws, lr=1e-3)
     if fused:
         F = torch.nn.functional
-        ws = [(torch.randn(512, 784, generator=tg) * 0.05).requires_grad_(),
-              torch.zeros(512, requires_grad=True),
-              (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
-              torch.zeros(512, requires_grad=True),
-              (torch.randn(10, 512, generator=tg) * 0.05).requires_grad_(),
-              torch.zeros(10, requires_grad=True)]
-        x = torch.randn(128, 784, generator=tg)
-        labels = torch.from_numpy(rng.integers(0, 10, 128))
-        opt = torch.optim.SGD(ws, lr=0.01) if optim == "SGD" else torch.optim.Adam(ws, lr=1e-3)
 
         def fstep():
             h = F.relu(F.linear(x, ws[0], ws[1]))
@@ -475,15 +474,6 @@ def mlp_step_torch(np, ad, torch, rng, optim="SGD", fused=False):
             loss.backward()
             opt.step()
         return fstep
-    ws = [(torch.randn(784, 512, generator=tg) * 0.05).requires_grad_(),
-          torch.zeros(512, requires_grad=True),
-          (torch.randn(512, 512, generator=tg) * 0.05).requires_grad_(),
-          torch.zeros(512, requires_grad=True),
-          (torch.randn(512, 10, generator=tg) * 0.05).requires_grad_(),
-          torch.zeros(10, requires_grad=True)]
-    x = torch.randn(128, 784, generator=tg)
-    labels = torch.from_numpy(rng.integers(0, 10, 128))
-    opt = torch.optim.SGD(ws, lr=0.01) if optim == "SGD" else torch.optim.Adam(ws, lr=1e-3)
     target = torch.nn.functional.one_hot(labels, 10).float()
     use_ce = hasattr(getattr(ad, "nn", None), "cross_entropy")
 
