@@ -84,111 +84,18 @@ static bool pointwise(const conv_geom *g) {
            g->oh == g->h && g->ow == g->w; /* not so for conv_transpose2d's output padding */
 }
 
-/* BODY for x in [x0, x1) with the stride S, compiled apart for stride 1 (a
+/* BODY for x in [x0, x1) with the stride STEP, compiled apart for stride 1 (a
    plain copy or add the compiler vectorises). */
 #define CONV_COLS(x0, x1, sw, ...)                                                         \
     do {                                                                                   \
         if ((sw) == 1) {                                                                   \
-            const int64_t S = 1;                                                           \
+            const int64_t STEP = 1;                                                        \
             for (int64_t x = (x0); x < (x1); x++) __VA_ARGS__                              \
         } else {                                                                           \
-            const int64_t S = (sw);                                                        \
+            const int64_t STEP = (sw);                                                     \
             for (int64_t x = (x0); x < (x1); x++) __VA_ARGS__                              \
         }                                                                                  \
     } while (0)
-
-#define DEF_CONV_KERNELS(T, SUF)                                                           \
-    /* cols[(c*kh + i)*kw + j][y*ow + x] = in[c][y*sh - ph + i*dh][x*sw - pw + j*dw] */     \
-    static void im2col_##SUF(const conv_geom *g, const T *in, T *cols) {                   \
-        for (int64_t c = 0; c < g->cg; c++)                                                \
-            for (int64_t i = 0; i < g->kh; i++)                                            \
-                for (int64_t j = 0; j < g->kw; j++) {                                      \
-                    T *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;                  \
-                    int64_t off = j * g->dw - g->pw, x0, x1;                               \
-                    valid_cols(g, off, &x0, &x1);                                          \
-                    for (int64_t y = 0; y < g->oh; y++) {                                  \
-                        int64_t iy = y * g->sh - g->ph + i * g->dh;                        \
-                        T *restrict r = row + y * g->ow;                                   \
-                        if (iy < 0 || iy >= g->h) {                                        \
-                            for (int64_t x = 0; x < g->ow; x++) r[x] = 0;                  \
-                            continue;                                                      \
-                        }                                                                  \
-                        const T *restrict src = in + (c * g->h + iy) * g->w + off;         \
-                        for (int64_t x = 0; x < x0; x++) r[x] = 0;                         \
-                        CONV_COLS(x0, x1, g->sw, { r[x] = src[x * S]; });                  \
-                        for (int64_t x = x1; x < g->ow; x++) r[x] = 0;                     \
-                    }                                                                      \
-                }                                                                          \
-    }                                                                                      \
-    /* the adjoint of im2col: in[...] += cols[...] */                                      \
-    static void col2im_##SUF(const conv_geom *g, const T *cols, T *in) {                   \
-        for (int64_t c = 0; c < g->cg; c++)                                                \
-            for (int64_t i = 0; i < g->kh; i++)                                            \
-                for (int64_t j = 0; j < g->kw; j++) {                                      \
-                    const T *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;            \
-                    int64_t off = j * g->dw - g->pw, x0, x1;                               \
-                    valid_cols(g, off, &x0, &x1);                                          \
-                    for (int64_t y = 0; y < g->oh; y++) {                                  \
-                        int64_t iy = y * g->sh - g->ph + i * g->dh;                        \
-                        if (iy < 0 || iy >= g->h) continue;                                \
-                        const T *restrict r = row + y * g->ow;                             \
-                        T *restrict dst = in + (c * g->h + iy) * g->w + off;               \
-                        CONV_COLS(x0, x1, g->sw, { dst[x * S] += r[x]; });                 \
-                    }                                                                      \
-                }                                                                          \
-    }                                                                                      \
-    /* item (sample n, group q) of one of the three kernels; cols is k*l scratch,          \
-       acc the weight gradient being accumulated (o*k), tmp og*k scratch */                \
-    static void conv_item_##SUF(const conv_job *jb, int64_t item, T *cols, T *acc,         \
-                                T *tmp) {                                                  \
-        const conv_geom *g = jb->g;                                                        \
-        int64_t n = item / g->groups, q = item % g->groups;                                \
-        int64_t xoff = (n * g->c + q * g->cg) * g->h * g->w, yoff = (n * g->o + q * g->og) * g->l; \
-        const T *a = jb->a, *b = jb->b;                                                    \
-        T *y = jb->y;                                                                      \
-        bool pw = pointwise(g);                                                            \
-        if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */                   \
-            const T *c = pw ? a + xoff : cols;                                             \
-            if (!pw) im2col_##SUF(g, a + xoff, cols);                                      \
-            gemm_##SUF(g->og, g->l, g->k, b + q * g->og * g->k, g->k, 1, c, g->l, 1,       \
-                       y + yoff, g->l, 1);                                                 \
-        } else if (jb->which == RUN_BWD_INPUT) { /* a = conv output grad, b = w, y = x */ \
-            if (pw) {                                                                      \
-                gemm_##SUF(g->k, g->l, g->og, b + q * g->og * g->k, 1, g->k, a + yoff,     \
-                           g->l, 1, y + xoff, g->l, 1);                                    \
-                return;                                                                    \
-            }                                                                              \
-            gemm_##SUF(g->k, g->l, g->og, b + q * g->og * g->k, 1, g->k, a + yoff, g->l,   \
-                       1, cols, g->l, 1);                                                  \
-            memset(y + xoff, 0, (size_t)(g->cg * g->h * g->w) * sizeof(T));                \
-            col2im_##SUF(g, cols, y + xoff);                                               \
-        } else { /* a = x, b = conv output grad: acc_q += b_g @ im2col(a_g)^T */           \
-            const T *c = pw ? a + xoff : cols;                                             \
-            if (!pw) im2col_##SUF(g, a + xoff, cols);                                      \
-            gemm_##SUF(g->og, g->k, g->l, b + yoff, g->l, 1, c, 1, g->l, tmp, g->k, 1);    \
-            T *restrict d = acc + q * g->og * g->k;                                        \
-            for (int64_t i = 0; i < g->og * g->k; i++) d[i] += tmp[i];                     \
-        }                                                                                  \
-    }                                                                                      \
-    static void conv_slot_##SUF(conv_job *jb, int64_t s) {                                 \
-        const conv_geom *g = jb->g;                                                        \
-        T *cols = (T *)(jb->scratch + (size_t)s * jb->slot), *tmp = cols + jb->ncols;      \
-        int64_t items = g->n * g->groups;                                                  \
-        if (jb->which == RUN_BWD_WEIGHT) {                                                 \
-            /* a static share of the items, so that the sums' order depends only on the   \
-               slot count */                                                               \
-            T *acc = s == 0 ? (T *)jb->y : tmp + g->og * g->k;                             \
-            if (s) memset(acc, 0, (size_t)(g->o * g->k) * sizeof(T));                      \
-            for (int64_t it = items * s / jb->slots; it < items * (s + 1) / jb->slots; it++) \
-                conv_item_##SUF(jb, it, cols, acc, tmp);                                   \
-            return;                                                                        \
-        }                                                                                  \
-        for (;;) {                                                                         \
-            int64_t it = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);    \
-            if (it >= items) return;                                                       \
-            conv_item_##SUF(jb, it, cols, NULL, NULL);                                     \
-        }                                                                                  \
-    }
 
 enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT };
 
@@ -203,8 +110,15 @@ typedef struct conv_job {
     atomic_llong next;      /* the next unclaimed item (forward and input gradient) */
 } conv_job;
 
-DEF_CONV_KERNELS(float, f32)
-DEF_CONV_KERNELS(double, f64)
+/* The kernels are written once, in the template header conv_dtype.h, and
+   instantiated here per float dtype. */
+#define T float
+#define S(name) name##_f32
+#include "conv_dtype.h"
+
+#define T double
+#define S(name) name##_f64
+#include "conv_dtype.h"
 
 static void conv_slots(void *ctx, int64_t s0, int64_t s1) {
     conv_job *jb = ctx;

@@ -44,17 +44,11 @@ static ad_status window(const ad_tensor *y, int dim, int64_t start, int64_t len,
 }
 
 typedef void (*add_fn)(void *dst, const void *src, int64_t n);
-#define DEF_ADD(T, SUF)                                                         \
-    static void add_##SUF(void *dst, const void *src, int64_t n) {              \
-        T *d = (T *)dst;                                                        \
-        const T *s = (const T *)src;                                            \
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];                           \
-    }
-DEF_ADD(float, f32)
-DEF_ADD(double, f64)
-DEF_ADD(int64_t, i64)
-DEF_ADD(int32_t, i32)
-DEF_ADD(uint8_t, u8)
+/* The kernels are written once, in the template header index_dtype.h, and
+   instantiated here per dtype (each_dtype.h). */
+#define DTYPE_TEMPLATE "index_dtype.h"
+#include "each_dtype.h"
+
 static const add_fn add_table[] = {
     [AD_FLOAT32] = add_f32, [AD_FLOAT64] = add_f64, [AD_INT64] = add_i64,
     [AD_INT32] = add_i32,   [AD_UINT8] = add_u8,    [AD_BOOL] = NULL,
@@ -120,12 +114,6 @@ ad_status fwd_cat(const op_args *a, ad_tensor **out) {
 }
 
 /* ---- pad ------------------------------------------------------------------------ */
-#define FILL_CASE(T)                                                              \
-    {                                                                             \
-        T *p_ = (T *)y->storage->data, v_ = (T)value;                             \
-        for (int64_t i = 0; i < y->numel; i++) p_[i] = v_;                        \
-    }
-
 /* Negative amounts crop, as in PyTorch; pad's gradient is pad by the negated
    amounts. */
 ad_status fwd_pad(const op_args *a, ad_tensor **out) {
@@ -147,11 +135,11 @@ ad_status fwd_pad(const op_args *a, ad_tensor **out) {
     ad_tensor *y;
     if ((st = ad_tensor_empty(x->dtype, p.shape, x->ndim, &y))) return st;
     switch (y->dtype) {
-    case AD_FLOAT32: FILL_CASE(float) break;
-    case AD_FLOAT64: FILL_CASE(double) break;
-    case AD_INT64: FILL_CASE(int64_t) break;
-    case AD_INT32: FILL_CASE(int32_t) break;
-    case AD_UINT8: FILL_CASE(uint8_t) break;
+    case AD_FLOAT32: fill_f32(y->storage->data, y->numel, value); break;
+    case AD_FLOAT64: fill_f64(y->storage->data, y->numel, value); break;
+    case AD_INT64: fill_i64(y->storage->data, y->numel, value); break;
+    case AD_INT32: fill_i32(y->storage->data, y->numel, value); break;
+    case AD_UINT8: fill_u8(y->storage->data, y->numel, value); break;
     case AD_BOOL: memset(y->storage->data, value != 0, (size_t)y->numel); break;
     }
     if (!empty && x->numel) {

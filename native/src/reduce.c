@@ -16,10 +16,11 @@
 #include "parallel.h"
 #include "strided.h"
 
-/* The vectorised loops below are compiled twice, for AVX2 and for the
-   baseline, and picked at run time by the level cpu.c chooses, so that
-   PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE reach them as they reach GEMM and the
-   elementwise kernels (GCC's target_clones would dispatch on the CPU alone). */
+/* The vectorised loops (reduce_kernels.h) are compiled twice, for AVX2 and
+   for the baseline, and picked at run time by the level cpu.c chooses, so
+   that PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE reach them as they reach GEMM and
+   the elementwise kernels (GCC's target_clones would dispatch on the CPU
+   alone). */
 static atomic_int red_level = -1;
 static inline bool red_avx2(void) {
     int l = atomic_load_explicit(&red_level, memory_order_relaxed);
@@ -31,113 +32,55 @@ static inline bool red_avx2(void) {
 }
 AD_API const char *ad_reduce_kernel(void) { return red_avx2() ? "avx2" : "portable"; }
 
+#define RED_CAT_(a, b) a##_##b
+#define RED_CAT(a, b) RED_CAT_(a, b)
 #if defined(__x86_64__) || defined(__i386__)
 #define RED_AVX2_TARGET __attribute__((target("avx2")))
-#define RED_DISPATCH(name, ...) (red_avx2() ? name##_avx2(__VA_ARGS__) : name##_base(__VA_ARGS__))
+#define RED_DISPATCH(name, ...) \
+    (red_avx2() ? RED_CAT(name, avx2)(__VA_ARGS__) : RED_CAT(name, base)(__VA_ARGS__))
 #else
 #define RED_AVX2_TARGET
-#define RED_DISPATCH(name, ...) name##_base(__VA_ARGS__)
+#define RED_DISPATCH(name, ...) RED_CAT(name, base)(__VA_ARGS__)
 #endif
 
 /* ---- kernels ---------------------------------------------------------------- */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
 
-/* Sum of x[0..n), n a multiple of 32: 32 lanes (several vector accumulators,
-   no dependency chain), each block of 1024 folded pairwise and added to the
-   total in ACC.  Vectorised with AVX2 when the CPU has it (the same lanes and
-   order either way, so the same bits). */
-#define SUM_LANES_BODY(T, SUF, ACC, ISA, ATTR)                                          \
-    ATTR __attribute__((unused)) static ACC sum_lanes_##SUF##_##ISA(const T *x, int64_t n) { \
-        ACC total = 0;                                                                  \
-        for (int64_t i = 0; i < n;) {                                                   \
-            T lane[32] = {0};                                                           \
-            int64_t end = i + 1024 < n ? i + 1024 : n;                                  \
-            for (; i < end; i += 32)                                                    \
-                for (int l = 0; l < 32; l++) lane[l] += x[i + l];                       \
-            for (int w = 16; w >= 1; w /= 2)                                            \
-                for (int l = 0; l < w; l++) lane[l] += lane[l + w];                     \
-            total += (ACC)lane[0];                                                      \
-        }                                                                               \
-        return total;                                                                   \
-    }
-#define SUM_LANES(T, SUF, ACC)                                                          \
-    SUM_LANES_BODY(T, SUF, ACC, base, )                                                 \
-    SUM_LANES_BODY(T, SUF, ACC, avx2, RED_AVX2_TARGET)                                  \
-    static inline ACC sum_lanes_##SUF(const T *x, int64_t n) {                          \
-        return RED_DISPATCH(sum_lanes_##SUF, x, n);                                     \
-    }
-SUM_LANES(float, f32, double)
-SUM_LANES(double, f64, double)
-SUM_LANES(int64_t, i64, int64_t)
-SUM_LANES(int32_t, i32, int64_t)
-SUM_LANES(uint8_t, u8, int64_t)
+typedef struct {
+    int64_t len, stride;
+    int dtype;
+    bool is_max;
+} arg_ctx;
 
-#define RED_KERNELS(T, SUF, ACC)                                                        \
-    __attribute__((unused)) static void sum_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
-        (void)ctx;                                                                      \
-        T *o = (T *)p[0];                                                               \
-        const T *x = (const T *)p[1];                                                   \
-        if (s[0] == 0) {                                                                \
-            ACC total = 0;                                                              \
-            int64_t i = 0;                                                              \
-            if (s[1] == 1) {                                                            \
-                i = n & ~(int64_t)31;                                                   \
-                total = sum_lanes_##SUF(x, i);                                          \
-            }                                                                           \
-            for (; i < n; i++) total += (ACC)x[i * s[1]];                               \
-            *o = (T)((ACC)*o + total);                                                  \
-        } else if (s[0] == 1 && s[1] == 1) {                                            \
-            for (int64_t i = 0; i < n; i++) o[i] += x[i];                               \
-        } else {                                                                        \
-            for (int64_t i = 0; i < n; i++) o[i * s[0]] += x[i * s[1]];                 \
-        }                                                                               \
-    }                                                                                   \
-    static void max_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
-        (void)ctx;                                                                      \
-        T *o = (T *)p[0];                                                               \
-        const T *x = (const T *)p[1];                                                   \
-        for (int64_t i = 0; i < n; i++) {                                               \
-            T v = x[i * s[1]], *d = &o[i * s[0]];                                       \
-            if (v > *d || v != v) *d = v;                                               \
-        }                                                                               \
-    }                                                                                   \
-    static void min_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {          \
-        (void)ctx;                                                                      \
-        T *o = (T *)p[0];                                                               \
-        const T *x = (const T *)p[1];                                                   \
-        for (int64_t i = 0; i < n; i++) {                                               \
-            T v = x[i * s[1]], *d = &o[i * s[0]];                                       \
-            if (v < *d || v != v) *d = v;                                               \
-        }                                                                               \
-    }
+/* The kernels are written once, in the template header reduce_dtype.h (its
+   vectorised loops in reduce_kernels.h, once per ISA level), and instantiated
+   here per dtype: max, min and argmax/argmin for every dtype, sum, prod and
+   the row fold for the dtypes that sum in ACC. */
+#define T float
+#define S(name) name##_f32
+#define ACC double
+#define PROD_ACC double
+#include "reduce_dtype.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wfloat-equal"
-RED_KERNELS(float, f32, double)
-RED_KERNELS(double, f64, double)
-RED_KERNELS(int64_t, i64, int64_t)
-RED_KERNELS(int32_t, i32, int64_t)
-RED_KERNELS(uint8_t, u8, int64_t)
-#pragma GCC diagnostic pop
+#define T double
+#define S(name) name##_f64
+#define ACC double
+#define PROD_ACC double
+#include "reduce_dtype.h"
 
-/* prod accumulates float32 in double and int64 in uint64 (wraps, no UB) */
-#define PROD_KERNEL(T, SUF, ACC)                                                        \
-    static void prod_##SUF(void *ctx, int64_t n, char **p, const int64_t *s) {         \
-        (void)ctx;                                                                      \
-        T *o = (T *)p[0];                                                               \
-        const T *x = (const T *)p[1];                                                   \
-        if (s[0] == 0) {                                                                \
-            ACC total = 1;                                                              \
-            for (int64_t i = 0; i < n; i++) total *= (ACC)x[i * s[1]];                  \
-            *o = (T)((ACC)*o * total);                                                  \
-        } else {                                                                        \
-            for (int64_t i = 0; i < n; i++)                                             \
-                o[i * s[0]] = (T)((ACC)o[i * s[0]] * (ACC)x[i * s[1]]);                 \
-        }                                                                               \
-    }
-PROD_KERNEL(float, f32, double)
-PROD_KERNEL(double, f64, double)
-PROD_KERNEL(int64_t, i64, uint64_t)
+#define T int64_t
+#define S(name) name##_i64
+#define ACC int64_t
+#define PROD_ACC uint64_t
+#include "reduce_dtype.h"
+
+#define T int32_t
+#define S(name) name##_i32
+#include "reduce_dtype.h"
+
+#define T uint8_t
+#define S(name) name##_u8
+#include "reduce_dtype.h"
 
 static const inner_fn red_table[4][6] = {
     [R_SUM] = {[AD_FLOAT32] = sum_f32, [AD_FLOAT64] = sum_f64, [AD_INT64] = sum_i64},
@@ -174,36 +117,6 @@ static void fill_identity(ad_tensor *y, int kind) {
 }
 
 enum { PAR_MAX_CHUNKS = 64 }; /* most blocks with their own partial result */
-
-/* Sum over the outer dim of a 2-d iteration into a contiguous output row:
-   columns [c0, c1), four input rows folded per pass over the output row. */
-#define FOLD_BODY(T, SUF, ISA, ATTR)                                                    \
-    ATTR __attribute__((unused)) static void fold_##SUF##_##ISA(char *po, const char *px,  \
-                           int64_t rows, int64_t row_bytes, int64_t c0, int64_t c1) {   \
-        T *restrict o = (T *)po;                                                        \
-        int64_t r = 0;                                                                  \
-        for (; r + 4 <= rows; r += 4) {                                                 \
-            const T *restrict a = (const T *)(px + r * row_bytes);                      \
-            const T *restrict b = (const T *)(px + (r + 1) * row_bytes);                \
-            const T *restrict c = (const T *)(px + (r + 2) * row_bytes);                \
-            const T *restrict d = (const T *)(px + (r + 3) * row_bytes);                \
-            for (int64_t i = c0; i < c1; i++) o[i] += (a[i] + b[i]) + (c[i] + d[i]);    \
-        }                                                                               \
-        for (; r < rows; r++) {                                                         \
-            const T *restrict a = (const T *)(px + r * row_bytes);                      \
-            for (int64_t i = c0; i < c1; i++) o[i] += a[i];                             \
-        }                                                                               \
-    }
-#define FOLD_KERNEL(T, SUF)                                                             \
-    FOLD_BODY(T, SUF, base, )                                                           \
-    FOLD_BODY(T, SUF, avx2, RED_AVX2_TARGET)                                            \
-    static void fold_##SUF(char *po, const char *px, int64_t rows, int64_t row_bytes,   \
-                           int64_t c0, int64_t c1) {                                    \
-        RED_DISPATCH(fold_##SUF, po, px, rows, row_bytes, c0, c1);                      \
-    }
-FOLD_KERNEL(float, f32)
-FOLD_KERNEL(double, f64)
-FOLD_KERNEL(int64_t, i64)
 
 typedef void (*fold_fn)(char *, const char *, int64_t, int64_t, int64_t, int64_t);
 
@@ -385,25 +298,6 @@ ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
 }
 
 /* ---- argmax / argmin ---------------------------------------------------------- */
-typedef struct {
-    int64_t len, stride;
-    int dtype;
-    bool is_max;
-} arg_ctx;
-
-#define ARG_SCAN(T)                                                                     \
-    do {                                                                                \
-        const T *v = (const T *)x;                                                      \
-        T best = v[0];                                                                  \
-        for (int64_t j = 1; j < c->len && best == best; j++) {                          \
-            T e = v[j * c->stride];                                                     \
-            if (e != e || (c->is_max ? e > best : e < best)) {                          \
-                best = e;                                                               \
-                bi = j;                                                                 \
-            }                                                                           \
-        }                                                                               \
-    } while (0)
-
 static void arg_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     const arg_ctx *c = ctx;
     int64_t *o = (int64_t *)p[0];
@@ -411,16 +305,13 @@ static void arg_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     for (int64_t i = 0; i < n; i++) {
         const char *x = p[1] + i * s[1] * (int64_t)es;
         int64_t bi = 0;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wfloat-equal"
         switch (c->dtype) {
-        case AD_FLOAT32: ARG_SCAN(float); break;
-        case AD_FLOAT64: ARG_SCAN(double); break;
-        case AD_INT64: ARG_SCAN(int64_t); break;
-        case AD_INT32: ARG_SCAN(int32_t); break;
-        default: ARG_SCAN(uint8_t); break;
+        case AD_FLOAT32: bi = arg_scan_f32(c, x); break;
+        case AD_FLOAT64: bi = arg_scan_f64(c, x); break;
+        case AD_INT64: bi = arg_scan_i64(c, x); break;
+        case AD_INT32: bi = arg_scan_i32(c, x); break;
+        default: bi = arg_scan_u8(c, x); break;
         }
-#pragma GCC diagnostic pop
         o[i * s[0]] = bi;
     }
 }

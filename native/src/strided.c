@@ -167,6 +167,11 @@ void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, 
 }
 
 /* ---- copy and convert ------------------------------------------------------ */
+/* The kernels are written once, in the template header strided_dtype.h, and
+   instantiated here per dtype (each_dtype.h). */
+#define DTYPE_TEMPLATE "strided_dtype.h"
+#include "each_dtype.h"
+
 static void copy_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     size_t es = *(size_t *)ctx;
     if (s[0] == 1 && s[1] == 1) {
@@ -174,17 +179,9 @@ static void copy_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
         return;
     }
     switch (es) {
-#define COPY_CASE(T)                                                                 \
-    case sizeof(T): {                                                                \
-        T *d = (T *)p[0];                                                            \
-        const T *x = (const T *)p[1];                                                \
-        for (int64_t i = 0; i < n; i++) d[i * s[0]] = x[i * s[1]];                   \
-        break;                                                                       \
-    }
-        COPY_CASE(uint8_t)
-        COPY_CASE(int32_t)
-        COPY_CASE(int64_t)
-#undef COPY_CASE
+    case 1: copy_u8(n, p, s); break;
+    case 4: copy_i32(n, p, s); break;
+    case 8: copy_i64(n, p, s); break;
     }
 }
 
@@ -212,47 +209,6 @@ void ad_copy_strided(const ad_tensor *src, void *dst) {
     }
     run_unary_layout(src, dst, es, copy_inner, &es);
 }
-
-/* Conversion kernels: one per (from, to) pair, from one template. */
-#define CONVERT_FROM(TF, NAME_F)                                                       \
-    static void cvt_##NAME_F(void *ctx, int64_t n, char **p, const int64_t *s) {       \
-        int to = *(int *)ctx;                                                          \
-        const TF *x = (const TF *)p[1];                                                \
-        switch (to) {                                                                  \
-        case AD_FLOAT32: {                                                             \
-            float *d = (float *)p[0];                                                  \
-            for (int64_t i = 0; i < n; i++) d[i * s[0]] = (float)x[i * s[1]];          \
-        } break;                                                                       \
-        case AD_FLOAT64: {                                                             \
-            double *d = (double *)p[0];                                                \
-            for (int64_t i = 0; i < n; i++) d[i * s[0]] = (double)x[i * s[1]];         \
-        } break;                                                                       \
-        case AD_INT64: {                                                               \
-            int64_t *d = (int64_t *)p[0];                                              \
-            for (int64_t i = 0; i < n; i++) d[i * s[0]] = ad_sat_i64((double)x[i * s[1]]); \
-        } break;                                                                       \
-        case AD_INT32: {                                                               \
-            int32_t *d = (int32_t *)p[0];                                              \
-            for (int64_t i = 0; i < n; i++)                                            \
-                d[i * s[0]] = (int32_t)ad_sat_i64((double)x[i * s[1]]);                    \
-        } break;                                                                       \
-        case AD_UINT8: {                                                               \
-            uint8_t *d = (uint8_t *)p[0];                                              \
-            for (int64_t i = 0; i < n; i++)                                            \
-                d[i * s[0]] = (uint8_t)ad_sat_i64((double)x[i * s[1]]);                    \
-        } break;                                                                       \
-        case AD_BOOL: {                                                                \
-            uint8_t *d = (uint8_t *)p[0];                                              \
-            for (int64_t i = 0; i < n; i++) d[i * s[0]] = x[i * s[1]] != 0;            \
-        } break;                                                                       \
-        }                                                                              \
-    }
-
-CONVERT_FROM(float, f32)
-CONVERT_FROM(double, f64)
-CONVERT_FROM(int64_t, i64)
-CONVERT_FROM(int32_t, i32)
-CONVERT_FROM(uint8_t, u8)
 
 void ad_convert_strided(const ad_tensor *src, void *dst, int dtype) {
     if (dtype == src->dtype) {
