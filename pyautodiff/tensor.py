@@ -52,7 +52,12 @@ __all__ = [
 
 _new = object.__new__
 _release = lib.ad_tensor_release
+_release_quick = lib.ad_tensor_release_quick
 _NULL = ffi.NULL
+# The quick calls (pyautodiff.h): small contiguous same-shape operands, with
+# the GIL kept (bindings/build_cffi.py) and the handle returned, so no
+# out-slot.  NULL declines: the ordinary call then does the work or raises.
+_bq, _uq, _sq = lib.ad_binary_quick, lib.ad_unary_quick, lib.ad_scalar_quick
 
 
 def _wrap(h, cls=None):
@@ -208,27 +213,46 @@ _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reduction
 
 
 def _unary(op, x):
+    xh = x._h
+    h = _uq(op, xh)
+    if h:
+        t = _new(Tensor)
+        t._h = h
+        return t
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_unary(op, x._h, out), out)
+    return _result(_ad_unary(op, xh, out), out)
 
 
 def _binary(op, a, b):
+    ah, bh = a._h, b._h
+    h = _bq(op, ah, bh)
+    if h:
+        t = _new(Tensor)
+        t._h = h
+        return t
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_binary(op, a._h, b._h, out), out)
+    return _result(_ad_binary(op, ah, bh, out), out)
 
 
 def _scalar(op, x, s):
+    xh = x._h
+    if type(s) is float:
+        h = _sq(op, xh, s)
+        if h:
+            t = _new(Tensor)
+            t._h = h
+            return t
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_scalar(op, x._h, s, out), out)
+    return _result(_ad_scalar(op, xh, s, out), out)
 
 
 _INT_RANGE = {d.code: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max))
@@ -284,6 +308,20 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
     fn = _op_name(scalar_op)
 
     def method(self: Tensor, o: Operand) -> Tensor:
+        # the quick calls first (a Tensor, or a Python float or int with a
+        # float tensor); the rest below also raises their errors
+        if isinstance(o, Tensor):
+            h = _bq(op, o._h, self._h) if reflected else _bq(op, self._h, o._h)
+            if h:
+                t = _new(Tensor)
+                t._h = h
+                return t
+        elif type(o) is float or (type(o) is int and -_EXACT <= o <= _EXACT):
+            h = _sq(scalar_op, self._h, -o if negate_scalar else o)
+            if h:
+                t = _new(Tensor)
+                t._h = h
+                return t
         try:
             out = _tls.out
         except AttributeError:
@@ -422,7 +460,7 @@ class Tensor:
         if old is not None:
             _release(old)
 
-    def __del__(self, _release=_release):
+    def __del__(self, _release=_release, _quick=_release_quick):
         # idempotent: an explicit t.__del__() leaves no handle behind, so the
         # garbage collector's own call (or any later use) cannot reach a
         # released tensor
@@ -431,7 +469,8 @@ class Tensor:
             del self._h
         except AttributeError:  # released already, or __init__ failed before taking one
             return
-        _release(h)
+        if not _quick(h):  # the last reference of a node or of shared memory
+            _release(h)
 
     def __getattr__(self, name):
         # reached only when normal lookup fails, also when a property raised

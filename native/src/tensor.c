@@ -161,6 +161,25 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
     return AD_OK;
 }
 
+/* ad_tensor_empty for a shape already checked (like's own), without a message
+   on failure: the quick calls (ops.c) decline instead. */
+ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like) {
+    int nd = like->ndim;
+    ad_tensor *t = tensor_alloc(nd);
+    if (!t) return NULL;
+    t->storage = storage_new((size_t)like->numel * ad_dtype_size_(dtype));
+    if (!t->storage) {
+        ad_mfree(t);
+        atomic_fetch_sub(&ad_live_tensor_count, 1);
+        return NULL;
+    }
+    t->dtype = (uint8_t)dtype;
+    t->numel = like->numel;
+    if (nd) memcpy(T_SHAPE(t), T_SHAPE(like), (size_t)nd * sizeof(int64_t));
+    contiguous_strides(T_SHAPE(t), nd, T_STRIDES(t));
+    return t;
+}
+
 ad_status ad_tensor_zeros(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
     ad_status st = ad_tensor_empty(dtype, shape, ndim, out);
     if (!st) memset((*out)->storage->data, 0, (*out)->storage->nbytes);
@@ -226,6 +245,29 @@ AD_API void ad_tensor_release(ad_tensor *t) {
         ad_mfree(x);
         atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
     }
+}
+
+/* A release that never frees more than t and its storage, so that it may run
+ * without giving up the GIL (bindings/build_cffi.py): the last reference of
+ * a tensor with a node (its graph may be long) or over external memory (its
+ * release callback may wait for the GIL another thread holds) is left to
+ * ad_tensor_release, untouched.  The count is only ever lowered from above 1
+ * by compare-and-swap, so a concurrent release cannot leave it at 0 unfreed;
+ * at 1 the caller holds the only reference, and nobody can add one. */
+AD_API int ad_tensor_release_quick(ad_tensor *t) {
+    if (!t) return 1;
+    int r = atomic_load_explicit(&t->refs, memory_order_relaxed);
+    while (r > 1)
+        if (atomic_compare_exchange_weak_explicit(&t->refs, &r, r - 1, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            return 1;
+    if (t->node || !t->storage || t->storage->external) return 0;
+    /* pairs with the acq_rel decrements of the references released before */
+    atomic_thread_fence(memory_order_acquire);
+    storage_release(t->storage);
+    ad_mfree(t);
+    atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
+    return 1;
 }
 
 bool ad_is_contiguous(const ad_tensor *t) {
