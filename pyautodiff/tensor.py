@@ -213,17 +213,21 @@ _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reduction
 
 
 def _unary(op, x):
-    xh = x._h
-    h = _uq(op, xh)
+    h = _uq(op, x._h)
     if h:
         t = _new(Tensor)
         t._h = h
         return t
+    return _unary_call(op, x)
+
+
+def _unary_call(op, x):
+    """_unary without the quick call (the generated methods tried it)."""
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_unary(op, xh, out), out)
+    return _result(_ad_unary(op, x._h, out), out)
 
 
 def _binary(op, a, b):
@@ -241,18 +245,22 @@ def _binary(op, a, b):
 
 
 def _scalar(op, x, s):
-    xh = x._h
     if type(s) is float:
-        h = _sq(op, xh, s)
+        h = _sq(op, x._h, s)
         if h:
             t = _new(Tensor)
             t._h = h
             return t
+    return _scalar_call(op, x, s)
+
+
+def _scalar_call(op, x, s):
+    """_scalar without the quick call."""
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_scalar(op, xh, s, out), out)
+    return _result(_ad_scalar(op, x._h, s, out), out)
 
 
 _INT_RANGE = {d.code: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max))
@@ -825,7 +833,7 @@ class Tensor:
     # and per SCALAR row whose float arguments all have defaults (t.elu(alpha=1.0)),
     # with the row's docstring (pyautodiff/_ops.py).  The class namespace is a
     # plain dict, so they become methods exactly as if written here.
-    locals().update(_tensor_methods(_unary, _scalar))
+    locals().update(_tensor_methods(globals()))
 
     def pow(self, exponent: Operand) -> Tensor:
         """self ** exponent, elementwise: exponent is a Python number or a
