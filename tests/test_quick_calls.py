@@ -215,13 +215,25 @@ def test_release_quick_leaves_nodes_and_external_memory_to_release():
     assert lib.ad_tensor_release_quick(h) == 1  # the last one of a plain tensor: freed
     assert ad.live_tensors() == n
     v = ad.Var([1.0, 2.0])
-    w = v * 3.0
+    u = v * 3.0
+    hu = u._h
+    lib.ad_tensor_retain(hu)
+    u.__del__()
+    assert lib.ad_tensor_release_quick(hu) == 1  # a node whose input (v) lives on
+    assert ad.live_tensors() == n + 1
+    w = (v * 3.0) * 2.0  # w's node holds the last reference of v * 3.0, itself a node
     hw = w._h
     lib.ad_tensor_retain(hw)
     w.__del__()
-    assert lib.ad_tensor_release_quick(hw) == 0  # the last reference of a node
-    assert ad.live_tensors() == n + 2  # nothing changed
+    assert lib.ad_tensor_release_quick(hw) == 0  # a graph would come down: declined
+    assert ad.live_tensors() == n + 3  # nothing changed
     lib.ad_tensor_release(hw)
+    assert ad.live_tensors() == n + 1
+    saved = ad.memory_stats()["saved_bytes"]
+    x = v * v  # its node keeps v for backward
+    assert ad.memory_stats()["saved_bytes"] > saved
+    del x  # the quick release takes the node's saved bytes back too
+    assert ad.memory_stats()["saved_bytes"] == saved
     arr = np.ones(3, np.float32)
     e = ad.from_numpy(arr, copy=False)  # over numpy's memory
     he = e._h

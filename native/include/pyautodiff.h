@@ -572,7 +572,8 @@ AD_API int ad_get_checkpoint_strategy(void);
    another thread or call back into the caller, so a binding may keep its
    interpreter lock across them.  ad_tensor_release_quick returns 1 when it
    ended the reference, 0 (changing nothing) when ad_tensor_release must:
-   the last reference of a tensor with a graph node or over external memory. */
+   the last reference of a tensor over external memory, or of one whose graph
+   node would take more than its own plain inputs down with it. */
 AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b);
 AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x);
 AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s);

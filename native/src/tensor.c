@@ -253,13 +253,20 @@ AD_API void ad_tensor_release(ad_tensor *t) {
     }
 }
 
-/* A release that never frees more than t and its storage, so that it may run
- * without giving up the GIL (bindings/build_cffi.py): the last reference of
- * a tensor with a node (its graph may be long) or over external memory (its
- * release callback may wait for the GIL another thread holds) is left to
- * ad_tensor_release, untouched.  The count is only ever lowered from above 1
- * by compare-and-swap, so a concurrent release cannot leave it at 0 unfreed;
- * at 1 the caller holds the only reference, and nobody can add one. */
+/* A release whose work is bounded, so that it may run without giving up the
+ * GIL (bindings/build_cffi.py): it frees t, its storage and its node when
+ * that node is t's alone and every input the node holds either outlives it
+ * (another reference) or is a plain tensor (no node of its own).  Anything
+ * else -- a graph that would come down with t, a custom op's node (its
+ * release runs Python code), memory shared with another library (its
+ * release callback) -- is left to ad_tensor_release, untouched.  The count
+ * is only lowered from above 1 by compare-and-swap, so a concurrent release
+ * cannot leave it at 0 unfreed; at 1 the caller holds the only reference, so
+ * nobody can add one (nor make a shell that shares the node). */
+static bool plain(const ad_tensor *t) {
+    return !t->node && t->storage && !t->storage->external;
+}
+
 AD_API int ad_tensor_release_quick(ad_tensor *t) {
     if (!t) return 1;
     int r = atomic_load_explicit(&t->refs, memory_order_relaxed);
@@ -267,9 +274,28 @@ AD_API int ad_tensor_release_quick(ad_tensor *t) {
         if (atomic_compare_exchange_weak_explicit(&t->refs, &r, r - 1, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return 1;
-    if (t->node || !t->storage || t->storage->external) return 0;
+    if (!t->storage || t->storage->external) return 0;
+    ad_node *n = t->node;
+    if (n) {
+        if (n->op == AD_OP_CUSTOM || atomic_load_explicit(&n->refs, memory_order_relaxed) != 1)
+            return 0;
+        ad_tensor **in = node_in(n);
+        for (int i = 0; i < n->n_in; i++)
+            if (in[i] && atomic_load_explicit(&in[i]->refs, memory_order_relaxed) == 1 &&
+                !plain(in[i]))
+                return 0;
+    }
     /* pairs with the acq_rel decrements of the references released before */
     atomic_thread_fence(memory_order_acquire);
+    if (n) {
+        /* an input another thread released meanwhile may now end here: that
+           race alone can make this call free more than a plain input */
+        ad_tensor **in = node_in(n);
+        for (int i = 0; i < n->n_in; i++) ad_tensor_release(in[i]);
+        ad_node_finalize(n); /* saved_bytes */
+        ad_mfree((void *)n->site);
+        ad_mfree(n);
+    }
     storage_release(t->storage);
     ad_mfree(t);
     atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
