@@ -81,6 +81,45 @@ static void _ad_pyobject_release(void *obj) {
 """
 
 
+# The calls whose wrappers keep the GIL.  cffi gives up the GIL around every
+# call, and the two switches (a lock handed over and back) cost about as much
+# as the native work of an op on a few hundred elements.  These calls bound
+# their work and never wait for another thread nor call back into Python
+# (pyautodiff.h, "quick calls"), so keeping the lock across them is safe: the
+# generated wrapper's Py_BEGIN/END_ALLOW_THREADS become a check of the
+# enclosing function's name, made once per wrapper.  A cffi that stopped
+# using those macros would release the GIL as before: slower, never wrong.
+KEEP_GIL = ("ad_binary_quick", "ad_unary_quick", "ad_scalar_quick", "ad_tensor_release_quick")
+
+
+def keep_gil_source(names=KEEP_GIL):
+    listed = ", ".join(f'"_cffi_f_{n}"' for n in names)
+    return r"""
+#include <string.h>
+static int _ad_keeps_gil(const char *fn) {
+    static const char *const names[] = {%s};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(fn, names[i])) return 1;
+    return 0;
+}
+/* per wrapper: -1 not yet known, 0 releases the GIL, 1 keeps it */
+#undef Py_BEGIN_ALLOW_THREADS
+#undef Py_END_ALLOW_THREADS
+#define Py_BEGIN_ALLOW_THREADS                                                    \
+    {                                                                             \
+        static int _ad_keep = -1;                                                 \
+        int _ad_k = __atomic_load_n(&_ad_keep, __ATOMIC_RELAXED);                  \
+        if (_ad_k < 0) {                                                          \
+            _ad_k = _ad_keeps_gil(__func__);                                      \
+            __atomic_store_n(&_ad_keep, _ad_k, __ATOMIC_RELAXED);                 \
+        }                                                                         \
+        PyThreadState *_save = _ad_k ? NULL : PyEval_SaveThread();
+#define Py_END_ALLOW_THREADS                                                      \
+        if (_save) PyEval_RestoreThread(_save);                                   \
+    }
+""" % listed
+
+
 def make_ffi(extra_compile_args=(), extra_link_args=()):
     ffi = cffi.FFI()
     ffi.cdef(cdef_from_header())
@@ -96,7 +135,7 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
              'const ad_tensor *);')
     ffi.set_source(
         "pyautodiff._cffi",
-        '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE,
+        '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE + keep_gil_source(),
         include_dirs=[os.path.dirname(HEADER)],
         library_dirs=[PKG],
         libraries=["pyautodiff"],

@@ -58,35 +58,58 @@ def float_params(info: OpInfo) -> Optional[Tuple[Tuple[str, float], ...]]:
     return tuple(params) if len(params) == info.n_fargs else None
 
 
-def _method(info: OpInfo, unary: Callable, scalar: Callable) -> Optional[Callable]:
-    if info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs:
-        kind = info.kind
+# The generated methods try the quick call first (pyautodiff.h: small
+# contiguous operands, the handle returned) and build the Tensor inline: at a
+# few hundred elements a Python call more is a tenth of the op.  Their globals
+# are tensor.py's (`env`): _uq/_sq the quick calls, _new and Tensor to build
+# the result, _unary_call/_scalar_call the ordinary path (which also raises).
+_UNARY_SRC = """def {name}(self):
+    h = _uq({kind}, self._h)
+    if h:
+        t = _new(Tensor)
+        t._h = h
+        return t
+    return _unary_call({kind}, self)
+"""
+_SCALAR_SRC = """def {name}(self, {pname}={default!r}):
+    if type({pname}) is float:
+        h = _sq({kind}, self._h, {pname})
+        if h:
+            t = _new(Tensor)
+            t._h = h
+            return t
+    return _scalar_call({kind}, self, {pname})
+"""
 
-        def method(self):
-            return unary(kind, self)
+
+def _method(info: OpInfo, env: dict) -> Optional[Callable]:
+    if info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs:
+        src = _UNARY_SRC.format(name=info.name, kind=info.kind)
     elif (info.family == lib.AD_FAMILY_SCALAR and info.n_fargs == 1 and not info.n_iargs
           and (params := float_params(info))):
         # a real signature (help(), inspect, keyword calls): the parameter
         # name comes from the registry, so the function is compiled for it
         (pname, default), = params
-        ns = {"_scalar": scalar, "_kind": info.kind}
-        exec(f"def method(self, {pname}={default!r}):\n"
-             f"    return _scalar(_kind, self, {pname})\n", ns)
-        method = ns["method"]
+        src = _SCALAR_SRC.format(name=info.name, kind=info.kind, pname=pname, default=default)
     else:
         return None
-    method.__name__ = info.name
+    if not info.name.isidentifier():
+        return None
+    ns: dict = {}
+    # compiled as this file's code: anomaly mode's site skips the package's frames
+    exec(compile(src, __file__, "exec"), env, ns)
+    method = ns[info.name]
     method.__qualname__ = "Tensor." + info.name
     method.__doc__ = info.doc
     return method
 
 
-def tensor_methods(unary: Callable, scalar: Callable) -> Dict[str, Callable]:
-    """The generated Tensor methods by name; `unary(kind, t)` and
-    `scalar(kind, t, s)` are tensor.py's call helpers."""
+def tensor_methods(env: dict) -> Dict[str, Callable]:
+    """The generated Tensor methods by name; `env` is tensor.py's namespace
+    (the names the methods use are listed above _UNARY_SRC)."""
     methods = {}
     for info in OPS.values():
-        m = _method(info, unary, scalar)
+        m = _method(info, env)
         if m is not None:
             methods[info.name] = m
     return methods

@@ -52,7 +52,12 @@ __all__ = [
 
 _new = object.__new__
 _release = lib.ad_tensor_release
+_release_quick = lib.ad_tensor_release_quick
 _NULL = ffi.NULL
+# The quick calls (pyautodiff.h): small contiguous same-shape operands, with
+# the GIL kept (bindings/build_cffi.py) and the handle returned, so no
+# out-slot.  NULL declines: the ordinary call then does the work or raises.
+_bq, _uq, _sq = lib.ad_binary_quick, lib.ad_unary_quick, lib.ad_scalar_quick
 
 
 def _wrap(h, cls=None):
@@ -208,6 +213,16 @@ _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reduction
 
 
 def _unary(op, x):
+    h = _uq(op, x._h)
+    if h:
+        t = _new(Tensor)
+        t._h = h
+        return t
+    return _unary_call(op, x)
+
+
+def _unary_call(op, x):
+    """_unary without the quick call (the generated methods tried it)."""
     try:
         out = _tls.out
     except AttributeError:
@@ -216,14 +231,31 @@ def _unary(op, x):
 
 
 def _binary(op, a, b):
+    ah, bh = a._h, b._h
+    h = _bq(op, ah, bh)
+    if h:
+        t = _new(Tensor)
+        t._h = h
+        return t
     try:
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_binary(op, a._h, b._h, out), out)
+    return _result(_ad_binary(op, ah, bh, out), out)
 
 
 def _scalar(op, x, s):
+    if type(s) is float:
+        h = _sq(op, x._h, s)
+        if h:
+            t = _new(Tensor)
+            t._h = h
+            return t
+    return _scalar_call(op, x, s)
+
+
+def _scalar_call(op, x, s):
+    """_scalar without the quick call."""
     try:
         out = _tls.out
     except AttributeError:
@@ -284,6 +316,20 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
     fn = _op_name(scalar_op)
 
     def method(self: Tensor, o: Operand) -> Tensor:
+        # the quick calls first (a Tensor, or a Python float or int with a
+        # float tensor); the rest below also raises their errors
+        if isinstance(o, Tensor):
+            h = _bq(op, o._h, self._h) if reflected else _bq(op, self._h, o._h)
+            if h:
+                t = _new(Tensor)
+                t._h = h
+                return t
+        elif type(o) is float or (type(o) is int and -_EXACT <= o <= _EXACT):
+            h = _sq(scalar_op, self._h, -o if negate_scalar else o)
+            if h:
+                t = _new(Tensor)
+                t._h = h
+                return t
         try:
             out = _tls.out
         except AttributeError:
@@ -422,7 +468,7 @@ class Tensor:
         if old is not None:
             _release(old)
 
-    def __del__(self, _release=_release):
+    def __del__(self, _release=_release, _quick=_release_quick):
         # idempotent: an explicit t.__del__() leaves no handle behind, so the
         # garbage collector's own call (or any later use) cannot reach a
         # released tensor
@@ -431,7 +477,8 @@ class Tensor:
             del self._h
         except AttributeError:  # released already, or __init__ failed before taking one
             return
-        _release(h)
+        if not _quick(h):  # the last reference of a node or of shared memory
+            _release(h)
 
     def __getattr__(self, name):
         # reached only when normal lookup fails, also when a property raised
@@ -786,7 +833,7 @@ class Tensor:
     # and per SCALAR row whose float arguments all have defaults (t.elu(alpha=1.0)),
     # with the row's docstring (pyautodiff/_ops.py).  The class namespace is a
     # plain dict, so they become methods exactly as if written here.
-    locals().update(_tensor_methods(_unary, _scalar))
+    locals().update(_tensor_methods(globals()))
 
     def pow(self, exponent: Operand) -> Tensor:
         """self ** exponent, elementwise: exponent is a Python number or a

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 4
+#define AD_ABI_MINOR 5
 
 /* cffi:begin */
 
@@ -560,6 +560,24 @@ typedef enum ad_checkpoint_strategy {
 } ad_checkpoint_strategy;
 AD_API ad_status ad_set_checkpoint_strategy(int strategy, int *prev);
 AD_API int ad_get_checkpoint_strategy(void);
+
+/* ---- quick calls (ABI 1.5) -------------------------------------------------
+   For a binding whose per-call cost matters at small sizes.  Not fallible in
+   the usual sense: they return a new reference, or NULL when they decline,
+   and then the caller makes the ordinary call (ad_binary, ad_unary,
+   ad_scalar_op, ad_tensor_release), which does the work or reports the
+   error.  They take only elementwise ops over contiguous operands of one
+   shape and dtype and at most a few thousand elements, give the ordinary
+   call's result to the bit (recorded the same way), and never block on
+   another thread or call back into the caller, so a binding may keep its
+   interpreter lock across them.  ad_tensor_release_quick returns 1 when it
+   ended the reference, 0 (changing nothing) when ad_tensor_release must:
+   the last reference of a tensor over external memory, or of one whose graph
+   node would take more than its own plain inputs down with it. */
+AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b);
+AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x);
+AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s);
+AD_API int ad_tensor_release_quick(ad_tensor *t);
 
 /* cffi:end */
 

@@ -20,6 +20,10 @@ static bool injected_failure(void) {
 
 AD_API void ad_testing_fail_alloc_after(int64_t n) { atomic_store(&fail_countdown, n); }
 
+bool ad_alloc_failure_armed(void) {
+    return atomic_load_explicit(&fail_countdown, memory_order_relaxed) > 0;
+}
+
 void *ad_malloc(size_t n) {
     if (injected_failure()) return NULL;
     return malloc(n ? n : 1);

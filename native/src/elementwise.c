@@ -281,6 +281,47 @@ ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
     return run_unary(a->op, x, s, 0, out);
 }
 
+/* ---- quick calls (ops.c: ad_binary_quick, ad_unary_quick, ad_scalar_quick) ----
+ * Contiguous operands of one shape, few enough elements that the ordinary
+ * path runs the kernel once over all of them on the calling thread (below the
+ * pool's threshold for the op's cost, not streamed): the kernel is called
+ * directly on the whole range, which is what the ordinary path computes, to
+ * the bit.  NULL when that does not apply or memory runs out: the caller
+ * then takes the ordinary path, which does the work or reports the error. */
+enum { QUICK_MAX_NUMEL = 16384 };
+
+static bool quick_size(int64_t numel, int cost, int64_t out_bytes, int64_t in_bytes) {
+    return numel <= QUICK_MAX_NUMEL && numel < ITER_PAR_MIN / cost &&
+           !streams(out_bytes, in_bytes);
+}
+
+ad_tensor *ad_ew_quick_binary(int op, int out_dtype, const ad_tensor *a, const ad_tensor *b) {
+    int dt = a->dtype;
+    if (dt != b->dtype || a->ndim != b->ndim || a->numel != b->numel) return NULL;
+    pthread_once(&tables_once, tables_init);
+    bin_kernel k = bin_table[op][dt];
+    size_t es = ad_dtype_size_(dt), oes = ad_dtype_size_(out_dtype);
+    if (!k || !quick_size(a->numel, 1, a->numel * (int64_t)oes, 2 * a->numel * (int64_t)es) ||
+        memcmp(T_SHAPE(a), T_SHAPE(b), a->ndim * sizeof(int64_t)) != 0 ||
+        !ad_is_contiguous(a) || !ad_is_contiguous(b))
+        return NULL;
+    ad_tensor *y = ad_tensor_new_like(out_dtype, a);
+    if (y && y->numel) k(y->numel, ad_ptr(a), 1, ad_ptr(b), 1, ad_ptr(y));
+    return y;
+}
+
+ad_tensor *ad_ew_quick_unary(int op, const ad_tensor *x, double s) {
+    pthread_once(&tables_once, tables_init);
+    un_kernel k = un_table[op][x->dtype];
+    int64_t bytes = x->numel * (int64_t)ad_dtype_size_(x->dtype);
+    if (!k || !quick_size(x->numel, un_cost(op, x->dtype), bytes, bytes) || !ad_is_contiguous(x))
+        return NULL;
+    ad_tensor *y = ad_tensor_new_like(x->dtype, x);
+    double sv[2] = {s, 0};
+    if (y && y->numel) k(y->numel, ad_ptr(x), 1, ad_ptr(y), sv);
+    return y;
+}
+
 /* clamp: fargs {min, max}, -inf / inf for an absent bound.  Integer tensors
    take integer bounds, saturated to the dtype's range before the kernel
    converts them. */

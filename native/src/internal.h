@@ -24,6 +24,10 @@
 void *ad_malloc(size_t n);
 void *ad_calloc(size_t n);
 void ad_mfree(void *p);
+/* Whether the test hook ad_testing_fail_alloc_after is counting down: the
+   quick calls then decline, so that the failure lands in the ordinary path
+   and its message. */
+bool ad_alloc_failure_armed(void);
 /* Large aligned buffers for tensor data (64-byte aligned). */
 void *ad_data_alloc(size_t n);
 void ad_data_free(void *p, size_t n);
@@ -163,6 +167,9 @@ const char *ad_dtype_name_(int dtype);
 
 /* A new tensor with a fresh contiguous storage (uninitialised data). */
 ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor **out);
+/* A fresh contiguous tensor of like's shape and the given dtype; NULL when
+   out of memory (no message set). */
+ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like);
 /* A new tensor viewing t's storage with the given layout (untracked). */
 ad_status ad_tensor_view(const ad_tensor *t, const int64_t *shape, const int64_t *strides,
                          int ndim, int64_t offset, ad_tensor **out);
@@ -291,6 +298,12 @@ ad_status fwd_where(const op_args *a, ad_tensor **out);
 ad_status fwd_logsumexp(const op_args *a, ad_tensor **out);
 ad_status fwd_softmax(const op_args *a, ad_tensor **out);
 ad_status fwd_cumsum(const op_args *a, ad_tensor **out);
+
+/* The elementwise quick paths (elementwise.c): a new tensor, or NULL when the
+   operands are not contiguous, of one shape and dtype and small, or memory
+   ran out (no message set). */
+ad_tensor *ad_ew_quick_binary(int op, int out_dtype, const ad_tensor *a, const ad_tensor *b);
+ad_tensor *ad_ew_quick_unary(int op, const ad_tensor *x, double s);
 
 #define OP_NAME(op) (ad_ops[op].name)
 

@@ -186,6 +186,62 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
     return ad_calls(op, x, s, out);
 }
 
+/* ---- quick calls ---------------------------------------------------------------
+ * The common small call without ad_call's checks and messages: contiguous
+ * same-shape operands (ad_ew_quick_*), then ad_call's recording.  NULL
+ * declines: anything else, every error, anomaly mode (its site
+ * callback) and an armed allocation-failure hook go to the ordinary call,
+ * which gives the same result or the error.  They never wait for a lock
+ * another caller can hold for long, never call into the caller, and bound
+ * their work, so a binding may keep its interpreter lock across them. */
+static ad_tensor *quick_finish(int op, const op_def *def, const ad_tensor *const *in, int n_in,
+                               const double *fargs, int n_fargs, ad_tensor *y) {
+    if (!y) return NULL;
+    unsigned tracked = 0;
+    if (def->backward && ad_grad_enabled && ad_dtype_is_float(y->dtype))
+        for (int i = 0; i < n_in; i++)
+            if (ad_tracks(in[i])) tracked |= 1u << i;
+    if (tracked) {
+        op_args a = {op, in, n_in, NULL, 0, fargs, n_fargs};
+        if (record(op, def, &a, tracked, y)) {
+            ad_tensor_release(y);
+            return NULL;
+        }
+    }
+    return y;
+}
+
+static bool quick_ok(int op, int n_in, int n_fargs) {
+    if (op <= 0 || op >= AD_OP__COUNT || ad_anomaly_enabled || ad_alloc_failure_armed())
+        return false;
+    const op_def *def = &ad_ops[op];
+    return def->n_in == n_in && def->n_iargs == 0 && def->n_fargs == n_fargs;
+}
+
+AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b) {
+    if (!a || !b || !quick_ok(op, 2, 0)) return NULL;
+    const op_def *def = &ad_ops[op];
+    if (def->forward != fwd_binary && def->forward != fwd_compare) return NULL;
+    const ad_tensor *in[2] = {a, b};
+    return quick_finish(op, def, in, 2, NULL, 0,
+                        ad_ew_quick_binary(op, def->forward == fwd_compare ? AD_BOOL : a->dtype,
+                                           a, b));
+}
+
+AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x) {
+    if (!x || !quick_ok(op, 1, 0) || ad_ops[op].forward != fwd_unary) return NULL;
+    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, ad_ew_quick_unary(op, x, 0));
+}
+
+AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s) {
+    /* integer tensors: the binding checks the scalar against the dtype's range
+       on the ordinary path first, and fwd_scalar rejects a fractional one */
+    if (!x || !ad_dtype_is_float(x->dtype) || !quick_ok(op, 1, 1) ||
+        ad_ops[op].forward != fwd_scalar)
+        return NULL;
+    return quick_finish(op, &ad_ops[op], &x, 1, &s, 1, ad_ew_quick_unary(op, x, s));
+}
+
 AD_API ad_status ad_op_info(int op, ad_op_info_t *out) {
     if (!out) return ad_fail(AD_ERR_VALUE, "ad_op_info: the out pointer is NULL");
     if (op <= 0 || op >= AD_OP__COUNT || !ad_ops[op].forward)

@@ -29,15 +29,21 @@ AD_API size_t ad_dtype_size(int d) { return ad_dtype_valid(d) ? dtypes[d].size :
 AD_API int ad_abi_version(void) { return AD_ABI_MAJOR * 1000 + AD_ABI_MINOR; }
 
 /* ---- storage --------------------------------------------------------------- */
-enum { INLINE_MAX = 256 };
+/* Data up to INLINE_MAX bytes lives in the storage's own allocation: one
+   malloc and one free per tensor instead of two, and no posix_memalign (the
+   costliest part of a small op after the call itself).  Up to INLINE_SMALL
+   bytes it is 16-byte aligned, as malloc's blocks; above, 64-byte aligned as
+   ad_data_alloc's, for the vector loops. */
+enum { INLINE_SMALL = 256, INLINE_MAX = 4096 };
 
 static ad_storage *storage_new(size_t nbytes) {
     ad_storage *s;
     if (nbytes <= INLINE_MAX) {
-        /* one allocation for header and data: small tensors are most tensors */
-        s = ad_malloc(sizeof *s + 16 + nbytes);
+        size_t align = nbytes <= INLINE_SMALL ? 16 : 64;
+        s = ad_malloc(sizeof *s + align + nbytes);
         if (!s) return NULL;
-        s->data = (char *)s + ((sizeof *s + 15) & ~(size_t)15);
+        uintptr_t d = ((uintptr_t)s + sizeof *s + align - 1) & ~(uintptr_t)(align - 1);
+        s->data = (void *)d;
         s->inline_data = true;
         ad_live_bytes_add((long long)nbytes); /* raises memory_stats' peak too */
     } else {
@@ -161,6 +167,25 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
     return AD_OK;
 }
 
+/* ad_tensor_empty for a shape already checked (like's own), without a message
+   on failure: the quick calls (ops.c) decline instead. */
+ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like) {
+    int nd = like->ndim;
+    ad_tensor *t = tensor_alloc(nd);
+    if (!t) return NULL;
+    t->storage = storage_new((size_t)like->numel * ad_dtype_size_(dtype));
+    if (!t->storage) {
+        ad_mfree(t);
+        atomic_fetch_sub(&ad_live_tensor_count, 1);
+        return NULL;
+    }
+    t->dtype = (uint8_t)dtype;
+    t->numel = like->numel;
+    if (nd) memcpy(T_SHAPE(t), T_SHAPE(like), (size_t)nd * sizeof(int64_t));
+    contiguous_strides(T_SHAPE(t), nd, T_STRIDES(t));
+    return t;
+}
+
 ad_status ad_tensor_zeros(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
     ad_status st = ad_tensor_empty(dtype, shape, ndim, out);
     if (!st) memset((*out)->storage->data, 0, (*out)->storage->nbytes);
@@ -226,6 +251,55 @@ AD_API void ad_tensor_release(ad_tensor *t) {
         ad_mfree(x);
         atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
     }
+}
+
+/* A release whose work is bounded, so that it may run without giving up the
+ * GIL (bindings/build_cffi.py): it frees t, its storage and its node when
+ * that node is t's alone and every input the node holds either outlives it
+ * (another reference) or is a plain tensor (no node of its own).  Anything
+ * else -- a graph that would come down with t, a custom op's node (its
+ * release runs Python code), memory shared with another library (its
+ * release callback) -- is left to ad_tensor_release, untouched.  The count
+ * is only lowered from above 1 by compare-and-swap, so a concurrent release
+ * cannot leave it at 0 unfreed; at 1 the caller holds the only reference, so
+ * nobody can add one (nor make a shell that shares the node). */
+static bool plain(const ad_tensor *t) {
+    return !t->node && t->storage && !t->storage->external;
+}
+
+AD_API int ad_tensor_release_quick(ad_tensor *t) {
+    if (!t) return 1;
+    int r = atomic_load_explicit(&t->refs, memory_order_relaxed);
+    while (r > 1)
+        if (atomic_compare_exchange_weak_explicit(&t->refs, &r, r - 1, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            return 1;
+    if (!t->storage || t->storage->external) return 0;
+    ad_node *n = t->node;
+    if (n) {
+        if (n->op == AD_OP_CUSTOM || atomic_load_explicit(&n->refs, memory_order_relaxed) != 1)
+            return 0;
+        ad_tensor **in = node_in(n);
+        for (int i = 0; i < n->n_in; i++)
+            if (in[i] && atomic_load_explicit(&in[i]->refs, memory_order_relaxed) == 1 &&
+                !plain(in[i]))
+                return 0;
+    }
+    /* pairs with the acq_rel decrements of the references released before */
+    atomic_thread_fence(memory_order_acquire);
+    if (n) {
+        /* an input another thread released meanwhile may now end here: that
+           race alone can make this call free more than a plain input */
+        ad_tensor **in = node_in(n);
+        for (int i = 0; i < n->n_in; i++) ad_tensor_release(in[i]);
+        ad_node_finalize(n); /* saved_bytes */
+        ad_mfree((void *)n->site);
+        ad_mfree(n);
+    }
+    storage_release(t->storage);
+    ad_mfree(t);
+    atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
+    return 1;
 }
 
 bool ad_is_contiguous(const ad_tensor *t) {
