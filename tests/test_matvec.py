@@ -97,3 +97,52 @@ def test_create_graph_through_one_dim_matmul():
                 mm[i, j] += sgn * eps
                 num[i, j] += sgn * (2 * mm.T @ (mm @ xn)).sum() / (2 * eps)
     np.testing.assert_allclose(np.asarray(gm), num, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt,tol", [(ad.float32, 1e-5), (ad.float64, 1e-13)])
+def test_matrix_vector_kernel_edges(kernel, threads, dt, tol):
+    """Every level's kernels: k around the vector widths (masked tails), m
+    around the 8-row groups, the dot form (rows of M) and the axpy form
+    (columns of M), single and batched; each row's sum has the same bits
+    whether it ran in a group of rows or alone."""
+    rng = np.random.default_rng(5)
+    npd = np.float32 if dt == ad.float32 else np.float64
+    for k in (1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 70):
+        for m in (1, 3, 7, 8, 9, 16, 17, 37):
+            a = rng.standard_normal((m, k)).astype(npd)
+            x = rng.standard_normal(k).astype(npd)
+            ref = a.astype(np.float64) @ x.astype(np.float64)
+            scale = np.abs(a).astype(np.float64) @ np.abs(x).astype(np.float64) + 1
+            ta, tx = ad.from_numpy(a), ad.from_numpy(x)
+            dot = np.asarray(ta @ tx)                        # dot form
+            axpy = np.asarray(tx @ ad.from_numpy(a.T.copy()))  # axpy form (1 x k @ k x m)
+            colmaj = np.asarray(ad.from_numpy(a.T.copy()).t() @ tx)  # axpy, M^T's rows
+            for name, got in (("dot", dot), ("axpy", axpy), ("colmajor", colmaj)):
+                assert np.all(np.abs(got - ref) <= tol * scale), (name, m, k)
+            for i in range(m):  # one row alone: the same bits as in its group
+                assert np.asarray(ta[i:i + 1] @ tx).tobytes() == dot[i:i + 1].tobytes(), (m, k, i)
+            # a batch of them
+            b = rng.standard_normal((5, m, k)).astype(npd)
+            xb = rng.standard_normal((5, k, 1)).astype(npd)
+            got = np.asarray(ad.from_numpy(b) @ ad.from_numpy(xb))
+            ref = b.astype(np.float64) @ xb.astype(np.float64)
+            scale = np.abs(b).astype(np.float64) @ np.abs(xb).astype(np.float64) + 1
+            assert np.all(np.abs(got - ref) <= tol * scale), (m, k)
+
+
+def test_matrix_vector_same_bits_at_any_thread_count(kernel):
+    """A product split over threads (600 x 300 is) has the bits of the one-thread result."""
+    rng = np.random.default_rng(6)
+    old = ad.get_num_threads()
+    try:
+        for dt in (np.float32, np.float64):
+            a = ad.from_numpy(rng.standard_normal((600, 301)).astype(dt))
+            x = ad.from_numpy(rng.standard_normal(301).astype(dt))
+            b = ad.from_numpy(rng.standard_normal((301, 601)).astype(dt))
+            outs = []
+            for t in (1, 2):
+                ad.set_num_threads(t)
+                outs.append([np.asarray(a @ x).tobytes(), np.asarray(x @ b).tobytes()])
+            assert outs[0] == outs[1]
+    finally:
+        ad.set_num_threads(old)

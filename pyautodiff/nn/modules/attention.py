@@ -22,11 +22,11 @@ _Size = Union[int, Tuple[int, ...]]
 
 
 def _softmax_last(s):
-    """softmax over the last dim from the vectorised exp map: about 4x faster,
-    forward plus backward, than the lane kernel on attention-sized rows.  The
-    max is a constant shift (softmax does not depend on it), hence detached."""
-    e = (s - s.max(-1, keepdim=True).detach()).exp()
-    return e * e.sum(-1, keepdim=True).recip()
+    """softmax over the last dim: the native op (one SIMD pass per row forward,
+    out * (g - sum(g * out)) backward), which beat the exp-map composite
+    (max, sub, exp, sum, reciprocal, product and their backwards) by about a
+    quarter, forward plus backward, on (32, 4, 64, 64) causal scores."""
+    return s.softmax(-1)
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -148,17 +148,20 @@ class MultiheadAttention(Module):
         batched = q.ndim == 3
         if not batched:
             q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
-        elif self.batch_first:  # to (L, N, E) as PyTorch's reference computation
-            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
-        tgt, bsz, e = q.shape
-        src = k.shape[0]
+        # The inputs stay in their own layout, (N, L, E) with batch_first, else (L, N, E):
+        # transposing a batch_first input to PyTorch's (L, N, E) would make every
+        # projection a batch of strided products and the output a strided view.
+        bf = self.batch_first and batched
+        sd = 1 if bf else 0  # the sequence dim
+        tgt, bsz, e = (q.shape[1], q.shape[0], q.shape[2]) if bf else q.shape
+        src = k.shape[sd]
         if e != self.embed_dim:
             raise ShapeError(f"{tag}: query {desc(query)} has {e} features, expected "
                              f"{self.embed_dim}")
         if k.shape[2] != self.kdim or v.shape[2] != self.vdim:
             raise ShapeError(f"{tag}: key {desc(key)} and value {desc(value)} must have "
                              f"{self.kdim} and {self.vdim} features")
-        if k.shape[:2] != v.shape[:2] or k.shape[1] != bsz:
+        if k.shape[:2] != v.shape[:2] or k.shape[1 - sd] != bsz:
             raise ShapeError(f"{tag}: key {desc(key)} and value {desc(value)} must match in "
                              f"sequence length and batch with query {desc(query)}")
         if is_causal and attn_mask is None:
@@ -174,14 +177,12 @@ class MultiheadAttention(Module):
                                           [(bsz, src)] if batched else [(src,)], dt)
             key_padding_mask = key_padding_mask.reshape(bsz, src)
 
-        # projections
+        # projections: one linear (bias in the GEMM's epilogue) for q, k and v together
+        # when they are the same tensor
         if self._qkv_same_embed_dim:
             w, b = self.in_proj_weight, self.in_proj_bias
             if query is key and key is value:
-                qkv = q @ w.t()
-                if b is not None:
-                    qkv = qkv + b
-                q, k, v = qkv.chunk(3, -1)
+                q, k, v = F.linear(q, w, b).chunk(3, -1)
             else:
                 ws = w.chunk(3, 0)
                 bs = b.chunk(3, 0) if b is not None else (None,) * 3
@@ -193,16 +194,22 @@ class MultiheadAttention(Module):
             v = F.linear(v, self.v_proj_weight, bs[2])
 
         if self.bias_k is not None:
-            k = cat([k, self.bias_k.broadcast_to((1, bsz, e))], 0)
-            v = cat([v, self.bias_v.broadcast_to((1, bsz, e))], 0)
+            bshape = (bsz, 1, e) if bf else (1, bsz, e)
+            k = cat([k, self.bias_k.reshape(1, 1, e).broadcast_to(bshape)], sd)
+            v = cat([v, self.bias_v.reshape(1, 1, e).broadcast_to(bshape)], sd)
             if attn_mask is not None:
                 attn_mask = cat([attn_mask, zeros(attn_mask.shape[:2] + (1,), dtype=dt)], 2)
             if key_padding_mask is not None:
                 key_padding_mask = cat([key_padding_mask, zeros((bsz, 1), dtype=dt)], 1)
-        # (L, N, E) -> (N, H, L, hd)
-        q = q.reshape(tgt, bsz, h, hd).permute(1, 2, 0, 3)
-        k = k.reshape(k.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
-        v = v.reshape(v.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
+        # -> (N, H, L, hd), views of the projections
+        if bf:
+            q = q.reshape(bsz, tgt, h, hd).permute(0, 2, 1, 3)
+            k = k.reshape(bsz, k.shape[1], h, hd).permute(0, 2, 1, 3)
+            v = v.reshape(bsz, v.shape[1], h, hd).permute(0, 2, 1, 3)
+        else:
+            q = q.reshape(tgt, bsz, h, hd).permute(1, 2, 0, 3)
+            k = k.reshape(k.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
+            v = v.reshape(v.shape[0], bsz, h, hd).permute(1, 2, 0, 3)
         if self.add_zero_attn:
             k = cat([k, zeros((bsz, h, 1, hd), dtype=dt)], 2)
             v = cat([v, zeros((bsz, h, 1, hd), dtype=dt)], 2)
@@ -234,10 +241,10 @@ class MultiheadAttention(Module):
             weights = weights * keep
         if self.dropout > 0.0 and self.training:
             weights = F.dropout(weights, self.dropout, True)
-        out = (weights @ v).permute(2, 0, 1, 3).reshape(tgt, bsz, e)
+        out = weights @ v  # (N, H, L, hd)
+        out = (out.permute(0, 2, 1, 3).reshape(bsz, tgt, e) if bf
+               else out.permute(2, 0, 1, 3).reshape(tgt, bsz, e))
         out = self.out_proj(out)
-        if self.batch_first and batched:
-            out = out.transpose(0, 1)
         if not batched:
             out = out.squeeze(1)
         if not need_weights:
