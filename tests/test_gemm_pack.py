@@ -62,3 +62,20 @@ def test_larger_than_every_block(kernel, dt):
     b = rng.standard_normal((k, n)).astype(dt)
     _check(a, b, dt)
     _check(np.asfortranarray(a), b, dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_transposed_a_packed_row_by_row(kernel, threads, dt):
+    # a unit-row-stride A (a transposed operand) is packed a group of 8
+    # MR-tall panels at a time at the AVX2 level: m crosses whole groups, a
+    # partial group and a row tail (MR = 6 there); k runs through the
+    # remainders of the 4-way unrolled k loop and past kc (accumulation); the
+    # buffer rows are further apart than m (a sliced transposed view)
+    rng = np.random.default_rng(31)
+    for m in (6, 48, 49, 53, 102, 150):
+        for k in (1, 2, 3, 5, 7, 64, 1100):
+            n = 150
+            buf = rng.standard_normal((k, m + 7)).astype(dt)
+            b = rng.standard_normal((k, n)).astype(dt)
+            _check(buf[:, :m].T, b, dt)
+            _check(buf[:, 3:m + 3].T, b, dt)

@@ -1,8 +1,10 @@
 /* Internal: packed, cache-blocked matrix multiply (BLIS structure).
 
    gemm.c holds the five loops, packing, the portable micro-kernel and the run
-   time dispatch; gemm_avx2.c / gemm_avx512.c hold only SIMD micro-kernels,
-   all instantiated from GEMM_UKR_DEFINE below. */
+   time dispatch; gemm_avx2.c / gemm_avx512.c hold only SIMD micro-kernels:
+   the AVX-512 ones instantiated from GEMM_UKR_DEFINE below, the AVX2 ones
+   from the template header gemm_ukr_avx2.h (k loop unrolled, A's packed
+   column stride read at run time). */
 #ifndef PYAUTODIFF_GEMM_H
 #define PYAUTODIFF_GEMM_H
 
@@ -172,6 +174,11 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
 #define GEMM_AVX2_F32_NR 16
 #define GEMM_AVX2_F64_MR 6
 #define GEMM_AVX2_F64_NR 8
+/* AVX2 level: panels of a unit-row-stride A packed at once (gemm_dtype.h
+   pack_a_rows). Transformer G^T @ X under PYAUTODIFF_ISA=avx2 on Zen 5: 8 was
+   level with 2 and 4 (within 1-2%); 64 (every panel of the block, 64 write
+   streams) lost 27-53%. */
+#define GEMM_AVX2_APANELS 8
 #define GEMM_AVX512_F32_MR 12
 #define GEMM_AVX512_F32_NR 32
 #define GEMM_AVX512_F64_MR 12

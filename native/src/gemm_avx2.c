@@ -15,43 +15,66 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #define MLOAD_PD(p, n) _mm256_maskload_pd((p), MASK_PD(n))
 #define MSTORE_PD(p, v, n) _mm256_maskstore_pd((p), MASK_PD(n), (v))
 
-#define UKR_F32_R(NAME, MR, NV)                                                            \
-    GEMM_UKR_DEFINE(NAME, float, __m256, MR, GEMM_AVX2_F32_MR, NV, 8,                       \
-                    _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,     \
-                    _mm256_fmadd_ps, _mm256_add_ps, _mm256_setzero_ps, MLOAD_PS, MSTORE_PS)
-#define UKR_F64_R(NAME, MR, NV)                                                            \
-    GEMM_UKR_DEFINE(NAME, double, __m256d, MR, GEMM_AVX2_F64_MR, NV, 4,                     \
-                    _mm256_loadu_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd,     \
-                    _mm256_fmadd_pd, _mm256_add_pd, _mm256_setzero_pd, MLOAD_PD, MSTORE_PD)
+/* The kernels, main and row tails, full and half width: gemm_ukr_avx2.h once per dtype. */
+#define T float
+#define V __m256
+#define VL 8
+#define SFX f32_avx2
+#define UKR_FN gemm_ukr_f32
+#define PMR GEMM_AVX2_F32_MR
+#define LOADU _mm256_loadu_ps
+#define STOREU _mm256_storeu_ps
+#define SET1 _mm256_set1_ps
+#define FMA _mm256_fmadd_ps
+#define ADD _mm256_add_ps
+#define ZERO _mm256_setzero_ps
+#define MLOAD MLOAD_PS
+#define MSTORE MSTORE_PS
+#include "gemm_ukr_avx2.h"
+#undef T
+#undef V
+#undef VL
+#undef SFX
+#undef UKR_FN
+#undef PMR
+#undef LOADU
+#undef STOREU
+#undef SET1
+#undef FMA
+#undef ADD
+#undef ZERO
+#undef MLOAD
+#undef MSTORE
 
-#define UKR_F32(NAME, NV) UKR_F32_R(NAME, GEMM_AVX2_F32_MR, NV)
-#define UKR_F64(NAME, NV) UKR_F64_R(NAME, GEMM_AVX2_F64_MR, NV)
-
-UKR_F32(gemm_ukr_f32_avx2, 2)
-UKR_F64(gemm_ukr_f64_avx2, 2)
-UKR_F32(gemm_ukrh_f32_avx2, 1)
-UKR_F64(gemm_ukrh_f64_avx2, 1)
-
-/* Tail kernels of exactly r < MR rows, as at the AVX-512 level: the driver
-   then takes the same paths (row tails, small_batch, in-place last rows) on
-   every SIMD level, so a machine without AVX-512 exercises them too. */
-#define TAILS(X, SFX, NV)                                                                  \
-    X(gemm_ukr1_##SFX, 1, NV) X(gemm_ukr2_##SFX, 2, NV) X(gemm_ukr3_##SFX, 3, NV)           \
-    X(gemm_ukr4_##SFX, 4, NV) X(gemm_ukr5_##SFX, 5, NV)
-#define UKR_F32_STATIC(NAME, MR, NV) static UKR_F32_R(NAME, MR, NV)
-#define UKR_F64_STATIC(NAME, MR, NV) static UKR_F64_R(NAME, MR, NV)
-TAILS(UKR_F32_STATIC, f32_avx2, 2)
-TAILS(UKR_F64_STATIC, f64_avx2, 2)
-TAILS(UKR_F32_STATIC, f32h_avx2, 1)
-TAILS(UKR_F64_STATIC, f64h_avx2, 1)
-
-#define TAIL_PTR(NAME, MR, NV) NAME,
-const gemm_ukr_f32 gemm_tails_f32_avx2[GEMM_AVX2_F32_MR] = {NULL, TAILS(TAIL_PTR, f32_avx2, 2)};
-const gemm_ukr_f64 gemm_tails_f64_avx2[GEMM_AVX2_F64_MR] = {NULL, TAILS(TAIL_PTR, f64_avx2, 2)};
-const gemm_ukr_f32 gemm_tails_half_f32_avx2[GEMM_AVX2_F32_MR] = {
-    NULL, TAILS(TAIL_PTR, f32h_avx2, 1)};
-const gemm_ukr_f64 gemm_tails_half_f64_avx2[GEMM_AVX2_F64_MR] = {
-    NULL, TAILS(TAIL_PTR, f64h_avx2, 1)};
+#define T double
+#define V __m256d
+#define VL 4
+#define SFX f64_avx2
+#define UKR_FN gemm_ukr_f64
+#define PMR GEMM_AVX2_F64_MR
+#define LOADU _mm256_loadu_pd
+#define STOREU _mm256_storeu_pd
+#define SET1 _mm256_set1_pd
+#define FMA _mm256_fmadd_pd
+#define ADD _mm256_add_pd
+#define ZERO _mm256_setzero_pd
+#define MLOAD MLOAD_PD
+#define MSTORE MSTORE_PD
+#include "gemm_ukr_avx2.h"
+#undef T
+#undef V
+#undef VL
+#undef SFX
+#undef UKR_FN
+#undef PMR
+#undef LOADU
+#undef STOREU
+#undef SET1
+#undef FMA
+#undef ADD
+#undef ZERO
+#undef MLOAD
+#undef MSTORE
 
 GEMM_GEMV_DEFINE(f32_avx2, float)
 GEMM_GEMV_DEFINE(f64_avx2, double)
