@@ -613,7 +613,7 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
        batch of 32 x (64x32 @ 32x8) ran at 0.8x numpy's speed). */
     if (kernel_sel() == KSEL_AVX512 && pr->csa == 1 && pr->csb == 1 && pr->csc == 1 &&
         pr->m > 1 && pr->m <= kn.mc && pr->k <= kn.kc) {
-        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2};
+        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0};
         if (k2.half && k2.half_tails && 2 * pr->n == k2.nr) {
             for (int64_t i = i0; i < i1; i++) {
                 const T *a = pr->a + bj->a_off[i], *b = pr->b + bj->b_off[i];
