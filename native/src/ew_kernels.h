@@ -23,12 +23,14 @@
 #define EW_NAME(name) EW_CAT(name, EW_SFX)
 
 /* ---- templates ------------------------------------------------------------ */
+#define EW_UNROLL _Pragma("GCC unroll 4")
 #define DEF_BINARY(NAME, T, EXPR, TY)                                                    \
     static void NAME(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
                      void *py) {                                                         \
         const T *A = (const T *)pa, *B = (const T *)pb;                                  \
         TY *Y = (TY *)py;                                                                \
         if (sa == 1 && sb == 1) {                                                        \
+            EW_UNROLL                                                                    \
             for (int64_t i = 0; i < n; i++) {                                            \
                 T a = A[i], b = B[i];                                                    \
                 Y[i] = (TY)(EXPR);                                                       \
