@@ -28,6 +28,7 @@ SIMD_MAPS(SIMD_PTR)
 static bin_kernel bin_table[AD_OP__COUNT][6];
 static un_kernel un_table[AD_OP__COUNT][6];
 static void (*stream_copy)(void *dst, const void *src, size_t n);
+static void (*stream_fence)(void); /* once after a run of stream_copy calls */
 static int64_t stream_min_bytes; /* operands' footprint from which outputs stream */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -82,6 +83,8 @@ static void tables_init(void) {
            sizeof un_table);
     stream_copy = isa == AD_ISA_AVX512 ? ew_stream_copy_avx512
                   : isa == AD_ISA_AVX2 ? ew_stream_copy_avx2 : ew_stream_copy_portable;
+    stream_fence = isa == AD_ISA_AVX512 ? ew_stream_fence_avx512
+                   : isa == AD_ISA_AVX2 ? ew_stream_fence_avx2 : ew_stream_fence_portable;
     /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
        arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
     const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
@@ -139,6 +142,7 @@ static void bin_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
         c->k(m, p[1] + i * s[1] * c->es, s[1], p[2] + i * s[2] * c->es, s[2], buf);
         stream_copy(p[0] + i * c->out_es, buf, (size_t)(m * c->out_es));
     }
+    stream_fence();
 }
 
 /* whether an op over these operands streams its output: the footprint
@@ -209,6 +213,7 @@ static void un_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
         c->k(m, p[1] + i * s[1] * c->es, s[1], buf, c->s);
         stream_copy(p[0] + i * c->es, buf, (size_t)(m * c->es));
     }
+    stream_fence();
 }
 
 /* Work per element relative to a copy, for the threading threshold, from

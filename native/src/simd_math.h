@@ -10,7 +10,7 @@
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
  *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL;
  *   V_LDEXP(p, n): p 2^n in one rounding, p normal, n integer-valued,
- *   |n| <= 160 (AVX-512: scalef; AVX2: two exact power-of-two factors, the
+ *   |n| <= 250 (AVX-512: scalef; AVX2: two exact power-of-two factors, the
  *   same bits).
  *
  * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from a
@@ -78,9 +78,9 @@ static inline V v_exp(V x) {
    (1 - 2^n) - 2^n q and the denominator (1 + 2^n) + 2^n q, each one FMA from
    exact parts (1 -+ 2^n are exact for n >= -23; below, the lost 2^n is under
    half an ulp of the result): no cancellation as |x| -> 0 (n = 0 gives
-   -q / (2 + q)), 1.9 ulp at most over all floats, no branch, so a vector of
-   mixed small and large inputs costs one path.  |x| is capped at 10 (tanh is
-   1.0f from 9.01 on), the sign restored last (tanh(-0) = -0). */
+   -q / (2 + q)), 1.95 ulp at most (measured over the floats), no branch, so a
+   vector of mixed small and large inputs costs one path.  |x| is capped at 10
+   (tanh is 1.0f from 9.01 on), the sign restored last (tanh(-0) = -0). */
 static inline V v_tanh(V x) {
     const V sign = V_SET1(-0.0f), one = V_SET1(1.0f);
     V ax = V_MIN(V_SET1(10.0f), V_ANDNOT(sign, x)); /* NaN stays NaN */
