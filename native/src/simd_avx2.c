@@ -38,13 +38,20 @@ typedef __m256 M;
 #define V_SELECT(m, t, f) _mm256_blendv_ps((f), (t), (m))
 #define M_AND _mm256_and_ps
 #define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
-/* p 2^n as p 2^(n/2) (exact: p and the product are normal) times 2^(n - n/2),
-   the one rounding: scalef's result, without AVX-512 */
+/* p 2^n (simd_math.h: 1/16 <= |p| < 4, n integer-valued).  When every lane
+   has |n| <= 120 the product is normal and exact: n is added to p's exponent
+   field.  Otherwise p 2^(n/2) (exact) times 2^(n - n/2), the one rounding:
+   scalef's result, without AVX-512. */
 static inline __m256 pow2_bits(__m256i e) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
 }
 static inline __m256 ldexp_avx2(__m256 p, __m256 n) {
-    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+    __m256i ni = _mm256_cvtps_epi32(n); /* NaN: INT_MIN, out of range */
+    __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(ni, _mm256_set1_epi32(120)),
+                                  _mm256_cmpgt_epi32(_mm256_set1_epi32(-120), ni));
+    if (_mm256_testz_si256(out, out))
+        return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
     return _mm256_mul_ps(_mm256_mul_ps(p, pow2_bits(n1)), pow2_bits(_mm256_sub_epi32(ni, n1)));
 }
 #define V_LDEXP ldexp_avx2

@@ -9,9 +9,10 @@
  *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
  *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL;
- *   V_LDEXP(p, n): p 2^n in one rounding, p normal, n integer-valued,
- *   |n| <= 250 (AVX-512: scalef; AVX2: two exact power-of-two factors, the
- *   same bits).
+ *   V_LDEXP(p, n): p 2^n in one rounding for 1/16 <= |p| < 4 and n
+ *   integer-valued, |n| <= 250 (AVX-512: scalef; AVX2: an exponent-field add
+ *   when the result is surely normal, else two exact power-of-two factors;
+ *   the same bits).
  *
  * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from a
  * degree-6 minimax polynomial (Horner, 6 FMAs), V_LDEXP by n, so denormal
