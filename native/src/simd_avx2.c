@@ -120,6 +120,19 @@ ROW_D(V_SUB_D, _mm256_sub_pd)
 #define MAP_AVX2(OP, OPU) DEF_MAP(ad_##OP##_f32_avx2, v_##OP)
 SIMD_MAPS(MAP_AVX2)
 
+/* y from its first 32-byte boundary on with non-temporal stores; the ends
+   through the map above (the same bits) */
+#define DEF_MAP_NT(NAME, F, MAP)                                                        \
+    void NAME(int64_t n, const float *x, float *y) {                                    \
+        int64_t i = (int64_t)((-(uintptr_t)y & 31) / sizeof(float));                    \
+        if (i > n) i = n;                                                               \
+        MAP(i, x, 1, y);                                                                \
+        for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, F(_mm256_loadu_ps(x + i)));   \
+        MAP(n - i, x + i, 1, y + i);                                                    \
+    }
+#define MAP_NT_AVX2(OP, OPU) DEF_MAP_NT(ad_##OP##_f32_avx2_nt, v_##OP, ad_##OP##_f32_avx2)
+SIMD_MAPS(MAP_NT_AVX2)
+
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);
 }
