@@ -28,6 +28,9 @@ SIMD_MAPS(SIMD_PTR)
 static bin_kernel bin_table[AD_OP__COUNT][6];
 static un_kernel un_table[AD_OP__COUNT][6];
 static void (*stream_copy)(void *dst, const void *src, size_t n);
+static void (*stream_fence)(void); /* once after a run of stream_copy calls */
+typedef void (*f32_map_nt)(int64_t n, const float *x, float *y);
+static f32_map_nt simd_nt[AD_OP__COUNT]; /* simd.h's non-temporal maps, by op */
 static int64_t stream_min_bytes; /* operands' footprint from which outputs stream */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -82,6 +85,8 @@ static void tables_init(void) {
            sizeof un_table);
     stream_copy = isa == AD_ISA_AVX512 ? ew_stream_copy_avx512
                   : isa == AD_ISA_AVX2 ? ew_stream_copy_avx2 : ew_stream_copy_portable;
+    stream_fence = isa == AD_ISA_AVX512 ? ew_stream_fence_avx512
+                   : isa == AD_ISA_AVX2 ? ew_stream_fence_avx2 : ew_stream_fence_portable;
     /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
        arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
     const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
@@ -91,7 +96,8 @@ static void tables_init(void) {
     if (isa == AD_ISA_PORTABLE) return;
 #define SIMD_PICK(OP, OPU)                                                              \
     simd_##OP##_f32 = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512 : ad_##OP##_f32_avx2; \
-    un_table[AD_OP_##OPU][AD_FLOAT32] = un_##OP##_f32_simd;
+    un_table[AD_OP_##OPU][AD_FLOAT32] = un_##OP##_f32_simd;                            \
+    simd_nt[AD_OP_##OPU] = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512_nt : ad_##OP##_f32_avx2_nt;
     SIMD_MAPS(SIMD_PICK)
 }
 
@@ -139,6 +145,7 @@ static void bin_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
         c->k(m, p[1] + i * s[1] * c->es, s[1], p[2] + i * s[2] * c->es, s[2], buf);
         stream_copy(p[0] + i * c->out_es, buf, (size_t)(m * c->out_es));
     }
+    stream_fence();
 }
 
 /* whether an op over these operands streams its output: the footprint
@@ -187,6 +194,7 @@ ad_status fwd_compare(const op_args *a, ad_tensor **out) { return run_binary(a, 
 
 typedef struct {
     un_kernel k;
+    f32_map_nt nt; /* a float32 SIMD map's non-temporal form, or NULL */
     double s[2];
     int64_t es;
 } un_ctx;
@@ -202,6 +210,11 @@ static void un_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
         c->k(n, p[1], s[1], p[0], c->s);
         return;
     }
+    if (c->nt && s[1] == 1) { /* straight from the map's registers, no buffer */
+        c->nt(n, (const float *)p[1], (float *)p[0]);
+        stream_fence();
+        return;
+    }
     _Alignas(64) char buf[STREAM_CHUNK];
     int64_t step = STREAM_CHUNK / c->es;
     for (int64_t i = 0; i < n; i += step) {
@@ -209,6 +222,7 @@ static void un_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
         c->k(m, p[1] + i * s[1] * c->es, s[1], buf, c->s);
         stream_copy(p[0] + i * c->es, buf, (size_t)(m * c->es));
     }
+    stream_fence();
 }
 
 /* Work per element relative to a copy, for the threading threshold, from
@@ -259,7 +273,7 @@ static ad_status run_unary(int op, const ad_tensor *x, double s, double s2, ad_t
     nditer it;
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
-    un_ctx c = {k, {s, s2}, (int64_t)es[0]};
+    un_ctx c = {k, x->dtype == AD_FLOAT32 ? simd_nt[op] : NULL, {s, s2}, (int64_t)es[0]};
     bool nt = streams(y->numel * c.es, x->numel * c.es);
     nditer_run_par_cost(&it, base, nt ? un_inner_stream : un_inner, &c, un_cost(op, x->dtype));
     *out = y;

@@ -16,7 +16,8 @@ typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const d
 #define EW_TABLES(SFX)                                                                 \
     extern const bin_kernel ew_bin_table_##SFX[AD_OP__COUNT][6];                        \
     extern const un_kernel ew_un_table_##SFX[AD_OP__COUNT][6];                          \
-    void ew_stream_copy_##SFX(void *dst, const void *src, size_t n);
+    void ew_stream_copy_##SFX(void *dst, const void *src, size_t n);                   \
+    void ew_stream_fence_##SFX(void); /* after a run of ew_stream_copy calls */
 EW_TABLES(portable)
 EW_TABLES(avx2)
 EW_TABLES(avx512)

@@ -17,6 +17,15 @@
 /* simd_avx512.c (AVX-512F) gives the same results as simd_avx2.c, 16 lanes */
 SIMD_MAPS(SIMD_DECLARE)
 
+/* The same maps for contiguous x and y, y written with non-temporal stores
+   (an output past the last-level cache, straight from the registers instead
+   of through a buffer and a streaming copy); no fence: the caller fences
+   once after its last call. */
+#define SIMD_DECLARE_NT(OP, OPU)                                                         \
+    void ad_##OP##_f32_avx2_nt(int64_t n, const float *x, float *y);                    \
+    void ad_##OP##_f32_avx512_nt(int64_t n, const float *x, float *y);
+SIMD_MAPS(SIMD_DECLARE_NT)
+
 /* One contiguous lane of the softmax family (simd_math.h's row_softmax):
    mode 0 softmax into y, 1 log_softmax into y, 2 logsumexp into y[0]; returns
    0 (nothing written) when the lane's maximum is not finite. */

@@ -38,6 +38,23 @@ typedef __m256 M;
 #define V_SELECT(m, t, f) _mm256_blendv_ps((f), (t), (m))
 #define M_AND _mm256_and_ps
 #define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
+/* p 2^n (simd_math.h: 1/16 <= |p| < 4, n integer-valued).  When every lane
+   has |n| <= 120 the product is normal and exact: n is added to p's exponent
+   field.  Otherwise p 2^(n/2) (exact) times 2^(n - n/2), the one rounding:
+   scalef's result, without AVX-512. */
+static inline __m256 pow2_bits(__m256i e) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+}
+static inline __m256 ldexp_avx2(__m256 p, __m256 n) {
+    __m256i ni = _mm256_cvtps_epi32(n); /* NaN: INT_MIN, out of range */
+    __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(ni, _mm256_set1_epi32(120)),
+                                  _mm256_cmpgt_epi32(_mm256_set1_epi32(-120), ni));
+    if (_mm256_testz_si256(out, out))
+        return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    return _mm256_mul_ps(_mm256_mul_ps(p, pow2_bits(n1)), pow2_bits(_mm256_sub_epi32(ni, n1)));
+}
+#define V_LDEXP ldexp_avx2
 
 /* the softmax rows' layer (simd_math.h) */
 #define VW 8
@@ -102,6 +119,19 @@ ROW_D(V_SUB_D, _mm256_sub_pd)
 /* one map per SIMD_MAPS entry (simd.h), the list every level shares */
 #define MAP_AVX2(OP, OPU) DEF_MAP(ad_##OP##_f32_avx2, v_##OP)
 SIMD_MAPS(MAP_AVX2)
+
+/* y from its first 32-byte boundary on with non-temporal stores; the ends
+   through the map above (the same bits) */
+#define DEF_MAP_NT(NAME, F, MAP)                                                        \
+    void NAME(int64_t n, const float *x, float *y) {                                    \
+        int64_t i = (int64_t)((-(uintptr_t)y & 31) / sizeof(float));                    \
+        if (i > n) i = n;                                                               \
+        MAP(i, x, 1, y);                                                                \
+        for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, F(_mm256_loadu_ps(x + i)));   \
+        MAP(n - i, x + i, 1, y + i);                                                    \
+    }
+#define MAP_NT_AVX2(OP, OPU) DEF_MAP_NT(ad_##OP##_f32_avx2_nt, v_##OP, ad_##OP##_f32_avx2)
+SIMD_MAPS(MAP_NT_AVX2)
 
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);

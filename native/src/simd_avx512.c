@@ -37,6 +37,7 @@ typedef __mmask16 M;
 #define V_SELECT(m, t, f) _mm512_mask_blend_ps((m), (f), (t))
 #define M_AND(a, b) ((M)((a) & (b)))
 #define M_ALL(m) ((m) == (M)0xffff)
+#define V_LDEXP _mm512_scalef_ps /* p 2^floor(n), rounded once */
 
 /* the softmax rows' layer (simd_math.h) */
 #define VW 16
@@ -92,6 +93,19 @@ ROW_D(V_SUB_D, _mm512_sub_pd)
 /* one map per SIMD_MAPS entry (simd.h), the list every level shares */
 #define MAP_AVX512(OP, OPU) DEF_MAP(ad_##OP##_f32_avx512, v_##OP)
 SIMD_MAPS(MAP_AVX512)
+
+/* y from its first 64-byte boundary on with non-temporal stores; the ends
+   through the map above (the same bits) */
+#define DEF_MAP_NT(NAME, F, MAP)                                                        \
+    void NAME(int64_t n, const float *x, float *y) {                                    \
+        int64_t i = (int64_t)((-(uintptr_t)y & 63) / sizeof(float));                    \
+        if (i > n) i = n;                                                               \
+        MAP(i, x, 1, y);                                                                \
+        for (; i + 16 <= n; i += 16) _mm512_stream_ps(y + i, F(_mm512_loadu_ps(x + i))); \
+        MAP(n - i, x + i, 1, y + i);                                                    \
+    }
+#define MAP_NT_AVX512(OP, OPU) DEF_MAP_NT(ad_##OP##_f32_avx512_nt, v_##OP, ad_##OP##_f32_avx512)
+SIMD_MAPS(MAP_NT_AVX512)
 
 int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);

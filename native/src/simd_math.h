@@ -8,13 +8,19 @@
  *   V_AND V_OR V_ANDNOT (bitwise on floats) V_ROUND (to nearest integer)
  *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
- *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL.
+ *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL;
+ *   V_LDEXP(p, n): p 2^n in one rounding for 1/16 <= |p| < 4 and n
+ *   integer-valued, |n| <= 250 (AVX-512: scalef; AVX2: an exponent-field add
+ *   when the result is surely normal, else two exact power-of-two factors;
+ *   the same bits).
  *
- * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from the
- * Cephes degree-7 polynomial, times 2^n applied as two factors 2^(n/2) so
- * that denormal results and overflow to inf come out of one final rounding.
- * tanh: odd polynomial (Cephes) below 0.625, else (1 - t) / (1 + t) with
- * t = e^(-2|x|), sign restored.  NaN propagates; +-inf give 0 / inf and +-1.
+ * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from a
+ * degree-6 minimax polynomial (Horner, 6 FMAs), V_LDEXP by n, so denormal
+ * results and overflow to inf come out of one final rounding.  The input is
+ * clamped to [-104, 89] with the bound as min / max's first operand, which
+ * lets a NaN through.  tanh: (1 - e^(-2|x|)) / (1 + e^(-2|x|)) with both
+ * parts formed from expm1's pieces (no cancellation near 0), sign restored.
+ * NaN propagates; +-inf give 0 / inf and +-1.
  * sigmoid, silu (from e^-|x|) and the tanh-form gelu as x / (1 + e^(-2u)),
  * u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u) without its
  * cancellation for negative x.  log: Cephes logf.
@@ -31,65 +37,60 @@
 
 #include "simd.h"
 
-/* e^r for the reduced argument: n = round(x log2 e), r = x - n ln2; returns
-   e^r (the caller scales by 2^n). */
-static inline V exp_poly(V r) { /* e^r, |r| <= ln2 / 2 */
-    V p = V_SET1(1.9875691500E-4f);
-    p = V_FMADD(p, r, V_SET1(1.3981999507E-3f));
-    p = V_FMADD(p, r, V_SET1(8.3334519073E-3f));
-    p = V_FMADD(p, r, V_SET1(4.1665795894E-2f));
-    p = V_FMADD(p, r, V_SET1(1.6666665459E-1f));
-    p = V_FMADD(p, r, V_SET1(5.0000001201E-1f));
-    p = V_FMADD(p, V_MUL(r, r), r);
-    return V_ADD(p, V_SET1(1.0f));
+/* e^r - 1 - r for |r| <= ln2 / 2 as r^2 P(r): P of degree 4, fitted (minimax
+   in the relative error of e^r = 1 + r + r^2 P(r), float32 coefficients) to
+   3.1e-9, so the result carries only the arithmetic's rounding (~0.5 ulp). */
+static inline V exp_p(V r) {
+    V p = V_SET1(1.3814612757e-3f);
+    p = V_FMADD(p, r, V_SET1(8.3687100559e-3f));
+    p = V_FMADD(p, r, V_SET1(4.1668388993e-2f));
+    p = V_FMADD(p, r, V_SET1(1.6666521132e-1f));
+    return V_FMADD(p, r, V_SET1(4.9999994040e-1f));
 }
 
-static inline V exp_reduced(V xc, V *n) {
-    *n = V_ROUND(V_MUL(xc, V_SET1(1.44269504088896341f)));
-    V r = V_FNMADD(*n, V_SET1(0.693359375f), xc);
-    r = V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
-    return exp_poly(r);
+static inline V exp_poly(V r) { /* e^r = 1 + r (1 + r P(r)), Horner */
+    const V one = V_SET1(1.0f);
+    return V_FMADD(V_FMADD(exp_p(r), r, one), r, one);
 }
 
-static inline V pow2i(VI e) { /* 2^e for a normal exponent e */
-    return V_FROMBITS(VI_SLLI(VI_ADD(e, VI_SET1(127)), 23));
+/* n = round(x log2 e), r = x - n ln2 with ln2 in two parts (n ln2_hi and the
+   first difference are exact for |n| <= 2^14) */
+static inline V exp_reduce(V x, V *n) {
+    *n = V_ROUND(V_MUL(x, V_SET1(1.44269504088896341f)));
+    V r = V_FNMADD(*n, V_SET1(0.693359375f), x);
+    return V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
 }
 
+/* e^x for -104 <= x <= 89 or NaN: e^r 2^n in one rounding (V_LDEXP), so
+   denormal results and the overflow to inf are rounded once. */
+static inline V exp_core(V xc) {
+    V n, r = exp_reduce(xc, &n);
+    return V_LDEXP(exp_poly(r), n);
+}
+
+/* x86's min / max return their second operand when either is NaN: with the
+   bound first, a NaN input passes the clamp and propagates (no select). */
 static inline V v_exp(V x) {
-    V n, p = exp_reduced(V_MIN(V_MAX(x, V_SET1(-104.0f)), V_SET1(89.0f)), &n);
-    VI ni = V_TOI(n);
-    VI n1 = VI_SRAI(ni, 1), n2 = VI_SUB(ni, n1);
-    V y = V_MUL(V_MUL(p, pow2i(n1)), pow2i(n2));
-    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+    return exp_core(V_MIN(V_SET1(89.0f), V_MAX(V_SET1(-104.0f), x)));
 }
 
-/* e^x for -40 <= x <= 0 (normal results): one exact scaling by 2^n, no
-   clamping or NaN handling; the same bits as v_exp on that range. */
-static inline V exp_mid(V x) {
-    V n, p = exp_reduced(x, &n);
-    return V_MUL(p, pow2i(V_TOI(n)));
-}
-
+/* tanh |x| = (1 - e^z) / (1 + e^z), z = -2|x|, from one reduction kept as
+   expm1: e^z = 2^n (1 + q), q = e^r - 1 = r + r^2 P(r), so the numerator is
+   (1 - 2^n) - 2^n q and the denominator (1 + 2^n) + 2^n q, each one FMA from
+   exact parts (1 -+ 2^n are exact for n >= -23; below, the lost 2^n is under
+   half an ulp of the result): no cancellation as |x| -> 0 (n = 0 gives
+   -q / (2 + q)), 1.95 ulp at most (measured over the floats), no branch, so a
+   vector of mixed small and large inputs costs one path.  |x| is capped at 10
+   (tanh is 1.0f from 9.01 on), the sign restored last (tanh(-0) = -0). */
 static inline V v_tanh(V x) {
     const V sign = V_SET1(-0.0f), one = V_SET1(1.0f);
-    V ax = V_ANDNOT(sign, x), xs = V_AND(x, sign);
-    /* small: x + x z P(z), z = x^2 */
-    V z = V_MUL(x, x);
-    V p = V_SET1(-5.70498872745E-3f);
-    p = V_FMADD(p, z, V_SET1(2.06390887954E-2f));
-    p = V_FMADD(p, z, V_SET1(-5.37397155531E-2f));
-    p = V_FMADD(p, z, V_SET1(1.33314422036E-1f));
-    p = V_FMADD(p, z, V_SET1(-3.33332819422E-1f));
-    V y = V_OR(V_FMADD(V_MUL(p, z), x, x), xs); /* tanh(-0) = -0 */
-    M is_small = V_CMP(ax, V_SET1(0.625f), _CMP_LT_OQ);
-    if (!M_ALL(is_small)) {
-        /* large: (1 - t) / (1 + t), t = e^(-2|x|) with |x| capped at 20 (tanh
-           is 1.0f from 9.02 on; min() also turns a NaN into 20, restored below) */
-        V t = exp_mid(V_MUL(V_MIN(ax, V_SET1(20.0f)), V_SET1(-2.0f)));
-        V large = V_OR(V_DIV(V_SUB(one, t), V_ADD(one, t)), xs);
-        y = V_SELECT(is_small, y, large);
-    }
-    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+    V ax = V_MIN(V_SET1(10.0f), V_ANDNOT(sign, x)); /* NaN stays NaN */
+    V n, r = exp_reduce(V_MUL(ax, V_SET1(-2.0f)), &n);
+    V q = V_FMADD(exp_p(r), V_MUL(r, r), r);
+    V s = V_LDEXP(one, n);
+    V w = V_FNMADD(s, q, V_SUB(one, s));
+    V d = V_FMADD(s, q, V_ADD(one, s));
+    return V_OR(V_DIV(w, d), V_AND(x, sign));
 }
 
 static inline V log_core(V xs, V e) { /* xs normal, positive, finite */
@@ -142,14 +143,21 @@ static inline V sigmoid_num(V x, V for_pos, V for_neg, V e) {
     return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
+/* e^-|x|: only the lower bound of v_exp's clamp applies */
+static inline V exp_negabs(V x) {
+    return exp_core(V_MAX(V_SET1(-104.0f), V_OR(x, V_SET1(-0.0f))));
+}
+
 static inline V v_sigmoid(V x) {
-    V e = v_exp(V_OR(x, V_SET1(-0.0f)));
+    V e = exp_negabs(x);
     return sigmoid_num(x, V_SET1(1.0f), e, e);
 }
 
 static inline V v_silu(V x) {
-    V e = v_exp(V_OR(x, V_SET1(-0.0f)));
-    return sigmoid_num(x, x, V_MUL(x, e), e);
+    V e = exp_negabs(x);
+    /* a NaN x and its e differ in sign: which one x e returns depends on the
+       compiler's operand order, so NaN is returned as x itself */
+    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, sigmoid_num(x, x, V_MUL(x, e), e));
 }
 
 /* gelu's -2 sqrt(2/pi) and -2 sqrt(2/pi) 0.044715 in float32 */
@@ -164,15 +172,13 @@ static inline V v_gelu(V x) { /* -2u = x (-2c - 2ck x^2) */
 /* f e^(a + b) for -111 <= a <= 0, -1.5 <= b <= 0 and f in [0.1, 2], without
    rounding a + b: n = round((a + b) log2 e), r = (a - n ln2) + b, where
    a - n ln2_hi is exact (n ln2_hi has 17 bits, the difference is below 1);
-   f e^r (normal) is scaled by 2^n as two factors, so a denormal result comes
+   f e^r (normal) is scaled by 2^n with V_LDEXP, so a denormal result comes
    out of one rounding. */
 static inline V exp_sum_scaled(V a, V b, V f) {
     V n = V_ROUND(V_MUL(V_ADD(a, b), V_SET1(1.44269504088896341f)));
     V r = V_FNMADD(n, V_SET1(0.693359375f), a);
     r = V_ADD(V_FNMADD(n, V_SET1(-2.12194440e-4f), r), b);
-    VI ni = V_TOI(n);
-    VI n1 = VI_SRAI(ni, 1), n2 = VI_SUB(ni, n1);
-    return V_MUL(V_MUL(V_MUL(exp_poly(r), f), pow2i(n1)), pow2i(n2));
+    return V_LDEXP(V_MUL(exp_poly(r), f), n);
 }
 
 /* erf(x) / x for s = x^2 <= 0.81 */
