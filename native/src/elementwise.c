@@ -359,23 +359,16 @@ ad_status fwd_clamp(const op_args *a, ad_tensor **out) {
     return run_unary(a->op, x, lo, hi, out);
 }
 
-/* where(cond, a, b): a select (never a blend), so a non-finite value in the
-   unselected branch never reaches the output. */
+/* where(cond, a, b): the kernel is written once, in the template header
+   where_dtype.h, and instantiated here per dtype (each_dtype.h). */
+#define DTYPE_TEMPLATE "where_dtype.h"
+#include "each_dtype.h"
+
 static void where_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
-    size_t es = *(size_t *)ctx;
-    const uint8_t *c = (const uint8_t *)p[1];
-    switch (es) {
-#define WHERE_CASE(T)                                                                   \
-    case sizeof(T): {                                                                   \
-        T *y = (T *)p[0];                                                               \
-        const T *A = (const T *)p[2], *B = (const T *)p[3];                             \
-        for (int64_t i = 0; i < n; i++) y[i * s[0]] = c[i * s[1]] ? A[i * s[2]] : B[i * s[3]]; \
-        break;                                                                          \
-    }
-        WHERE_CASE(uint8_t)
-        WHERE_CASE(int32_t)
-        WHERE_CASE(int64_t)
-#undef WHERE_CASE
+    switch (*(size_t *)ctx) {
+    case 1: where_u8(n, p, s); break;
+    case 4: where_i32(n, p, s); break;
+    case 8: where_i64(n, p, s); break;
     }
 }
 

@@ -5,34 +5,40 @@
 /* Portable micro-kernels: an MR x NC tile in plain C the compiler vectorises
    for the baseline ISA, with the same family as the SIMD levels (full width,
    half width, row tails that read only their rows), so that every driver path
-   runs, and is tested, on every machine. */
-#define PORT_UKR(NAME, MR, NC)                                                                \
-    static void S(NAME)(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,            \
-                        const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc,      \
-                        int64_t rows, int64_t cols, int accum)                              \
-    {                                                                                       \
-        T acc[MR][NC] = {{0}};                                                              \
-        for (int64_t p = 0; p < k; p++) {                                                   \
-            for (int i = 0; i < MR; i++)                                                    \
-                for (int j = 0; j < NC; j++)                                                \
-                    acc[i][j] += a[i * rsa] * bp[j];                                        \
-            a += csa;                                                                       \
-            bp += rsb;                                                                      \
-        }                                                                                   \
-        rows = rows < MR ? rows : MR;                                                       \
-        cols = cols < NC ? cols : NC;                                                       \
-        for (int i = 0; i < rows; i++)                                                      \
-            for (int j = 0; j < cols; j++)                                                  \
-                c[i * rsc + j] = accum ? c[i * rsc + j] + acc[i][j] : acc[i][j];            \
-    }
-PORT_UKR(ukr_portable, PORT_MR, PORT_NR)
-PORT_UKR(ukrh_portable, PORT_MR, PORT_NR / 2)
-PORT_UKR(ukr1_portable, 1, PORT_NR)
-PORT_UKR(ukr2_portable, 2, PORT_NR)
-PORT_UKR(ukr3_portable, 3, PORT_NR)
-PORT_UKR(ukrh1_portable, 1, PORT_NR / 2)
-PORT_UKR(ukrh2_portable, 2, PORT_NR / 2)
-PORT_UKR(ukrh3_portable, 3, PORT_NR / 2)
+   runs, and is tested, on every machine: the template header
+   gemm_ukr_portable.h once per tile shape. */
+#define UKR_NAME S(ukr_portable)
+#define UKR_MR PORT_MR
+#define UKR_NC PORT_NR
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukrh_portable)
+#define UKR_MR PORT_MR
+#define UKR_NC (PORT_NR / 2)
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukr1_portable)
+#define UKR_MR 1
+#define UKR_NC PORT_NR
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukr2_portable)
+#define UKR_MR 2
+#define UKR_NC PORT_NR
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukr3_portable)
+#define UKR_MR 3
+#define UKR_NC PORT_NR
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukrh1_portable)
+#define UKR_MR 1
+#define UKR_NC (PORT_NR / 2)
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukrh2_portable)
+#define UKR_MR 2
+#define UKR_NC (PORT_NR / 2)
+#include "gemm_ukr_portable.h"
+#define UKR_NAME S(ukrh3_portable)
+#define UKR_MR 3
+#define UKR_NC (PORT_NR / 2)
+#include "gemm_ukr_portable.h"
 
 typedef void (*S(ukr_fn))(int64_t, const T *, int64_t, int64_t, const T *, int64_t, T *, int64_t,
                           int64_t, int64_t, int);

@@ -352,21 +352,41 @@ AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
     return AD_OK;
 }
 
-#define FILL_LOOP(T, expr)                                                   \
-    do {                                                                     \
-        T *p_ = (T *)t->storage->data;                                       \
-        for (int64_t i = 0; i < t->numel; i++) p_[i] = (T)(expr);            \
-    } while (0)
+/* splitmix64 stream; Box-Muller for normals. */
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+static double normal(uint64_t *s) {
+    double u = uniform01(s), v = uniform01(s);
+    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
+}
 
-#define FILL_ANY(expr)                                                       \
-    switch (t->dtype) {                                                      \
-    case AD_FLOAT32: FILL_LOOP(float, expr); break;                          \
-    case AD_FLOAT64: FILL_LOOP(double, expr); break;                         \
-    case AD_INT64: FILL_LOOP(int64_t, expr); break;                          \
-    case AD_INT32: FILL_LOOP(int32_t, expr); break;                          \
-    case AD_UINT8: FILL_LOOP(uint8_t, expr); break;                          \
-    case AD_BOOL: FILL_LOOP(uint8_t, (expr) != 0); break;                    \
+enum { FILL_VALUE, FILL_ARANGE, FILL_NORMAL, FILL_UNIFORM };
+/* The fill kernel is written once, in the template header fill_dtype.h, and
+   instantiated here per dtype (each_dtype.h) and for bool. */
+#define DTYPE_TEMPLATE "fill_dtype.h"
+#include "each_dtype.h"
+#define T uint8_t
+#define S(name) name##_bool
+#define CAST(x) ((T)((x) != 0))
+#include "fill_dtype.h"
+
+/* t's elements from a generator (see fill_dtype.h) */
+static inline __attribute__((always_inline)) void fill(ad_tensor *t, int kind, double a,
+                                                       double b, uint64_t *s) {
+    switch (t->dtype) {
+    case AD_FLOAT32: fill_f32(t, kind, a, b, s); break;
+    case AD_FLOAT64: fill_f64(t, kind, a, b, s); break;
+    case AD_INT64: fill_i64(t, kind, a, b, s); break;
+    case AD_INT32: fill_i32(t, kind, a, b, s); break;
+    case AD_UINT8: fill_u8(t, kind, a, b, s); break;
+    case AD_BOOL: fill_bool(t, kind, a, b, s); break;
     }
+}
 
 /* A double converts to an integer dtype only when its truncation fits (else
    the C conversion is undefined): NaN, inf and out-of-range values are errors. */
@@ -392,7 +412,7 @@ AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, i
     if (st) return st;
     st = create("full", dtype, shape, ndim, &t);
     if (st) return st;
-    FILL_ANY(value);
+    fill(t, FILL_VALUE, value, 0, NULL);
     *out = t;
     return AD_OK;
 }
@@ -410,22 +430,9 @@ AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtyp
         ad_tensor_release(t);
         return st;
     }
-    FILL_ANY(start + (double)i * step);
+    fill(t, FILL_ARANGE, start, step, NULL);
     *out = t;
     return AD_OK;
-}
-
-/* splitmix64 stream; Box-Muller for normals. */
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
-static double normal(uint64_t *s) {
-    double u = uniform01(s), v = uniform01(s);
-    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
 }
 
 AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int64_t *shape,
@@ -440,11 +447,10 @@ AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int6
     ad_status st = create(kind ? "rand" : "randn", dtype, shape, ndim, &t);
     if (st) return st;
     uint64_t s = seed;
-    if (kind == 0) {
-        FILL_ANY(normal(&s));
-    } else {
-        FILL_ANY(uniform01(&s));
-    }
+    if (kind == 0)
+        fill(t, FILL_NORMAL, 0, 0, &s);
+    else
+        fill(t, FILL_UNIFORM, 0, 0, &s);
     *out = t;
     return AD_OK;
 }
