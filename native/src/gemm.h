@@ -1,10 +1,10 @@
 /* Internal: packed, cache-blocked matrix multiply (BLIS structure).
 
-   gemm.c holds the five loops, packing, the portable micro-kernel and the run
-   time dispatch; gemm_avx2.c / gemm_avx512.c hold only SIMD micro-kernels:
-   the AVX-512 ones instantiated from GEMM_UKR_DEFINE below, the AVX2 ones
-   from the template header gemm_ukr_avx2.h (k loop unrolled, A's packed
-   column stride read at run time). */
+   gemm.c (with its per-dtype template gemm_dtype.h) holds the five loops,
+   packing and the run time dispatch; the micro-kernels come from template
+   headers: gemm_ukr_portable.h, gemm_ukr_avx2.h (k loop unrolled, A's packed
+   column stride read at run time, included by gemm_avx2.c) and
+   gemm_ukr_avx512.h (one include per tile shape, included by gemm_avx512.c). */
 #ifndef PYAUTODIFF_GEMM_H
 #define PYAUTODIFF_GEMM_H
 
@@ -183,59 +183,5 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
 #define GEMM_AVX512_F32_NR 32
 #define GEMM_AVX512_F64_MR 12
 #define GEMM_AVX512_F64_NR 16
-
-/* One template for every SIMD micro-kernel: MR rows x NV vectors of VL lanes.
-   The accumulators are an array the compiler keeps in registers once the
-   constant loops are unrolled; an element of A is broadcast from memory, NV
-   vectors of B are loaded per k step. The k loop is compiled twice, once with
-   the packed layout's constant strides and once with a runtime row stride. */
-#define GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, RSA, CSA)                               \
-    for (int64_t p = 0; p < k; p++) {                                                      \
-        V bv[NV];                                                                          \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] = LOAD(bp + j * VL);    \
-        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                            \
-            V av = SET1(a[i * (RSA)]);                                                     \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                           \
-                acc[i][j] = FMA(av, bv[j], acc[i][j]);                                     \
-        }                                                                                  \
-        a += (CSA);                                                                        \
-        bp += rsb;                                                                         \
-    }
-
-/* MLOAD(p, n) / MSTORE(p, v, n) load / store the first n lanes (0 < n < VL). */
-#define GEMM_UKR_DEFINE(NAME, T, V_, MR, PMR, NV, VL, LOAD, LOADU, STOREU, SET1, FMA, ADD,   \
-                        ZERO, MLOAD, MSTORE)                                               \
-    void NAME(int64_t k, const T *restrict a, int64_t rsa, int64_t csa,                    \
-              const T *restrict bp, int64_t rsb, T *restrict c, int64_t rsc, int64_t rows, \
-              int64_t cols, int accum)                                                     \
-    {                                                                                      \
-        typedef V_ V;                                                                      \
-        V acc[MR][NV];                                                                     \
-        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                             \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] = ZERO();      \
-        if (csa == 1)                                                                      \
-            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, rsa, 1)                            \
-        else                                                                               \
-            GEMM_UKR_LOOP_(MR, NV, VL, LOAD, SET1, FMA, 1, PMR)                            \
-        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                            \
-            if (i >= rows)                                                                 \
-                break;                                                                     \
-            T *ci = c + i * rsc;                                                           \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {                         \
-                V r = acc[i][j];                                                           \
-                int64_t lanes = cols - j * VL;                                             \
-                if (lanes >= VL) {                                                         \
-                    if (accum)                                                             \
-                        r = ADD(r, LOADU(ci + j * VL));                                    \
-                    STOREU(ci + j * VL, r);                                                \
-                } else if (lanes > 0) {                                                    \
-                    if (accum)                                                             \
-                        r = ADD(r, MLOAD(ci + j * VL, lanes));                             \
-                    MSTORE(ci + j * VL, r, lanes);                                         \
-                }                                                                          \
-            }                                                                              \
-        }                                                                                  \
-        (void)rsa;                                                                         \
-    }
 
 #endif
