@@ -51,5 +51,9 @@ const gemm_ukr_f32 gemm_tails_half_f32_avx512[GEMM_AVX512_F32_MR] = {
 const gemm_ukr_f64 gemm_tails_half_f64_avx512[GEMM_AVX512_F64_MR] = {
     NULL, TAILS(TAIL_PTR, f64h_avx512, 1)};
 
-GEMM_GEMV_DEFINE(f32_avx512, float)
-GEMM_GEMV_DEFINE(f64_avx512, double)
+#define T float
+#define GEMV_SFX f32_avx512
+#include "gemm_gemv.h"
+#define T double
+#define GEMV_SFX f64_avx512
+#include "gemm_gemv.h"
