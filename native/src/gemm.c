@@ -143,8 +143,12 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define PORT_MR 4
 #define PORT_NR 8
 
-GEMM_GEMV_DEFINE(f32_portable, float)
-GEMM_GEMV_DEFINE(f64_portable, double)
+#define T float
+#define GEMV_SFX f32_portable
+#include "gemm_gemv.h"
+#define T double
+#define GEMV_SFX f64_portable
+#include "gemm_gemv.h"
 
 #define T float
 #define S(name) name##_f32

@@ -109,7 +109,7 @@ extern const gemm_ukr_f64 gemm_tails_half_f64_avx2[];
 /* Matrix-vector products (m == 1 or n == 1) skip packing: y = M x with either
      dotrows:  M rows unit-stride, x contiguous:  y[i*incy] = sum_p M[i*rsm + p] x[p]
      axpyrows: M^T rows unit-stride, y contiguous: y[i] = sum_p x[p*incx] M[p*rsm + i]
-   written once in GEMM_GEMV_DEFINE and compiled for each ISA level. */
+   written once in gemm_gemv.h and compiled for each ISA level. */
 #define GEMM_GEMV_DECLARE(SFX, T)                                                           \
     void gemm_dotrows_##SFX(int64_t m, int64_t k, const T *a, int64_t rsa, const T *x, T *y, \
                             int64_t incy);                                                 \
@@ -122,46 +122,8 @@ GEMM_GEMV_DECLARE(f64_avx2, double)
 GEMM_GEMV_DECLARE(f32_avx512, float)
 GEMM_GEMV_DECLARE(f64_avx512, double)
 
-/* Plain C the compiler vectorises: GEMV_LANES independent partial sums (a
-   reduction in one variable would not vectorise without -ffast-math). */
+/* GEMV_LANES partial sums per row of the dot form (gemm_gemv.h) */
 #define GEMV_LANES 32
-#define GEMM_GEMV_DEFINE(SFX, T)                                                            \
-    void gemm_dotrows_##SFX(int64_t m, int64_t k, const T *restrict a, int64_t rsa,          \
-                            const T *restrict x, T *restrict y, int64_t incy)              \
-    {                                                                                      \
-        for (int64_t i = 0; i < m; i++) {                                                  \
-            const T *r = a + i * rsa;                                                      \
-            T acc[GEMV_LANES] = {0}, s = 0;                                                \
-            int64_t p = 0;                                                                 \
-            for (; p + GEMV_LANES <= k; p += GEMV_LANES)                                   \
-                for (int j = 0; j < GEMV_LANES; j++)                                       \
-                    acc[j] += r[p + j] * x[p + j];                                         \
-            for (int j = 0; j < GEMV_LANES; j++)                                           \
-                s += acc[j];                                                               \
-            for (; p < k; p++)                                                             \
-                s += r[p] * x[p];                                                          \
-            y[i * incy] = s;                                                               \
-        }                                                                                  \
-    }                                                                                      \
-    void gemm_axpyrows_##SFX(int64_t k, int64_t n, const T *restrict x, int64_t incx,        \
-                             const T *restrict b, int64_t rsb, T *restrict y)              \
-    {                                                                                      \
-        for (int64_t j = 0; j < n; j++)                                                    \
-            y[j] = 0;                                                                      \
-        int64_t p = 0;                                                                     \
-        for (; p + 4 <= k; p += 4) {                                                       \
-            const T x0 = x[p * incx], x1 = x[(p + 1) * incx], x2 = x[(p + 2) * incx],      \
-                    x3 = x[(p + 3) * incx];                                                \
-            const T *r0 = b + p * rsb, *r1 = r0 + rsb, *r2 = r1 + rsb, *r3 = r2 + rsb;      \
-            for (int64_t j = 0; j < n; j++)                                                \
-                y[j] += x0 * r0[j] + x1 * r1[j] + x2 * r2[j] + x3 * r3[j];                 \
-        }                                                                                  \
-        for (; p < k; p++) {                                                               \
-            const T xp = x[p * incx], *r = b + p * rsb;                                    \
-            for (int64_t j = 0; j < n; j++)                                                \
-                y[j] += xp * r[j];                                                         \
-        }                                                                                  \
-    }
 
 /* Transposing pack of a unit-row-stride B into NR-wide micro-panels, or of a
    row-major A into MR-tall ones (AVX2; also used at the AVX-512 level).

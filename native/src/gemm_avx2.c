@@ -76,8 +76,12 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #undef MLOAD
 #undef MSTORE
 
-GEMM_GEMV_DEFINE(f32_avx2, float)
-GEMM_GEMV_DEFINE(f64_avx2, double)
+#define T float
+#define GEMV_SFX f32_avx2
+#include "gemm_gemv.h"
+#define T double
+#define GEMV_SFX f64_avx2
+#include "gemm_gemv.h"
 
 /* Packing a column-major B (unit row stride) into row-contiguous micro-panels
    is a transpose; doing it in 8 x 8 (float) or 4 x 4 (double) register blocks

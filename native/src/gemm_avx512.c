@@ -45,5 +45,9 @@
 #define MSTORE MSTORE_PD
 #include "gemm_ukr_avx512.h"
 
-GEMM_GEMV_DEFINE(f32_avx512, float)
-GEMM_GEMV_DEFINE(f64_avx512, double)
+#define T float
+#define GEMV_SFX f32_avx512
+#include "gemm_gemv.h"
+#define T double
+#define GEMV_SFX f64_avx512
+#include "gemm_gemv.h"

@@ -124,72 +124,22 @@ static int softmax_simd(const float *X, int64_t sx, float *Y, int64_t sy, int64_
 /* One lane: x[i * sx] for i < len into y (y[0] only for a reduction). */
 typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t len, int flag);
 
-/* max of a lane (NaN skipped: it reaches the result through the sum) */
-#define LANE_MAX(T)                                                                     \
-    double m = -INFINITY;                                                               \
-    for (int64_t i = 0; i < len; i++)                                                   \
-        if ((double)X[i * sx] > m) m = (double)X[i * sx];                               \
-    double shift = isfinite(m) ? m : 0.0;
-
-#define LANE_KERNELS(T, SUF)                                                            \
-    static void lse_##SUF(const void *px, int64_t sx, void *py, int64_t sy, int64_t len, \
-                          int flag) {                                                   \
-        const T *X = px;                                                                \
-        (void)sy, (void)flag;                                                           \
-        if (SIMD_LANE_##SUF(lse_simd(px, sx, py, len))) return;                         \
-        LANE_MAX(T)                                                                     \
-        double acc = 0;                                                                 \
-        for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);        \
-        *(T *)py = (T)(isinf(m) ? m : shift + log(acc));                                \
-    }                                                                                   \
-    /* flag 0: softmax, 1: log_softmax */                                               \
-    static void softmax_##SUF(const void *px, int64_t sx, void *py, int64_t sy,          \
-                              int64_t len, int flag) {                                  \
-        const T *X = px;                                                                \
-        T *Y = py;                                                                      \
-        if (SIMD_LANE_##SUF(softmax_simd(px, sx, py, sy, len, flag))) return;           \
-        LANE_MAX(T)                                                                     \
-        double acc = 0;                                                                 \
-        for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);        \
-        if (flag) {                                                                     \
-            double lz = shift + log(acc);                                               \
-            for (int64_t i = 0; i < len; i++) Y[i * sy] = (T)((double)X[i * sx] - lz);  \
-        } else {                                                                        \
-            for (int64_t i = 0; i < len; i++)                                           \
-                Y[i * sy] = (T)(exp((double)X[i * sx] - shift) / acc);                  \
-        }                                                                               \
-    }                                                                                   \
-    /* flag 1: reversed (sums from the end), the backward of cumsum */                  \
-    static void cumsum_##SUF(const void *px, int64_t sx, void *py, int64_t sy,           \
-                             int64_t len, int flag) {                                   \
-        const T *X = px;                                                                \
-        T *Y = py;                                                                      \
-        double acc = 0;                                                                 \
-        for (int64_t k = 0; k < len; k++) {                                             \
-            int64_t i = flag ? len - 1 - k : k;                                         \
-            acc += (double)X[i * sx];                                                   \
-            Y[i * sy] = (T)acc;                                                         \
-        }                                                                               \
-    }
-
 /* the float32 lanes try the SIMD path first; float64 stays double libm */
-#define SIMD_LANE_f32(call) (call)
-#define SIMD_LANE_f64(call) 0
-LANE_KERNELS(float, f32)
-LANE_KERNELS(double, f64)
-
-/* integer cumsum stays exact (int64 wraps through uint64 instead of UB) */
-static void cumsum_i64(const void *px, int64_t sx, void *py, int64_t sy, int64_t len,
-                       int flag) {
-    const int64_t *X = px;
-    int64_t *Y = py;
-    uint64_t acc = 0;
-    for (int64_t k = 0; k < len; k++) {
-        int64_t i = flag ? len - 1 - k : k;
-        acc += (uint64_t)X[i * sx];
-        Y[i * sy] = (int64_t)acc;
-    }
-}
+#define T float
+#define S(name) name##_f32
+#define ACC double
+#define SIMD_LANE(call) (call)
+#include "lanes_dtype.h"
+#define T double
+#define S(name) name##_f64
+#define ACC double
+#define SIMD_LANE(call) 0
+#include "lanes_dtype.h"
+/* integer cumsum stays exact */
+#define T int64_t
+#define S(name) name##_i64
+#define ACC uint64_t
+#include "lanes_dtype.h"
 
 enum { L_LSE, L_SOFTMAX, L_CUMSUM };
 static const lane_fn lane_table[3][6] = {

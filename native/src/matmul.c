@@ -14,16 +14,6 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#define LIN_ATTR_base
-#define LIN_ATTR_avx2 __attribute__((target("avx2")))
-#define LIN_ATTR_avx512 __attribute__((target("avx512f")))
-#else
-#define LIN_ATTR_base
-#define LIN_ATTR_avx2
-#define LIN_ATTR_avx512
-#endif
-
 /* ---- matrix-vector products ----------------------------------------------------------
 
    y = M x without packing (the packed GEMM would copy M for a single pass over
@@ -34,82 +24,27 @@
      axpy: M's columns unit-stride (M^T's rows), y contiguous: y += x[p] M[p, :]
            four rows of M^T at a time.
    Each output is summed in an order fixed by k alone, so any split over
-   threads gives the same bits.  Compiled for each ISA level as the linear
-   epilogue (no FMA). */
-#define MV_KERNELS(T, SFX, ISA, L)                                                             \
-    LIN_ATTR_##ISA static void mv_dot_##SFX##_##ISA##L(int64_t m, int64_t k, const T *a,            \
-                                                    int64_t rsa, const T *restrict x,            \
-                                                    T *restrict y, int64_t incy) {               \
-        int64_t i = 0;                                                                         \
-        for (; i + 4 <= m; i += 4) {                                                           \
-            const T *restrict r0 = a + i * rsa, *restrict r1 = r0 + rsa;                       \
-            const T *restrict r2 = r1 + rsa, *restrict r3 = r2 + rsa;                          \
-            T s0[L] = {0}, s1[L] = {0}, s2[L] = {0}, s3[L] = {0};                              \
-            int64_t p = 0;                                                                     \
-            for (; p + L <= k; p += L)                                                         \
-                for (int l = 0; l < L; l++) {                                                  \
-                    T xv = x[p + l];                                                           \
-                    s0[l] += r0[p + l] * xv;                                                   \
-                    s1[l] += r1[p + l] * xv;                                                   \
-                    s2[l] += r2[p + l] * xv;                                                   \
-                    s3[l] += r3[p + l] * xv;                                                   \
-                }                                                                              \
-            for (int w = L / 2; w >= 1; w /= 2)                                                \
-                for (int l = 0; l < w; l++) {                                                  \
-                    s0[l] += s0[l + w];                                                        \
-                    s1[l] += s1[l + w];                                                        \
-                    s2[l] += s2[l + w];                                                        \
-                    s3[l] += s3[l + w];                                                        \
-                }                                                                              \
-            T t0 = s0[0], t1 = s1[0], t2 = s2[0], t3 = s3[0];                                  \
-            for (; p < k; p++) {                                                               \
-                t0 += r0[p] * x[p];                                                            \
-                t1 += r1[p] * x[p];                                                            \
-                t2 += r2[p] * x[p];                                                            \
-                t3 += r3[p] * x[p];                                                            \
-            }                                                                                  \
-            y[i * incy] = t0;                                                                  \
-            y[(i + 1) * incy] = t1;                                                            \
-            y[(i + 2) * incy] = t2;                                                            \
-            y[(i + 3) * incy] = t3;                                                            \
-        }                                                                                      \
-        for (; i < m; i++) {                                                                   \
-            const T *restrict r0 = a + i * rsa;                                                \
-            T s0[L] = {0}, t0 = 0;                                                             \
-            int64_t p = 0;                                                                     \
-            for (; p + L <= k; p += L)                                                         \
-                for (int l = 0; l < L; l++) s0[l] += r0[p + l] * x[p + l];                     \
-            for (int w = L / 2; w >= 1; w /= 2)                                                \
-                for (int l = 0; l < w; l++) s0[l] += s0[l + w];                                \
-            t0 = s0[0];                                                                        \
-            for (; p < k; p++) t0 += r0[p] * x[p];                                             \
-            y[i * incy] = t0;                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    __attribute__((unused)) LIN_ATTR_##ISA static void mv_axpy_##SFX##_##ISA##L(int64_t k, int64_t n, const T *x,           \
-                                                     int64_t incx, const T *b, int64_t rsb,      \
-                                                     T *restrict y) {                            \
-        for (int64_t j = 0; j < n; j++) y[j] = 0;                                              \
-        int64_t p = 0;                                                                         \
-        for (; p + 4 <= k; p += 4) {                                                           \
-            const T x0 = x[p * incx], x1 = x[(p + 1) * incx], x2 = x[(p + 2) * incx],          \
-                    x3 = x[(p + 3) * incx];                                                    \
-            const T *restrict q0 = b + p * rsb, *restrict q1 = q0 + rsb;                       \
-            const T *restrict q2 = q1 + rsb, *restrict q3 = q2 + rsb;                          \
-            for (int64_t j = 0; j < n; j++)                                                    \
-                y[j] += x0 * q0[j] + x1 * q1[j] + x2 * q2[j] + x3 * q3[j];                     \
-        }                                                                                      \
-        for (; p < k; p++) {                                                                   \
-            const T xp = x[p * incx], *restrict q = b + p * rsb;                               \
-            for (int64_t j = 0; j < n; j++) y[j] += xp * q[j];                                 \
-        }                                                                                      \
-    }
+   threads gives the same bits.  Plain C at the baseline ISA: the portable
+   level's kernels (matmul_mv.h; the SIMD levels' are below). */
+
 /* _L: L partial sums per row; a short row (k < 2L) takes the kernel with a
    quarter as many, whose final sum is cheaper (batches of small products) */
-MV_KERNELS(float, f32, base, 8)
-MV_KERNELS(double, f64, base, 4)
-MV_KERNELS(float, f32, base, 2)
-MV_KERNELS(double, f64, base, 1)
+#define T float
+#define L 8
+#define S(name) name##_f32_base8
+#include "matmul_mv.h"
+#define T double
+#define L 4
+#define S(name) name##_f64_base4
+#include "matmul_mv.h"
+#define T float
+#define L 2
+#define S(name) name##_f32_base2
+#include "matmul_mv.h"
+#define T double
+#define L 1
+#define S(name) name##_f64_base1
+#include "matmul_mv.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 /* ---- the matrix-vector kernels of the AVX2 and AVX-512 levels ------------------------
@@ -169,129 +104,139 @@ MV_ATTR_avx2 static inline void mv_put4_f64(double *y, int64_t incy, __m256d s) 
     for (int r = 0; r < 4; r++) y[r * incy] = t[r];
 }
 
-/* per level and dtype: the vector type, its lanes, the tail mask and the
-   reductions of eight accumulators / of one to the AVX2 width above */
-#define MV_F32_avx2_MASK(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-#define MV_F32_avx2_MLOAD(p, mk) _mm256_maskload_ps((p), (mk))
-#define MV_F32_avx2_MSTORE(p, mk, v) _mm256_maskstore_ps((p), (mk), (v))
-#define MV_F32_avx2_NARROW(v) (v)
-#define MV_F64_avx2_MASK(n) _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3))
-#define MV_F64_avx2_MLOAD(p, mk) _mm256_maskload_pd((p), (mk))
-#define MV_F64_avx2_MSTORE(p, mk, v) _mm256_maskstore_pd((p), (mk), (v))
-#define MV_F64_avx2_NARROW(v) (v)
-#define MV_F32_avx512_MASK(n) ((__mmask16)((1u << (n)) - 1))
-#define MV_F32_avx512_MLOAD(p, mk) _mm512_maskz_loadu_ps((mk), (p))
-#define MV_F32_avx512_MSTORE(p, mk, v) _mm512_mask_storeu_ps((p), (mk), (v))
-#define MV_F32_avx512_NARROW(v)                                                                \
-    _mm256_add_ps(_mm512_castps512_ps256(v),                                                   \
-                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
-#define MV_F64_avx512_MASK(n) ((__mmask8)((1u << (n)) - 1))
-#define MV_F64_avx512_MLOAD(p, mk) _mm512_maskz_loadu_pd((mk), (p))
-#define MV_F64_avx512_MSTORE(p, mk, v) _mm512_mask_storeu_pd((p), (mk), (v))
-#define MV_F64_avx512_NARROW(v) _mm256_add_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))
+/* an AVX-512 accumulator to the AVX2 width: its halves added */
+MV_ATTR_avx512 static inline __m256 mv_narrow_f32(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+MV_ATTR_avx512 static inline __m256d mv_narrow_f64(__m512d v) {
+    return _mm256_add_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1));
+}
 
-#define MV_RED8_F32(N, c, y, incy)                                                             \
-    mv_put8_f32(y, incy, mv_red8_f32(N(c[0]), N(c[1]), N(c[2]), N(c[3]), N(c[4]), N(c[5]),       \
-                                     N(c[6]), N(c[7])))
-#define MV_RED1_F32(N, c) mv_red1_f32(N(c))
-#define MV_RED8_F64(N, c, y, incy)                                                             \
-    do {                                                                                       \
-        mv_put4_f64(y, incy, mv_red4_f64(N(c[0]), N(c[1]), N(c[2]), N(c[3])));                  \
-        mv_put4_f64((y) + 4 * (incy), incy, mv_red4_f64(N(c[4]), N(c[5]), N(c[6]), N(c[7])));   \
-    } while (0)
-#define MV_RED1_F64(N, c) mv_red1_f64(N(c))
+/* eight rows' accumulators c[0..8) -> their totals at y[r * incy], per level and dtype */
+MV_ATTR_avx2 static inline void mv_sum8_f32_avx2(float *y, int64_t incy, const __m256 *c) {
+    mv_put8_f32(y, incy, mv_red8_f32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]));
+}
+MV_ATTR_avx2 static inline void mv_sum8_f64_avx2(double *y, int64_t incy, const __m256d *c) {
+    mv_put4_f64(y, incy, mv_red4_f64(c[0], c[1], c[2], c[3]));
+    mv_put4_f64(y + 4 * incy, incy, mv_red4_f64(c[4], c[5], c[6], c[7]));
+}
+MV_ATTR_avx512 static inline void mv_sum8_f32_avx512(float *y, int64_t incy, const __m512 *c) {
+    mv_put8_f32(y, incy, mv_red8_f32(mv_narrow_f32(c[0]), mv_narrow_f32(c[1]),
+                                     mv_narrow_f32(c[2]), mv_narrow_f32(c[3]),
+                                     mv_narrow_f32(c[4]), mv_narrow_f32(c[5]),
+                                     mv_narrow_f32(c[6]), mv_narrow_f32(c[7])));
+}
+MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, const __m512d *c) {
+    mv_put4_f64(y, incy, mv_red4_f64(mv_narrow_f64(c[0]), mv_narrow_f64(c[1]),
+                                     mv_narrow_f64(c[2]), mv_narrow_f64(c[3])));
+    mv_put4_f64(y + 4 * incy, incy, mv_red4_f64(mv_narrow_f64(c[4]), mv_narrow_f64(c[5]),
+                                                mv_narrow_f64(c[6]), mv_narrow_f64(c[7])));
+}
 
-#define MV_SIMD(T, SFX, D, ISA, V, W, MT, LOAD, STORE, FMA, ZERO, SET1)                         \
-    MV_ATTR_##ISA static void mv_dot_##SFX##_##ISA(int64_t m, int64_t k, const T *a, int64_t rsa, \
-                                                   const T *restrict x, T *restrict y,         \
-                                                   int64_t incy) {                             \
-        const int64_t kv = k / W * W;                                                          \
-        const int tail = (int)(k - kv);                                                        \
-        const MT mk = MV_##D##_##ISA##_MASK(tail);                                             \
-        int64_t i = 0;                                                                         \
-        for (; i + 8 <= m; i += 8) {                                                           \
-            const T *restrict r = a + i * rsa;                                                 \
-            V c[8];                                                                            \
-            for (int q = 0; q < 8; q++) c[q] = ZERO();                                         \
-            for (int64_t p = 0; p < kv; p += W) {                                              \
-                V xv = LOAD(x + p);                                                            \
-                for (int q = 0; q < 8; q++) c[q] = FMA(LOAD(r + q * rsa + p), xv, c[q]);       \
-            }                                                                                  \
-            if (tail) {                                                                        \
-                V xv = MV_##D##_##ISA##_MLOAD(x + kv, mk);                                     \
-                for (int q = 0; q < 8; q++)                                                    \
-                    c[q] = FMA(MV_##D##_##ISA##_MLOAD(r + q * rsa + kv, mk), xv, c[q]);        \
-            }                                                                                  \
-            MV_RED8_##D(MV_##D##_##ISA##_NARROW, c, y + i * incy, incy);                       \
-        }                                                                                      \
-        for (; i < m; i++) {                                                                   \
-            const T *restrict r = a + i * rsa;                                                 \
-            V c = ZERO();                                                                      \
-            for (int64_t p = 0; p < kv; p += W) c = FMA(LOAD(r + p), LOAD(x + p), c);           \
-            if (tail)                                                                          \
-                c = FMA(MV_##D##_##ISA##_MLOAD(r + kv, mk), MV_##D##_##ISA##_MLOAD(x + kv, mk), c); \
-            y[i * incy] = MV_RED1_##D(MV_##D##_##ISA##_NARROW, c);                             \
-        }                                                                                      \
-    }                                                                                          \
-    MV_ATTR_##ISA static void mv_axpy_##SFX##_##ISA(int64_t k, int64_t n, const T *x,           \
-                                                    int64_t incx, const T *b, int64_t rsb,     \
-                                                    T *restrict y) {                           \
-        const int64_t nv = n / W * W;                                                          \
-        const int tail = (int)(n - nv);                                                        \
-        const MT mk = MV_##D##_##ISA##_MASK(tail);                                             \
-        if (k <= 0) {                                                                          \
-            for (int64_t j = 0; j < n; j++) y[j] = 0;                                          \
-            return;                                                                            \
-        }                                                                                      \
-        int64_t p = 0;                                                                         \
-        for (; p + 4 <= k; p += 4) {                                                           \
-            const V x0 = SET1(x[p * incx]), x1 = SET1(x[(p + 1) * incx]);                       \
-            const V x2 = SET1(x[(p + 2) * incx]), x3 = SET1(x[(p + 3) * incx]);                 \
-            const T *restrict q0 = b + p * rsb, *restrict q1 = q0 + rsb;                       \
-            const T *restrict q2 = q1 + rsb, *restrict q3 = q2 + rsb;                          \
-            const int first = p == 0;                                                          \
-            for (int64_t j = 0; j < nv; j += W) {                                              \
-                V t = first ? ZERO() : LOAD(y + j);                                            \
-                t = FMA(x0, LOAD(q0 + j), t);                                                  \
-                t = FMA(x1, LOAD(q1 + j), t);                                                  \
-                t = FMA(x2, LOAD(q2 + j), t);                                                  \
-                t = FMA(x3, LOAD(q3 + j), t);                                                  \
-                STORE(y + j, t);                                                               \
-            }                                                                                  \
-            if (tail) {                                                                        \
-                V t = first ? ZERO() : MV_##D##_##ISA##_MLOAD(y + nv, mk);                     \
-                t = FMA(x0, MV_##D##_##ISA##_MLOAD(q0 + nv, mk), t);                           \
-                t = FMA(x1, MV_##D##_##ISA##_MLOAD(q1 + nv, mk), t);                           \
-                t = FMA(x2, MV_##D##_##ISA##_MLOAD(q2 + nv, mk), t);                           \
-                t = FMA(x3, MV_##D##_##ISA##_MLOAD(q3 + nv, mk), t);                           \
-                MV_##D##_##ISA##_MSTORE(y + nv, mk, t);                                        \
-            }                                                                                  \
-        }                                                                                      \
-        for (; p < k; p++) {                                                                   \
-            const V xp = SET1(x[p * incx]);                                                    \
-            const T *restrict q = b + p * rsb;                                                 \
-            const int first = p == 0;                                                          \
-            for (int64_t j = 0; j < nv; j += W)                                                \
-                STORE(y + j, FMA(xp, LOAD(q + j), first ? ZERO() : LOAD(y + j)));              \
-            if (tail)                                                                          \
-                MV_##D##_##ISA##_MSTORE(                                                       \
-                    y + nv, mk,                                                                \
-                    FMA(xp, MV_##D##_##ISA##_MLOAD(q + nv, mk),                                \
-                        first ? ZERO() : MV_##D##_##ISA##_MLOAD(y + nv, mk)));                 \
-        }                                                                                      \
-    }
-MV_SIMD(float, f32, F32, avx2, __m256, 8, __m256i, _mm256_loadu_ps, _mm256_storeu_ps,
-        _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_set1_ps)
-MV_SIMD(double, f64, F64, avx2, __m256d, 4, __m256i, _mm256_loadu_pd, _mm256_storeu_pd,
-        _mm256_fmadd_pd, _mm256_setzero_pd, _mm256_set1_pd)
-MV_SIMD(float, f32, F32, avx512, __m512, 16, __mmask16, _mm512_loadu_ps, _mm512_storeu_ps,
-        _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_set1_ps)
-MV_SIMD(double, f64, F64, avx512, __m512d, 8, __mmask8, _mm512_loadu_pd, _mm512_storeu_pd,
-        _mm512_fmadd_pd, _mm512_setzero_pd, _mm512_set1_pd)
+/* the kernels per level and dtype: matmul_simd.h */
+#define T float
+#define S(name) name##_f32_avx2
+#define MV_ATTR MV_ATTR_avx2
+#define V __m256
+#define W 8
+#define MT __m256i
+#define LOAD _mm256_loadu_ps
+#define STORE _mm256_storeu_ps
+#define FMA _mm256_fmadd_ps
+#define ZERO _mm256_setzero_ps
+#define SET1 _mm256_set1_ps
+#define MASK(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define MLOAD(p, mk) _mm256_maskload_ps((p), (mk))
+#define MSTORE(p, mk, v) _mm256_maskstore_ps((p), (mk), (v))
+#define NARROW(v) (v)
+#define SUM8 mv_sum8_f32_avx2
+#define RED1 mv_red1_f32
+#include "matmul_simd.h"
+#define T double
+#define S(name) name##_f64_avx2
+#define MV_ATTR MV_ATTR_avx2
+#define V __m256d
+#define W 4
+#define MT __m256i
+#define LOAD _mm256_loadu_pd
+#define STORE _mm256_storeu_pd
+#define FMA _mm256_fmadd_pd
+#define ZERO _mm256_setzero_pd
+#define SET1 _mm256_set1_pd
+#define MASK(n) _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3))
+#define MLOAD(p, mk) _mm256_maskload_pd((p), (mk))
+#define MSTORE(p, mk, v) _mm256_maskstore_pd((p), (mk), (v))
+#define NARROW(v) (v)
+#define SUM8 mv_sum8_f64_avx2
+#define RED1 mv_red1_f64
+#include "matmul_simd.h"
+#define T float
+#define S(name) name##_f32_avx512
+#define MV_ATTR MV_ATTR_avx512
+#define V __m512
+#define W 16
+#define MT __mmask16
+#define LOAD _mm512_loadu_ps
+#define STORE _mm512_storeu_ps
+#define FMA _mm512_fmadd_ps
+#define ZERO _mm512_setzero_ps
+#define SET1 _mm512_set1_ps
+#define MASK(n) ((__mmask16)((1u << (n)) - 1))
+#define MLOAD(p, mk) _mm512_maskz_loadu_ps((mk), (p))
+#define MSTORE(p, mk, v) _mm512_mask_storeu_ps((p), (mk), (v))
+#define NARROW(v) mv_narrow_f32(v)
+#define SUM8 mv_sum8_f32_avx512
+#define RED1 mv_red1_f32
+#include "matmul_simd.h"
+#define T double
+#define S(name) name##_f64_avx512
+#define MV_ATTR MV_ATTR_avx512
+#define V __m512d
+#define W 8
+#define MT __mmask8
+#define LOAD _mm512_loadu_pd
+#define STORE _mm512_storeu_pd
+#define FMA _mm512_fmadd_pd
+#define ZERO _mm512_setzero_pd
+#define SET1 _mm512_set1_pd
+#define MASK(n) ((__mmask8)((1u << (n)) - 1))
+#define MLOAD(p, mk) _mm512_maskz_loadu_pd((mk), (p))
+#define MSTORE(p, mk, v) _mm512_mask_storeu_pd((p), (mk), (v))
+#define NARROW(v) mv_narrow_f64(v)
+#define SUM8 mv_sum8_f64_avx512
+#define RED1 mv_red1_f64
+#include "matmul_simd.h"
 #endif
 
 typedef void (*mv_dot_fn)(int64_t, int64_t, const void *, int64_t, const void *, void *, int64_t);
 typedef void (*mv_axpy_fn)(int64_t, int64_t, const void *, int64_t, const void *, int64_t, void *);
+
+/* One level's kernels for one dtype: dot_short for rows shorter than
+   short_k (the portable level's kernel with fewer partial sums), dot else. */
+typedef struct {
+    mv_dot_fn dot, dot_short;
+    int64_t short_k;
+    mv_axpy_fn axpy;
+} mv_kernels;
+
+/* [dtype: f32, f64] per level */
+static const mv_kernels mv_base[2] = {
+    {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
+     (mv_axpy_fn)mv_axpy_f32_base8},
+    {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
+     (mv_axpy_fn)mv_axpy_f64_base4},
+};
+#if defined(__x86_64__) || defined(__i386__)
+static const mv_kernels mv_avx2[2] = {
+    {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2},
+    {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2},
+};
+static const mv_kernels mv_avx512[2] = {
+    {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512},
+    {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512},
+};
+#endif
 
 /* One matrix-vector job: per item i, y_i = M_i x_i with M_i = mat + mo[i] and
    so on (element offsets); either form above. */
@@ -354,29 +299,16 @@ static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64
         return 0;
     }
     /* the GEMM's level (ad_gemm_set_kernel lets tests reach every level's kernels) */
-    int isa = ad_isa_by_name(gemm_kernel_name()), f32 = dtype == AD_FLOAT32;
-#define MV_PICK(L32, L64, S32, S64)                                                             \
-    do {                                                                                       \
-        int sh = k < 2 * (f32 ? L32 : L64);                                                    \
-        j.fdot = f32 ? (sh ? (mv_dot_fn)mv_dot_f32_base##S32 : (mv_dot_fn)mv_dot_f32_base##L32)   \
-                     : (sh ? (mv_dot_fn)mv_dot_f64_base##S64 : (mv_dot_fn)mv_dot_f64_base##L64);  \
-        j.faxpy = f32 ? (mv_axpy_fn)mv_axpy_f32_base##L32 : (mv_axpy_fn)mv_axpy_f64_base##L64;    \
-    } while (0)
-#define MV_SIMD_PICK(ISA)                                                                      \
-    do {                                                                                       \
-        j.fdot = f32 ? (mv_dot_fn)mv_dot_f32_##ISA : (mv_dot_fn)mv_dot_f64_##ISA;              \
-        j.faxpy = f32 ? (mv_axpy_fn)mv_axpy_f32_##ISA : (mv_axpy_fn)mv_axpy_f64_##ISA;         \
-    } while (0)
+    int isa = ad_isa_by_name(gemm_kernel_name());
+    const mv_kernels *mk = &mv_base[dtype != AD_FLOAT32];
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == AD_ISA_AVX512) MV_SIMD_PICK(avx512);
-    else if (isa == AD_ISA_AVX2) MV_SIMD_PICK(avx2);
-    else MV_PICK(8, 4, 2, 1);
+    if (isa == AD_ISA_AVX512) mk = &mv_avx512[dtype != AD_FLOAT32];
+    else if (isa == AD_ISA_AVX2) mk = &mv_avx2[dtype != AD_FLOAT32];
 #else
     (void)isa;
-    MV_PICK(8, 4, 2, 1);
 #endif
-#undef MV_PICK
-#undef MV_SIMD_PICK
+    j.fdot = k < mk->short_k ? mk->dot_short : mk->dot;
+    j.faxpy = mk->axpy;
     int threads = par_num_threads();
     int64_t work = j.outs * k;
     if (threads > 1 && batch > 1 && work * batch >= MV_PAR_MIN && batch >= threads) {
@@ -505,24 +437,41 @@ AD_API ad_status ad_gemm_set_kernel(const char *name) {
    and sigmoid, the same SIMD maps) as the add and unary ops, so the result
    has the bits of the unfused act(x @ w.t() + b). */
 /* The epilogue's and the backward's loops, compiled for each ISA level (as
-   reduce.c's): the same expressions at every level (no FMA: an add, a select,
-   products rounded one by one), so the same bits. */
+   reduce.c's): matmul_lin.h per level and dtype. */
+#if defined(__x86_64__) || defined(__i386__)
+#define LIN_ATTR_base
+#define LIN_ATTR_avx2 __attribute__((target("avx2")))
+#define LIN_ATTR_avx512 __attribute__((target("avx512f")))
+#else
+#define LIN_ATTR_base
+#define LIN_ATTR_avx2
+#define LIN_ATTR_avx512
+#endif
 
-/* rows x cols of C (row stride rsc): + b[j] (b NULL: none; bs 0: one element),
-   then relu when asked */
-#define LIN_ROWS(T, SFX, ISA)                                                                      LIN_ATTR_##ISA static void lin_rows_##SFX##_##ISA(int64_t rows, int64_t cols, T *c,                                                               int64_t rsc, const T *b, int64_t bs,                                                            int relu) {                                       for (int64_t i = 0; i < rows; i++) {                                                               T *restrict r = c + i * rsc;                                                                   if (b && bs && relu)                                                                               for (int64_t j = 0; j < cols; j++) {                                                               T t = r[j] + b[j];                                                                             r[j] = t > 0 ? t : 0;                                                                      }                                                                                          else if (b && bs)                                                                                  for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];                                     else if (b && relu)                                                                                for (int64_t j = 0; j < cols; j++) {                                                               T t = r[j] + b[0];                                                                             r[j] = t > 0 ? t : 0;                                                                      }                                                                                          else if (b)                                                                                        for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];                                     else if (relu)                                                                                     for (int64_t j = 0; j < cols; j++) r[j] = r[j] > 0 ? r[j] : 0;                         }                                                                                          }
-
-/* The backward's elementwise part without create_graph: the gradient at the
-   pre-activation, gz = g * act'(y) (act' from the output, by the same
-   expressions as the relu / tanh / sigmoid backward ops), and, when gb is
-   non-NULL, its column sums (the bias gradient) in the same pass.  g, y, gz
-   are m x n contiguous; with no activation gz is g and only gb is written. */
-#define LIN_GRADZ(T, SFX, ISA)                                                                     LIN_ATTR_##ISA static void lin_gradz_##SFX##_##ISA(int64_t m, int64_t n, int act,                                                                  const T *g, const T *y, T *gz, T *gb) {          if (gb)                                                                                            for (int64_t j = 0; j < n; j++) gb[j] = 0;                                                 for (int64_t i = 0; i < m; i++) {                                                                  const T *restrict gr = g + i * n, *restrict yr = y ? y + i * n : NULL;                         const T *zr = gr;                                                                              if (act != AD_LINEAR_NONE) {                                                                       T *restrict w = gz + i * n;                                                                    if (act == AD_LINEAR_RELU)                                                                         for (int64_t j = 0; j < n; j++) w[j] = (T)(yr[j] > 0) * gr[j];                             else if (act == AD_LINEAR_TANH)                                                                    for (int64_t j = 0; j < n; j++) w[j] = (1 - yr[j] * yr[j]) * gr[j];                        else                                                                                               for (int64_t j = 0; j < n; j++) w[j] = gr[j] * yr[j] * (1 - yr[j]);                        zr = w;                                                                                    }                                                                                              if (gb)                                                                                            for (int64_t j = 0; j < n; j++) gb[j] += zr[j];                                        }                                                                                          }
-
-#define LIN_ISA(ISA)                                                                               LIN_ROWS(float, f32, ISA)                                                                      LIN_ROWS(double, f64, ISA)                                                                     LIN_GRADZ(float, f32, ISA)                                                                     LIN_GRADZ(double, f64, ISA)
-LIN_ISA(base)
-LIN_ISA(avx2)
-LIN_ISA(avx512)
+#define T float
+#define S(name) name##_f32_base
+#define LIN_ATTR LIN_ATTR_base
+#include "matmul_lin.h"
+#define T double
+#define S(name) name##_f64_base
+#define LIN_ATTR LIN_ATTR_base
+#include "matmul_lin.h"
+#define T float
+#define S(name) name##_f32_avx2
+#define LIN_ATTR LIN_ATTR_avx2
+#include "matmul_lin.h"
+#define T double
+#define S(name) name##_f64_avx2
+#define LIN_ATTR LIN_ATTR_avx2
+#include "matmul_lin.h"
+#define T float
+#define S(name) name##_f32_avx512
+#define LIN_ATTR LIN_ATTR_avx512
+#include "matmul_lin.h"
+#define T double
+#define S(name) name##_f64_avx512
+#define LIN_ATTR LIN_ATTR_avx512
+#include "matmul_lin.h"
 
 typedef struct {
     void (*rows32)(int64_t, int64_t, float *, int64_t, const float *, int64_t, int);
@@ -531,15 +480,22 @@ typedef struct {
     void (*gradz64)(int64_t, int64_t, int, const double *, const double *, double *, double *);
 } lin_kernels;
 
+static const lin_kernels lin_base = {lin_rows_f32_base, lin_rows_f64_base, lin_gradz_f32_base,
+                                     lin_gradz_f64_base};
+#if defined(__x86_64__) || defined(__i386__)
+static const lin_kernels lin_avx2 = {lin_rows_f32_avx2, lin_rows_f64_avx2, lin_gradz_f32_avx2,
+                                     lin_gradz_f64_avx2};
+static const lin_kernels lin_avx512 = {lin_rows_f32_avx512, lin_rows_f64_avx512,
+                                       lin_gradz_f32_avx512, lin_gradz_f64_avx512};
+#endif
+
 static lin_kernels lin_pick(void) {
-#define LIN_K(ISA)                                                                                 (lin_kernels) { lin_rows_f32_##ISA, lin_rows_f64_##ISA, lin_gradz_f32_##ISA,                                   lin_gradz_f64_##ISA }
 #if defined(__x86_64__) || defined(__i386__)
     int isa = ad_cpu_isa();
-    if (isa == AD_ISA_AVX512) return LIN_K(avx512);
-    if (isa == AD_ISA_AVX2) return LIN_K(avx2);
+    if (isa == AD_ISA_AVX512) return lin_avx512;
+    if (isa == AD_ISA_AVX2) return lin_avx2;
 #endif
-    return LIN_K(base);
-#undef LIN_K
+    return lin_base;
 }
 
 typedef struct {
