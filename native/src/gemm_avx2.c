@@ -31,20 +31,6 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #define MLOAD MLOAD_PS
 #define MSTORE MSTORE_PS
 #include "gemm_ukr_avx2.h"
-#undef T
-#undef V
-#undef VL
-#undef SFX
-#undef UKR_FN
-#undef PMR
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMA
-#undef ADD
-#undef ZERO
-#undef MLOAD
-#undef MSTORE
 
 #define T double
 #define V __m256d
@@ -61,20 +47,6 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #define MLOAD MLOAD_PD
 #define MSTORE MSTORE_PD
 #include "gemm_ukr_avx2.h"
-#undef T
-#undef V
-#undef VL
-#undef SFX
-#undef UKR_FN
-#undef PMR
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMA
-#undef ADD
-#undef ZERO
-#undef MLOAD
-#undef MSTORE
 
 #define T float
 #define GEMV_SFX f32_avx2

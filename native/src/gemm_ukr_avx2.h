@@ -98,3 +98,18 @@ const UKR_FN UKR_CAT(gemm_tails_half, SFX)[PMR] = {
 #undef UKR_S
 #undef UKR_CAT
 #undef UKR_CAT_
+/* the includer's parameters: templates clean up after themselves */
+#undef T
+#undef V
+#undef VL
+#undef SFX
+#undef UKR_FN
+#undef PMR
+#undef LOADU
+#undef STOREU
+#undef SET1
+#undef FMA
+#undef ADD
+#undef ZERO
+#undef MLOAD
+#undef MSTORE
