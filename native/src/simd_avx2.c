@@ -136,3 +136,19 @@ SIMD_MAPS(MAP_NT_AVX2)
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);
 }
+
+void ad_gelu_erf_grad_f32_avx2(int64_t n, const float *x, const float *g, float *dx) {
+    gelu_erf_grad_map(n, x, g, dx);
+}
+
+void ad_layer_norm_rows_f32_avx2(const float *x, const float *w, const float *b, float *y,
+                                 int64_t r0, int64_t r1, int64_t len, double eps) {
+    for (int64_t r = r0; r < r1; r++) row_layer_norm(x + r * len, w, b, y + r * len, len, eps);
+}
+
+void ad_layer_norm_grad_rows_f32_avx2(const float *x, const float *g, const float *w, float *dx,
+                                      float *dw, float *db, int64_t r0, int64_t r1, int64_t len,
+                                      double eps) {
+    for (int64_t r = r0; r < r1; r++)
+        row_layer_norm_grad(x + r * len, g + r * len, w, dx + r * len, dw, db, len, eps);
+}

@@ -315,3 +315,115 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
     }
     return 1;
 }
+
+/* ---- gelu_erf's gradient and layer_norm rows -------------------------------------
+ * d gelu_erf = g (Phi(x) + x phi(x)), the backward's composite formula
+ * (Phi = (1 + erf(x / sqrt 2)) / 2, phi = e^(-x^2/2) / sqrt(2 pi)) in one
+ * pass that reads x and g once.  layer_norm rows: sums in the 16 double
+ * partials of the softmax rows (row_acc), folded in one fixed order, so
+ * AVX2 and AVX-512 agree; the terms are float32. */
+static inline V v_gelu_erf_grad(V x, V g) {
+    V P = V_FMADD(V_SET1(0.5f), v_erf(V_MUL(x, V_SET1(0.70710678118654752f))), V_SET1(0.5f));
+    V ph = V_MUL(v_exp(V_MUL(V_MUL(x, x), V_SET1(-0.5f))), V_SET1(0.3989422804014327f));
+    return V_MUL(g, V_FMADD(x, ph, P));
+}
+
+static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, float *dx) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), V_LOADU(g + i)));
+    if (i < n)
+        V_STORE_PART(dx + i, n - i,
+                     v_gelu_erf_grad(V_LOAD_PART(x + i, n - i, 0.0f), V_LOAD_PART(g + i, n - i, 0.0f)));
+}
+
+static inline double row_fold(const ROW_ACC *acc) {
+    double part[16];
+    row_acc_store(part, acc);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) part[l] += part[l + w];
+    return part[0];
+}
+
+/* mean and 1 / sqrt(var + eps) of a row, the variance from the float32
+   deviations x - mean (two passes, no cancellation) */
+static inline void row_moments(const float *x, int64_t len, double eps, double *mean, double *rstd) {
+    ROW_ACC acc;
+    int64_t i;
+    row_acc_zero(&acc);
+    for (i = 0; i + VW <= len; i += VW) row_acc(&acc, V_LOADU(x + i), i);
+    if (i < len) row_acc(&acc, V_LOAD_PART(x + i, len - i, 0.0f), i);
+    double m = row_fold(&acc) / (double)len;
+    row_acc_zero(&acc);
+    for (i = 0; i + VW <= len; i += VW) {
+        V d = V_SUB_D(V_LOADU(x + i), m);
+        row_acc(&acc, V_MUL(d, d), i);
+    }
+    if (i < len) {
+        V d = V_KEEP(V_SUB_D(V_LOAD_PART(x + i, len - i, 0.0f), m), len - i);
+        row_acc(&acc, V_MUL(d, d), i);
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt(row_fold(&acc) / (double)len + eps);
+}
+
+/* y = (x - mean) rstd w + b (w, b may be NULL) */
+static inline void row_layer_norm(const float *x, const float *w, const float *b, float *y,
+                                  int64_t len, double eps) {
+    double m, r;
+    row_moments(x, len, eps, &m, &r);
+    const V R = V_SET1((float)r);
+    int64_t i = 0;
+    for (;; i += VW) {
+        int64_t k = len - i < VW ? len - i : VW;
+        if (k <= 0) break;
+        V xv = k == VW ? V_LOADU(x + i) : V_LOAD_PART(x + i, k, 0.0f);
+        V v = V_MUL(V_SUB_D(xv, m), R);
+        if (w) v = V_MUL(v, k == VW ? V_LOADU(w + i) : V_LOAD_PART(w + i, k, 0.0f));
+        if (b) v = V_ADD(v, k == VW ? V_LOADU(b + i) : V_LOAD_PART(b + i, k, 0.0f));
+        if (k == VW) V_STOREU(y + i, v);
+        else V_STORE_PART(y + i, k, v);
+    }
+}
+
+/* One row of layer_norm's gradient: xhat = (x - mean) rstd, gw = g w (g
+   without w), dx = rstd (gw - mean(gw) - xhat mean(gw xhat)); dw += g xhat
+   and db += g (either NULL to skip) */
+static inline void row_layer_norm_grad(const float *x, const float *g, const float *w, float *dx,
+                                       float *dw, float *db, int64_t len, double eps) {
+    double m, r;
+    row_moments(x, len, eps, &m, &r);
+    const V R = V_SET1((float)r);
+    ROW_ACC s1, s2;
+    row_acc_zero(&s1);
+    row_acc_zero(&s2);
+    int64_t i;
+    for (i = 0; i < len; i += VW) {
+        int64_t k = len - i < VW ? len - i : VW;
+        V xh = V_KEEP(V_MUL(V_SUB_D(k == VW ? V_LOADU(x + i) : V_LOAD_PART(x + i, k, 0.0f), m), R), k);
+        V gv = k == VW ? V_LOADU(g + i) : V_LOAD_PART(g + i, k, 0.0f);
+        V gw = w ? V_MUL(gv, k == VW ? V_LOADU(w + i) : V_LOAD_PART(w + i, k, 0.0f)) : gv;
+        row_acc(&s1, gw, i);
+        row_acc(&s2, V_MUL(gw, xh), i);
+        if (dw) {
+            V a = V_FMADD(gv, xh, k == VW ? V_LOADU(dw + i) : V_LOAD_PART(dw + i, k, 0.0f));
+            if (k == VW) V_STOREU(dw + i, a);
+            else V_STORE_PART(dw + i, k, a);
+        }
+        if (db) {
+            V a = V_ADD(gv, k == VW ? V_LOADU(db + i) : V_LOAD_PART(db + i, k, 0.0f));
+            if (k == VW) V_STOREU(db + i, a);
+            else V_STORE_PART(db + i, k, a);
+        }
+    }
+    const V M1 = V_SET1((float)(row_fold(&s1) / (double)len));
+    const V M2 = V_SET1((float)(row_fold(&s2) / (double)len));
+    for (i = 0; i < len; i += VW) {
+        int64_t k = len - i < VW ? len - i : VW;
+        V xh = V_MUL(V_SUB_D(k == VW ? V_LOADU(x + i) : V_LOAD_PART(x + i, k, 0.0f), m), R);
+        V gv = k == VW ? V_LOADU(g + i) : V_LOAD_PART(g + i, k, 0.0f);
+        V gw = w ? V_MUL(gv, k == VW ? V_LOADU(w + i) : V_LOAD_PART(w + i, k, 0.0f)) : gv;
+        V v = V_MUL(V_FNMADD(xh, M2, V_SUB(gw, M1)), R);
+        if (k == VW) V_STOREU(dx + i, v);
+        else V_STORE_PART(dx + i, k, v);
+    }
+}
