@@ -280,8 +280,8 @@ typedef struct {
     const void *x, *g;
     void *dx;
     int dt;
-    int64_t n;
-    void (*vec)(int64_t, const float *, const float *, float *);
+    int64_t n, sg; /* sg: g's element stride, 1 or 0 (one value, a sum's gradient) */
+    void (*vec)(int64_t, const float *, const float *, int64_t, float *);
 } gelu_grad_job;
 
 #define GELU_GRAD_CHUNK 8192
@@ -289,13 +289,14 @@ static void gelu_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
     const gelu_grad_job *j = ctx;
     int64_t i0 = c0 * GELU_GRAD_CHUNK, i1 = c1 * GELU_GRAD_CHUNK < j->n ? c1 * GELU_GRAD_CHUNK : j->n;
     if (j->vec) {
-        j->vec(i1 - i0, (const float *)j->x + i0, (const float *)j->g + i0, (float *)j->dx + i0);
+        j->vec(i1 - i0, (const float *)j->x + i0, (const float *)j->g + i0 * j->sg, j->sg,
+               (float *)j->dx + i0);
         return;
     }
     for (int64_t i = i0; i < i1; i++) {
         double x, g;
-        if (j->dt == AD_FLOAT32) x = ((const float *)j->x)[i], g = ((const float *)j->g)[i];
-        else x = ((const double *)j->x)[i], g = ((const double *)j->g)[i];
+        if (j->dt == AD_FLOAT32) x = ((const float *)j->x)[i], g = ((const float *)j->g)[i * j->sg];
+        else x = ((const double *)j->x)[i], g = ((const double *)j->g)[i * j->sg];
         double d = g * (0.5 * (1.0 + erf(x * 0.7071067811865476)) +
                         x * exp(-0.5 * x * x) * 0.3989422804014327);
         if (j->dt == AD_FLOAT32) ((float *)j->dx)[i] = (float)d;
@@ -303,27 +304,44 @@ static void gelu_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
     }
 }
 
-/* The formula below in one pass over contiguous x and g (no create_graph):
-   float32 through the SIMD kernel, else in double */
+static bool all_strides_zero(const ad_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (T_STRIDES(t)[i] != 0 && T_SHAPE(t)[i] != 1) return false;
+    return true;
+}
+
+/* The formula below in one pass over x and g (no create_graph): float32
+   through the SIMD kernel, else in double.  x and g in another layout are
+   copied first, except a g of one value (a sum's gradient), read once. */
 static ad_tensor *gelu_erf_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g) {
-    ad_tensor *dx = ad_tensor_new_like(x->dtype, x);
-    if (!dx) return own(s, ad_fail(AD_ERR_NOMEM, "gelu_erf backward: out of memory"), NULL);
-    int isa = ad_cpu_isa();
-    gelu_grad_job j = {ad_ptr(x), ad_ptr(g), dx->storage->data, x->dtype, x->numel,
-                       x->dtype != AD_FLOAT32 ? NULL
-                       : isa == AD_ISA_AVX512 ? ad_gelu_erf_grad_f32_avx512
-                       : isa == AD_ISA_AVX2 ? ad_gelu_erf_grad_f32_avx2 : NULL};
-    int64_t chunks = (x->numel + GELU_GRAD_CHUNK - 1) / GELU_GRAD_CHUNK;
-    if (chunks > 1 && par_num_threads() > 1) par_for(chunks, gelu_grad_chunks, &j);
-    else if (chunks > 0) gelu_grad_chunks(&j, 0, chunks);
-    return own(s, AD_OK, dx);
+    ad_tensor *tx = NULL, *tg = NULL, *dx = NULL;
+    const void *px, *pg;
+    int64_t sg = 1;
+    ad_status st = nn_contig(x, &tx, &px);
+    if (!st && all_strides_zero(g)) pg = ad_ptr(g), sg = 0;
+    else if (!st) st = nn_contig(g, &tg, &pg);
+    if (!st && !(dx = ad_tensor_new_like(x->dtype, x)))
+        st = ad_fail(AD_ERR_NOMEM, "gelu_erf backward: out of memory");
+    if (!st) {
+        int isa = ad_cpu_isa();
+        gelu_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg,
+                           x->dtype != AD_FLOAT32 ? NULL
+                           : isa == AD_ISA_AVX512 ? ad_gelu_erf_grad_f32_avx512
+                           : isa == AD_ISA_AVX2 ? ad_gelu_erf_grad_f32_avx2 : NULL};
+        int64_t chunks = (x->numel + GELU_GRAD_CHUNK - 1) / GELU_GRAD_CHUNK;
+        if (chunks > 1 && par_num_threads() > 1) par_for(chunks, gelu_grad_chunks, &j);
+        else if (chunks > 0) gelu_grad_chunks(&j, 0, chunks);
+    }
+    ad_tensor_release(tx);
+    ad_tensor_release(tg);
+    return own(s, st, dx);
 }
 
 BACKWARD(gelu_erf) {
     const ad_tensor *x = X(0);
     /* under create_graph the composite formula below records its ops */
-    if (!ad_grad_enabled && ad_is_contiguous(x) && ad_is_contiguous(G) &&
-        G->dtype == x->dtype && G->numel == x->numel) {
+    if (!ad_grad_enabled && G->dtype == x->dtype && G->ndim == x->ndim &&
+        !memcmp(T_SHAPE(G), T_SHAPE(x), (size_t)x->ndim * sizeof(int64_t))) {
         GRAD(0, gelu_erf_grad(s, x, G));
         return;
     }
