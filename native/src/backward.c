@@ -20,6 +20,10 @@
 
 #include "internal.h"
 #include "opargs.h"
+#include "cpu.h"
+#include "nnops.h"
+#include "parallel.h"
+#include "simd.h"
 
 #define BW_MAX_TMP 48
 
@@ -272,8 +276,75 @@ BACKWARD(gelu) {
 
 /* gelu_erf(x) = x Phi(x): d = Phi(x) + x phi(x), Phi = (1 + erf(x/sqrt 2))/2,
    phi = exp(-x^2/2) / sqrt(2 pi) */
+typedef struct {
+    const void *x, *g;
+    void *dx;
+    int dt;
+    int64_t n, sg; /* sg: g's element stride, 1 or 0 (one value, a sum's gradient) */
+    void (*vec)(int64_t, const float *, const float *, int64_t, float *);
+} gelu_grad_job;
+
+#define GELU_GRAD_CHUNK 8192
+static void gelu_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const gelu_grad_job *j = ctx;
+    int64_t i0 = c0 * GELU_GRAD_CHUNK, i1 = c1 * GELU_GRAD_CHUNK < j->n ? c1 * GELU_GRAD_CHUNK : j->n;
+    if (j->vec) {
+        j->vec(i1 - i0, (const float *)j->x + i0, (const float *)j->g + i0 * j->sg, j->sg,
+               (float *)j->dx + i0);
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        double x, g;
+        if (j->dt == AD_FLOAT32) x = ((const float *)j->x)[i], g = ((const float *)j->g)[i * j->sg];
+        else x = ((const double *)j->x)[i], g = ((const double *)j->g)[i * j->sg];
+        double d = g * (0.5 * (1.0 + erf(x * 0.7071067811865476)) +
+                        x * exp(-0.5 * x * x) * 0.3989422804014327);
+        if (j->dt == AD_FLOAT32) ((float *)j->dx)[i] = (float)d;
+        else ((double *)j->dx)[i] = d;
+    }
+}
+
+static bool all_strides_zero(const ad_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (T_STRIDES(t)[i] != 0 && T_SHAPE(t)[i] != 1) return false;
+    return true;
+}
+
+/* The formula below in one pass over x and g (no create_graph): float32
+   through the SIMD kernel, else in double.  x and g in another layout are
+   copied first, except a g of one value (a sum's gradient), read once. */
+static ad_tensor *gelu_erf_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g) {
+    ad_tensor *tx = NULL, *tg = NULL, *dx = NULL;
+    const void *px, *pg;
+    int64_t sg = 1;
+    ad_status st = nn_contig(x, &tx, &px);
+    if (!st && all_strides_zero(g)) pg = ad_ptr(g), sg = 0;
+    else if (!st) st = nn_contig(g, &tg, &pg);
+    if (!st && !(dx = ad_tensor_new_like(x->dtype, x)))
+        st = ad_fail(AD_ERR_NOMEM, "gelu_erf backward: out of memory");
+    if (!st) {
+        int isa = ad_cpu_isa();
+        gelu_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg,
+                           x->dtype != AD_FLOAT32 ? NULL
+                           : isa == AD_ISA_AVX512 ? ad_gelu_erf_grad_f32_avx512
+                           : isa == AD_ISA_AVX2 ? ad_gelu_erf_grad_f32_avx2 : NULL};
+        int64_t chunks = (x->numel + GELU_GRAD_CHUNK - 1) / GELU_GRAD_CHUNK;
+        if (chunks > 1 && par_num_threads() > 1) par_for(chunks, gelu_grad_chunks, &j);
+        else if (chunks > 0) gelu_grad_chunks(&j, 0, chunks);
+    }
+    ad_tensor_release(tx);
+    ad_tensor_release(tg);
+    return own(s, st, dx);
+}
+
 BACKWARD(gelu_erf) {
     const ad_tensor *x = X(0);
+    /* under create_graph the composite formula below records its ops */
+    if (!ad_grad_enabled && G->dtype == x->dtype && G->ndim == x->ndim &&
+        !memcmp(T_SHAPE(G), T_SHAPE(x), (size_t)x->ndim * sizeof(int64_t))) {
+        GRAD(0, gelu_erf_grad(s, x, G));
+        return;
+    }
     const ad_tensor *Phi = SCALE(ADDS(OP1(ERF, SCALE(x, 0.7071067811865476)), 1.0), 0.5);
     const ad_tensor *phi = SCALE(OP1(EXP, SCALE(OP1(SQR, x), -0.5)), 0.3989422804014327);
     GRAD(0, MUL(G, ADD(Phi, MUL(x, phi))));
@@ -571,6 +642,19 @@ BACKWARD(nll_loss) { GRAD(0, minus_onehot(s, zeros_like(s, XS(0)), class_scale(s
 BACKWARD(layer_norm) {
     const ad_tensor *x = X(0);
     int k = (int)IA[0];
+    if (!ad_grad_enabled) { /* one native pass; under create_graph the recorded ops below */
+        bool want_w = s->n->n_in > 1 && TRACKED(1), want_b = s->n->n_in > 2 && TRACKED(2);
+        ad_tensor *dx = NULL, *dw = NULL, *db = NULL;
+        ad_status st = ad_layer_norm_grad(x, s->n->n_in > 1 ? X(1) : NULL, G, k, FA[0], want_w,
+                                          want_b, &dx, &dw, &db);
+        const ad_tensor *tx = own(s, st, dx), *tw = dw ? own(s, AD_OK, dw) : NULL;
+        const ad_tensor *tb = db ? own(s, AD_OK, db) : NULL;
+        if (st) return;
+        if (TRACKED(0)) give(s, 0, tx);
+        if (tw) give(s, 1, tw);
+        if (tb) give(s, 2, tb);
+        return;
+    }
     int64_t dims[AD_MAX_DIMS];
     for (int i = 0; i < k; i++) dims[i] = x->ndim - k + i;
 #define MEAN_K(t) reduce_keep(s, AD_OP_MEAN, t, dims, k)

@@ -7,6 +7,8 @@
 #include "nnops.h"
 #include "opargs.h"
 #include "parallel.h"
+#include "cpu.h"
+#include "simd.h"
 
 static ad_status need_float(const char *op, const ad_tensor *x, const char *what) {
     if (!ad_dtype_is_float(x->dtype))
@@ -184,11 +186,23 @@ typedef struct ln_job {
     double eps;
 } ln_job;
 
+/* float32 rows through the vector kernels (simd_math.h); NULL: portable */
+static void (*ln_rows_f32(void))(const float *, const float *, const float *, float *, int64_t,
+                                 int64_t, int64_t, double) {
+    int isa = ad_cpu_isa();
+    return isa == AD_ISA_AVX512 ? ad_layer_norm_rows_f32_avx512
+           : isa == AD_ISA_AVX2 ? ad_layer_norm_rows_f32_avx2 : NULL;
+}
+
 static void ln_rows(void *ctx, int64_t r0, int64_t r1) {
     const ln_job *j = ctx;
     const void *px = j->x, *pw = j->w, *pb = j->b;
     int dt = j->dt;
     int64_t dcols = j->cols;
+    if (dt == AD_FLOAT32 && ln_rows_f32()) {
+        ln_rows_f32()(px, pw, pb, j->y, r0, r1, dcols, j->eps);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         int64_t base = r * dcols;
         double mean = 0, var = 0;
@@ -250,6 +264,145 @@ done:
     ad_tensor_release(tb);
     if (!st) *out = o;
     return st;
+}
+
+/* layer_norm's gradient without create_graph: dx, and the sums of g xhat
+   (dw) and g (db) over the rows, each row's mean and rstd recomputed as the
+   forward does.  The rows go in blocks of LN_BLOCK, each block summing into
+   its own dw / db row (float32 terms, double sums at portable), folded in
+   block order: the result does not depend on the thread count. */
+#define LN_BLOCK 64
+typedef struct ln_grad_job {
+    const void *x, *g, *w;
+    void *dx;
+    double *pw, *pb; /* per block partials of dw, db (cols each; NULL to skip) */
+    float *fw, *fb;  /* the same in float32 for the vector kernels */
+    int dt;
+    int64_t rows, cols;
+    double eps;
+} ln_grad_job;
+
+static void (*ln_grad_rows_f32(void))(const float *, const float *, const float *, float *, float *,
+                                      float *, int64_t, int64_t, int64_t, double) {
+    int isa = ad_cpu_isa();
+    return isa == AD_ISA_AVX512 ? ad_layer_norm_grad_rows_f32_avx512
+           : isa == AD_ISA_AVX2 ? ad_layer_norm_grad_rows_f32_avx2 : NULL;
+}
+
+static void ln_grad_blocks(void *ctx, int64_t b0, int64_t b1) {
+    const ln_grad_job *j = ctx;
+    int dt = j->dt;
+    int64_t n = j->cols;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        int64_t r0 = blk * LN_BLOCK, r1 = r0 + LN_BLOCK < j->rows ? r0 + LN_BLOCK : j->rows;
+        if (dt == AD_FLOAT32 && ln_grad_rows_f32()) {
+            float *fw = j->fw ? j->fw + blk * n : NULL, *fb = j->fb ? j->fb + blk * n : NULL;
+            if (fw) memset(fw, 0, (size_t)n * sizeof(float));
+            if (fb) memset(fb, 0, (size_t)n * sizeof(float));
+            ln_grad_rows_f32()(j->x, j->g, j->w, j->dx, fw, fb, r0, r1, n, j->eps);
+            continue;
+        }
+        double *pw = j->pw ? j->pw + blk * n : NULL, *pb = j->pb ? j->pb + blk * n : NULL;
+        for (int64_t c = 0; c < n; c++) {
+            if (pw) pw[c] = 0;
+            if (pb) pb[c] = 0;
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t base = r * n;
+            double mean = 0, var = 0, s1 = 0, s2 = 0;
+            for (int64_t c = 0; c < n; c++) mean += ld(j->x, dt, base + c);
+            mean /= (double)n;
+            for (int64_t c = 0; c < n; c++) {
+                double d = ld(j->x, dt, base + c) - mean;
+                var += d * d;
+            }
+            double rstd = 1.0 / sqrt(var / (double)n + j->eps);
+            for (int64_t c = 0; c < n; c++) {
+                double xh = (ld(j->x, dt, base + c) - mean) * rstd, g = ld(j->g, dt, base + c);
+                double gw = j->w ? g * ld(j->w, dt, c) : g;
+                s1 += gw;
+                s2 += gw * xh;
+                if (pw) pw[c] += g * xh;
+                if (pb) pb[c] += g;
+            }
+            s1 /= (double)n;
+            s2 /= (double)n;
+            for (int64_t c = 0; c < n; c++) {
+                double xh = (ld(j->x, dt, base + c) - mean) * rstd, g = ld(j->g, dt, base + c);
+                double gw = j->w ? g * ld(j->w, dt, c) : g;
+                stv(j->dx, dt, base + c, (gw - s1 - xh * s2) * rstd);
+            }
+        }
+    }
+}
+
+ad_status ad_layer_norm_grad(const ad_tensor *x, const ad_tensor *w, const ad_tensor *g,
+                             int64_t k, double eps, bool want_w, bool want_b, ad_tensor **dx,
+                             ad_tensor **dw, ad_tensor **db) {
+    int dt = x->dtype;
+    int64_t n = 1;
+    for (int i = x->ndim - (int)k; i < x->ndim; i++) n *= T_SHAPE(x)[i];
+    int64_t rows = n ? x->numel / n : 0, nblk = (rows + LN_BLOCK - 1) / LN_BLOCK;
+    bool vec = dt == AD_FLOAT32 && ln_grad_rows_f32();
+    ad_tensor *tx = NULL, *tg = NULL, *tw = NULL, *o = NULL, *ow = NULL, *ob = NULL;
+    void *part = NULL;
+    const void *px, *pg, *pw = NULL;
+    ad_status st;
+    *dx = *dw = *db = NULL;
+    if ((st = nn_contig(x, &tx, &px)) || (st = nn_contig(g, &tg, &pg)) ||
+        (w && (st = nn_contig(w, &tw, &pw))))
+        goto done;
+    if ((st = ad_tensor_empty(dt, T_SHAPE(x), x->ndim, &o))) goto done;
+    if (want_w && (st = ad_tensor_empty(dt, T_SHAPE(x) + x->ndim - k, (int)k, &ow))) goto done;
+    if (want_b && (st = ad_tensor_empty(dt, T_SHAPE(x) + x->ndim - k, (int)k, &ob))) goto done;
+    size_t es = vec ? sizeof(float) : sizeof(double);
+    size_t plen = (size_t)(nblk * n);
+    if ((want_w || want_b) && plen &&
+        !(part = ad_malloc(es * plen * ((want_w ? 1 : 0) + (want_b ? 1 : 0))))) {
+        st = ad_fail(AD_ERR_NOMEM, "layer_norm backward: out of memory");
+        goto done;
+    }
+    ln_grad_job jb = {px, pg, pw, o->storage->data, NULL, NULL, NULL, NULL, dt, rows, n, eps};
+    char *pp = part;
+    if (want_w) {
+        if (vec) jb.fw = (float *)pp;
+        else jb.pw = (double *)pp;
+        pp += es * plen;
+    }
+    if (want_b) {
+        if (vec) jb.fb = (float *)pp;
+        else jb.pb = (double *)pp;
+    }
+    if (nblk > 1 && rows * n >= NN_PAR_MIN && par_num_threads() > 1)
+        par_for(nblk, ln_grad_blocks, &jb);
+    else if (nblk > 0)
+        ln_grad_blocks(&jb, 0, nblk);
+    for (int t = 0; t < 2; t++) {
+        ad_tensor *ot = t ? ob : ow;
+        if (!ot) continue;
+        const float *f = t ? jb.fb : jb.fw;
+        const double *d = t ? jb.pb : jb.pw;
+        for (int64_t c = 0; c < n; c++) {
+            double acc = 0;
+            for (int64_t blk = 0; blk < nblk; blk++) acc += vec ? f[blk * n + c] : d[blk * n + c];
+            stv(ot->storage->data, dt, c, acc);
+        }
+    }
+done:
+    ad_mfree(part);
+    ad_tensor_release(tx);
+    ad_tensor_release(tg);
+    ad_tensor_release(tw);
+    if (st) {
+        ad_tensor_release(o);
+        ad_tensor_release(ow);
+        ad_tensor_release(ob);
+        return st;
+    }
+    *dx = o;
+    *dw = ow;
+    *db = ob;
+    return AD_OK;
 }
 
 /* ---- dropout --------------------------------------------------------------------- */

@@ -15,6 +15,11 @@ ad_status fwd_mse_loss(const op_args *a, ad_tensor **out);
 ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out);
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out);
 ad_status fwd_layer_norm(const op_args *a, ad_tensor **out);
+/* layer_norm's gradient as one native pass (no create_graph): dx of x's
+   shape; dw, db of the normalized shape when asked for, else NULL. */
+ad_status ad_layer_norm_grad(const ad_tensor *x, const ad_tensor *w, const ad_tensor *g,
+                             int64_t k, double eps, bool want_w, bool want_b, ad_tensor **dx,
+                             ad_tensor **dw, ad_tensor **db);
 ad_status fwd_dropout(const op_args *a, ad_tensor **out);
 ad_status fwd_conv2d(const op_args *a, ad_tensor **out);
 ad_status fwd_conv_transpose2d(const op_args *a, ad_tensor **out);

@@ -32,4 +32,23 @@ SIMD_MAPS(SIMD_DECLARE_NT)
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode);
 int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode);
 
+/* gelu_erf's gradient g (Phi(x) + x phi(x)) over n contiguous elements, g
+   contiguous (sg = 1) or one value (sg = 0) */
+void ad_gelu_erf_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
+void ad_gelu_erf_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg,
+                                 float *dx);
+/* layer_norm over rows [r0, r1) of len contiguous elements (simd_math.h's
+   row_layer_norm / row_layer_norm_grad; w, b, dw, db may be NULL; dw and db
+   accumulate) */
+void ad_layer_norm_rows_f32_avx2(const float *x, const float *w, const float *b, float *y,
+                                 int64_t r0, int64_t r1, int64_t len, double eps);
+void ad_layer_norm_rows_f32_avx512(const float *x, const float *w, const float *b, float *y,
+                                   int64_t r0, int64_t r1, int64_t len, double eps);
+void ad_layer_norm_grad_rows_f32_avx2(const float *x, const float *g, const float *w, float *dx,
+                                      float *dw, float *db, int64_t r0, int64_t r1, int64_t len,
+                                      double eps);
+void ad_layer_norm_grad_rows_f32_avx512(const float *x, const float *g, const float *w,
+                                        float *dx, float *dw, float *db, int64_t r0, int64_t r1,
+                                        int64_t len, double eps);
+
 #endif

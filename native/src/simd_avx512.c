@@ -68,6 +68,17 @@ static inline void row_acc_store(double *p, const ROW_ACC *c) {
 ROW_D(V_MUL_D, _mm512_mul_pd)
 ROW_D(V_SUB_D, _mm512_sub_pd)
 
+/* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
+   then + 4, + 2, + 1 */
+static inline float fold8_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define V_FOLD16(a) \
+    fold8_ps(_mm256_add_ps(_mm512_castps512_ps256((a)[0]), _mm512_extractf32x8_ps((a)[0], 1)))
+
 #include "simd_math.h"
 
 #define DEF_MAP(NAME, F)                                                               \
@@ -109,4 +120,20 @@ SIMD_MAPS(MAP_NT_AVX512)
 
 int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);
+}
+
+void ad_gelu_erf_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg, float *dx) {
+    gelu_erf_grad_map(n, x, g, sg, dx);
+}
+
+void ad_layer_norm_rows_f32_avx512(const float *x, const float *w, const float *b, float *y,
+                                 int64_t r0, int64_t r1, int64_t len, double eps) {
+    for (int64_t r = r0; r < r1; r++) row_layer_norm(x + r * len, w, b, y + r * len, len, eps);
+}
+
+void ad_layer_norm_grad_rows_f32_avx512(const float *x, const float *g, const float *w, float *dx,
+                                      float *dw, float *db, int64_t r0, int64_t r1, int64_t len,
+                                      double eps) {
+    for (int64_t r = r0; r < r1; r++)
+        row_layer_norm_grad(x + r * len, g + r * len, w, dx + r * len, dw, db, len, eps);
 }

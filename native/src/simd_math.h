@@ -315,3 +315,140 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
     }
     return 1;
 }
+
+/* ---- gelu_erf's gradient and layer_norm rows -------------------------------------
+ * d gelu_erf = g (Phi(x) + x phi(x)), the backward's composite formula
+ * (Phi = (1 + erf(x / sqrt 2)) / 2, phi = e^(-x^2/2) / sqrt(2 pi)) in one
+ * pass that reads x and g once.  layer_norm rows: sums in the 16 double
+ * partials of the softmax rows (row_acc), folded in one fixed order, so
+ * AVX2 and AVX-512 agree; the terms are float32. */
+static inline V v_gelu_erf_grad(V x, V g) {
+    V P = V_FMADD(V_SET1(0.5f), v_erf(V_MUL(x, V_SET1(0.70710678118654752f))), V_SET1(0.5f));
+    V ph = V_MUL(v_exp(V_MUL(V_MUL(x, x), V_SET1(-0.5f))), V_SET1(0.3989422804014327f));
+    return V_MUL(g, V_FMADD(x, ph, P));
+}
+
+/* g contiguous (sg = 1) or one value for every element (sg = 0: the
+   gradient of a sum) */
+static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, int64_t sg,
+                                     float *dx) {
+    int64_t i = 0;
+    if (!sg) {
+        const V gv = V_SET1(*g);
+        for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), gv));
+        if (i < n) V_STORE_PART(dx + i, n - i, v_gelu_erf_grad(V_LOAD_PART(x + i, n - i, 0.0f), gv));
+        return;
+    }
+    for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), V_LOADU(g + i)));
+    if (i < n)
+        V_STORE_PART(dx + i, n - i,
+                     v_gelu_erf_grad(V_LOAD_PART(x + i, n - i, 0.0f), V_LOAD_PART(g + i, n - i, 0.0f)));
+}
+
+/* 16 float32 partial sums, partial j taking the elements i = j (mod 16) in
+   order (16 / VW vectors), folded pairwise in one fixed order (V_FOLD16:
+   j + 8, then + 4, + 2, + 1): AVX2 and AVX-512 give the same bits */
+typedef struct { V a[16 / VW]; } ACC16;
+static inline void acc16_zero(ACC16 *c) {
+    for (int u = 0; u < 16 / VW; u++) c->a[u] = V_ZERO();
+}
+static inline double acc16_fold(const ACC16 *c) { return (double)V_FOLD16(c->a); }
+/* the lanes of a row from element i on: k = min(VW, len - i) of them, the
+   others loaded as 0 */
+#define LN_LD(p, i, k) ((k) == VW ? V_LOADU((p) + (i)) : V_LOAD_PART((p) + (i), (k), 0.0f))
+#define LN_ST(p, i, k, v)                                                  \
+    do {                                                                   \
+        if ((k) == VW) V_STOREU((p) + (i), (v));                           \
+        else V_STORE_PART((p) + (i), (k), (v));                            \
+    } while (0)
+/* runs BODY(i, k, u) over a row: 16 elements a step (u the partial's
+   vector), then the tail */
+#define LN_ROW(len, BODY)                                                  \
+    do {                                                                   \
+        int64_t i_ = 0;                                                    \
+        for (; i_ + 16 <= (len); i_ += 16)                                 \
+            for (int u_ = 0; u_ < 16 / VW; u_++) BODY(i_ + u_ * VW, VW, u_); \
+        for (; i_ < (len); i_ += VW) {                                     \
+            int64_t k_ = (len) - i_ < VW ? (len) - i_ : VW;                \
+            BODY(i_, k_, (int)((i_ & 15) / VW));                           \
+        }                                                                  \
+    } while (0)
+
+/* mean and 1 / sqrt(var + eps) of a row, the variance from the deviations
+   x - mean, mean as a float32 pair hi + lo (two passes, no cancellation) */
+typedef struct { float hi, lo, rstd; } ln_stats;
+static inline ln_stats row_moments(const float *x, int64_t len, double eps) {
+    ACC16 acc;
+    acc16_zero(&acc);
+#define SUM_X(i, k, u) acc.a[u] = V_ADD(acc.a[u], LN_LD(x, i, k))
+    LN_ROW(len, SUM_X);
+#undef SUM_X
+    double m = acc16_fold(&acc) / (double)len;
+    ln_stats st = {(float)m, 0.0f, 0.0f};
+    st.lo = (float)(m - (double)st.hi);
+    const V MH = V_SET1(st.hi), ML = V_SET1(st.lo);
+    acc16_zero(&acc);
+#define SUM_D2(i, k, u)                                                    \
+    do {                                                                   \
+        V d_ = V_SUB(V_SUB(LN_LD(x, i, k), MH), ML);                       \
+        if ((k) != VW) d_ = V_KEEP(d_, k);                                 \
+        acc.a[u] = V_FMADD(d_, d_, acc.a[u]);                              \
+    } while (0)
+    LN_ROW(len, SUM_D2);
+#undef SUM_D2
+    st.rstd = (float)(1.0 / sqrt(acc16_fold(&acc) / (double)len + eps));
+    return st;
+}
+
+/* y = (x - mean) rstd w + b (w, b may be NULL) */
+static inline void row_layer_norm(const float *x, const float *w, const float *b, float *y,
+                                  int64_t len, double eps) {
+    ln_stats st = row_moments(x, len, eps);
+    const V MH = V_SET1(st.hi), ML = V_SET1(st.lo), R = V_SET1(st.rstd);
+#define NORM(i, k, u)                                                      \
+    do {                                                                   \
+        V v_ = V_MUL(V_SUB(V_SUB(LN_LD(x, i, k), MH), ML), R);             \
+        if (w) v_ = V_MUL(v_, LN_LD(w, i, k));                             \
+        if (b) v_ = V_ADD(v_, LN_LD(b, i, k));                             \
+        LN_ST(y, i, k, v_);                                                \
+    } while (0)
+    LN_ROW(len, NORM);
+#undef NORM
+}
+
+/* One row of layer_norm's gradient: xhat = (x - mean) rstd, gw = g w (g
+   without w), dx = rstd (gw - mean(gw) - xhat mean(gw xhat)); dw += g xhat
+   and db += g (either NULL to skip) */
+static inline void row_layer_norm_grad(const float *x, const float *g, const float *w, float *dx,
+                                       float *dw, float *db, int64_t len, double eps) {
+    ln_stats st = row_moments(x, len, eps);
+    const V MH = V_SET1(st.hi), ML = V_SET1(st.lo), R = V_SET1(st.rstd);
+    ACC16 s1, s2;
+    acc16_zero(&s1);
+    acc16_zero(&s2);
+#define SUMS(i, k, u)                                                      \
+    do {                                                                   \
+        V xh_ = V_MUL(V_SUB(V_SUB(LN_LD(x, i, k), MH), ML), R);            \
+        if ((k) != VW) xh_ = V_KEEP(xh_, k);                               \
+        V g_ = LN_LD(g, i, k);                                             \
+        V gw_ = w ? V_MUL(g_, LN_LD(w, i, k)) : g_;                        \
+        s1.a[u] = V_ADD(s1.a[u], gw_);                                     \
+        s2.a[u] = V_FMADD(gw_, xh_, s2.a[u]);                              \
+        if (dw) LN_ST(dw, i, k, V_FMADD(g_, xh_, LN_LD(dw, i, k)));        \
+        if (db) LN_ST(db, i, k, V_ADD(g_, LN_LD(db, i, k)));               \
+    } while (0)
+    LN_ROW(len, SUMS);
+#undef SUMS
+    const V M1 = V_SET1((float)(acc16_fold(&s1) / (double)len));
+    const V M2 = V_SET1((float)(acc16_fold(&s2) / (double)len));
+#define DX(i, k, u)                                                        \
+    do {                                                                   \
+        V xh_ = V_MUL(V_SUB(V_SUB(LN_LD(x, i, k), MH), ML), R);            \
+        V g_ = LN_LD(g, i, k);                                             \
+        V gw_ = w ? V_MUL(g_, LN_LD(w, i, k)) : g_;                        \
+        LN_ST(dx, i, k, V_MUL(V_FNMADD(xh_, M2, V_SUB(gw_, M1)), R));      \
+        (void)(u);                                                         \
+    } while (0)
+    LN_ROW(len, DX);
+#undef DX
+}
