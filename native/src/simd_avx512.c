@@ -105,35 +105,6 @@ static inline float fold8_ps(__m256 v) {
 #define MAP_AVX512(OP, OPU) DEF_MAP(ad_##OP##_f32_avx512, v_##OP)
 SIMD_MAPS(MAP_AVX512)
 
-/* y from its first 64-byte boundary on with non-temporal stores; the ends
-   through the map above (the same bits) */
-#define DEF_MAP_NT(NAME, F, MAP)                                                        \
-    void NAME(int64_t n, const float *x, float *y) {                                    \
-        int64_t i = (int64_t)((-(uintptr_t)y & 63) / sizeof(float));                    \
-        if (i > n) i = n;                                                               \
-        MAP(i, x, 1, y);                                                                \
-        for (; i + 16 <= n; i += 16) _mm512_stream_ps(y + i, F(_mm512_loadu_ps(x + i))); \
-        MAP(n - i, x + i, 1, y + i);                                                    \
-    }
-#define MAP_NT_AVX512(OP, OPU) DEF_MAP_NT(ad_##OP##_f32_avx512_nt, v_##OP, ad_##OP##_f32_avx512)
-SIMD_MAPS(MAP_NT_AVX512)
-
-int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode) {
-    return row_softmax(x, y, len, mode);
-}
-
-void ad_gelu_erf_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg, float *dx) {
-    gelu_erf_grad_map(n, x, g, sg, dx);
-}
-
-void ad_layer_norm_rows_f32_avx512(const float *x, const float *w, const float *b, float *y,
-                                 int64_t r0, int64_t r1, int64_t len, double eps) {
-    for (int64_t r = r0; r < r1; r++) row_layer_norm(x + r * len, w, b, y + r * len, len, eps);
-}
-
-void ad_layer_norm_grad_rows_f32_avx512(const float *x, const float *g, const float *w, float *dx,
-                                      float *dw, float *db, int64_t r0, int64_t r1, int64_t len,
-                                      double eps) {
-    for (int64_t r = r0; r < r1; r++)
-        row_layer_norm_grad(x + r * len, g + r * len, w, dx + r * len, dw, db, len, eps);
-}
+#define SIMD_ISA avx512
+#define V_STREAM _mm512_stream_ps
+#include "simd_entries.h"

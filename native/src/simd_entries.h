@@ -1,0 +1,46 @@
+/* simd_avx2.c / simd_avx512.c's exported entry points, written once: the
+   non-temporal maps and the row kernels' wrappers.  Included by each ISA file
+   after simd_math.h and its DEF_MAP instances, with SIMD_ISA (the name
+   suffix), VW (lanes) and V_STREAM (a non-temporal vector store) defined.
+   No include guard: it is included once per ISA level. */
+#define SE_CAT_(a, b) a##_##b
+#define SE_CAT(a, b) SE_CAT_(a, b)
+#define SE_NAME(name) SE_CAT(name, SIMD_ISA)
+
+/* y from its first VW-float boundary on with non-temporal stores; the ends
+   through the ordinary map (the same bits) */
+#define SE_MAP_NT(OP, OPU)                                                              \
+    void SE_CAT(SE_NAME(ad_##OP##_f32), nt)(int64_t n, const float *x, float *y) {      \
+        int64_t i = (int64_t)((-(uintptr_t)y & (VW * sizeof(float) - 1)) / sizeof(float)); \
+        if (i > n) i = n;                                                               \
+        SE_NAME(ad_##OP##_f32)(i, x, 1, y);                                             \
+        for (; i + VW <= n; i += VW) V_STREAM(y + i, v_##OP(V_LOADU(x + i)));           \
+        SE_NAME(ad_##OP##_f32)(n - i, x + i, 1, y + i);                                 \
+    }
+SIMD_MAPS(SE_MAP_NT)
+#undef SE_MAP_NT
+
+int SE_NAME(ad_softmax_row_f32)(const float *x, float *y, int64_t len, int mode) {
+    return row_softmax(x, y, len, mode);
+}
+
+void SE_NAME(ad_gelu_erf_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg,
+                                   float *dx) {
+    gelu_erf_grad_map(n, x, g, sg, dx);
+}
+
+void SE_NAME(ad_layer_norm_rows_f32)(const float *x, const float *w, const float *b, float *y,
+                                     int64_t r0, int64_t r1, int64_t len, double eps) {
+    for (int64_t r = r0; r < r1; r++) row_layer_norm(x + r * len, w, b, y + r * len, len, eps);
+}
+
+void SE_NAME(ad_layer_norm_grad_rows_f32)(const float *x, const float *g, const float *w,
+                                          float *dx, float *dw, float *db, int64_t r0, int64_t r1,
+                                          int64_t len, double eps) {
+    for (int64_t r = r0; r < r1; r++)
+        row_layer_norm_grad(x + r * len, g + r * len, w, dx + r * len, dw, db, len, eps);
+}
+
+#undef SE_NAME
+#undef SE_CAT
+#undef SE_CAT_
