@@ -37,6 +37,7 @@ typedef __m256 M;
 #define V_CMP _mm256_cmp_ps
 #define V_SELECT(m, t, f) _mm256_blendv_ps((f), (t), (m))
 #define M_AND _mm256_and_ps
+#define M_OR _mm256_or_ps
 #define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
 /* p 2^n (simd_math.h: 1/16 <= |p| < 4, n integer-valued).  When every lane
    has |n| <= 120 the product is normal and exact: n is added to p's exponent

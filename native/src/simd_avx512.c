@@ -36,6 +36,7 @@ typedef __mmask16 M;
 #define V_CMP _mm512_cmp_ps_mask
 #define V_SELECT(m, t, f) _mm512_mask_blend_ps((m), (f), (t))
 #define M_AND(a, b) ((M)((a) & (b)))
+#define M_OR(a, b) ((M)((a) | (b)))
 #define M_ALL(m) ((m) == (M)0xffff)
 #define V_LDEXP _mm512_scalef_ps /* p 2^floor(n), rounded once */
 

@@ -68,10 +68,23 @@ static inline V exp_core(V xc) {
     return V_LDEXP(exp_poly(r), n);
 }
 
-/* x86's min / max return their second operand when either is NaN: with the
-   bound first, a NaN input passes the clamp and propagates (no select). */
+/* Underflow: an Intel core takes a microcode assist (~150 cycles) for every
+   instruction whose result has a denormal or underflowing lane, as V_LDEXP
+   has for e^x below x = -87.3; AMD's Zen takes none.  So the lanes in z,
+   whose results are known without computing them (e^x rounds to 0, or
+   disappears in the caller's 1 + e^x), go through the polynomial as 0 and
+   come out as 0: only the results that really are denormal (x in
+   (-104, -87.3)) still take the assist.  The bits are the same as computing
+   them. */
+static inline V exp_core_z(V xc, M z) {
+    return V_SELECT(z, V_ZERO(), exp_core(V_SELECT(z, V_ZERO(), xc)));
+}
+
+/* e^x: 0 for x <= -104 (e^-104 is below half the smallest denormal), x
+   capped at 89 (inf from there); x86's min returns its second operand when
+   either is NaN: with the bound first, a NaN input propagates. */
 static inline V v_exp(V x) {
-    return exp_core(V_MIN(V_SET1(89.0f), V_MAX(V_SET1(-104.0f), x)));
+    return exp_core_z(V_MIN(V_SET1(89.0f), x), V_CMP(x, V_SET1(-104.0f), _CMP_LE_OQ));
 }
 
 /* tanh |x| = (1 - e^z) / (1 + e^z), z = -2|x|, from one reduction kept as
@@ -132,8 +145,11 @@ static inline V v_log(V x) {
     return V_SELECT(V_CMP(x, zero, _CMP_NGE_UQ), V_SET1(NAN), r);
 }
 
-static inline V logistic_div(V num, V w) { /* num / (1 + e^w) */
-    return V_DIV(num, V_ADD(V_SET1(1.0f), v_exp(w)));
+/* num / (1 + e^w); e^w is taken as 0 from w <= -17 on (e^-17 < 2^-24: 1 + e^w
+   rounds to 1 anyway), so it never underflows */
+static inline V logistic_div(V num, V w) {
+    V e = exp_core_z(V_MIN(V_SET1(89.0f), w), V_CMP(w, V_SET1(-17.0f), _CMP_LE_OQ));
+    return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
 /* sigmoid and silu from e = e^-|x| (never overflows): 1 / (1 + e) and
@@ -143,9 +159,12 @@ static inline V sigmoid_num(V x, V for_pos, V for_neg, V e) {
     return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
-/* e^-|x|: only the lower bound of v_exp's clamp applies */
+/* e^-|x| (only the lower bound of v_exp's clamp applies), taken as 0 from
+   x >= 20 on, where 1 + e^-x is 1 and it only enters as that sum */
 static inline V exp_negabs(V x) {
-    return exp_core(V_MAX(V_SET1(-104.0f), V_OR(x, V_SET1(-0.0f))));
+    V t = V_OR(x, V_SET1(-0.0f));
+    return exp_core_z(t, M_OR(V_CMP(t, V_SET1(-104.0f), _CMP_LE_OQ),
+                              V_CMP(x, V_SET1(20.0f), _CMP_GE_OQ)));
 }
 
 static inline V v_sigmoid(V x) {
@@ -214,8 +233,9 @@ static inline V v_erf(V x) {
     V y = V_MUL(x, erf_small(s));
     M is_small = V_CMP(V_ANDNOT(sign, x), V_SET1(0.9f), _CMP_LT_OQ);
     if (!M_ALL(is_small)) {
-        /* erf is 1.0f from |x| = 3.92 on; the cap keeps z^2 finite (and turns NaN into 10) */
-        V z = V_MIN(V_ANDNOT(sign, x), V_SET1(10.0f));
+        /* erf is 1.0f from |x| = 3.92 on: the cap at 4 keeps e^(-z^2) normal
+           (and turns NaN into 4) */
+        V z = V_MIN(V_ANDNOT(sign, x), V_SET1(4.0f));
         V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
         V big = V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
         y = V_SELECT(is_small, y, big);
@@ -230,13 +250,18 @@ static inline V v_gelu_erf(V x) {
     V y = V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
     M mid = M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
     if (!M_ALL(mid)) {
-        /* |x| capped at 10.5 sqrt 2 (erfc(10.5) is 0 in float32; NaN becomes the cap) */
-        V ax = V_MIN(V_ANDNOT(sign, x), V_SET1(14.849242404917497f));
+        /* the flat lanes: x >= 7.5 (x erfc(x / sqrt 2) / 2 is below half an ulp of
+           x: the result is x), x <= -14.25 (the result is below half the
+           smallest denormal: -0) and NaN take erfc = 0, computed from |x| = 1,
+           so e^(-x^2/2) never underflows there (the result stays x, -0, and
+           NaN for x = -inf) */
+        M flat = M_OR(V_CMP(x, V_SET1(7.5f), _CMP_NLT_UQ), V_CMP(x, V_SET1(-14.25f), _CMP_LE_OQ));
+        V ax = V_SELECT(flat, V_SET1(1.0f), V_ANDNOT(sign, x));
         V az = V_MUL(ax, V_SET1(0.70710678118654752f));
         V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
-        V c = erfc_big(az, V_MUL(xx, half), V_MUL(xl, half));
+        V c = V_SELECT(flat, V_ZERO(), erfc_big(az, V_MUL(xx, half), V_MUL(xl, half)));
         /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
-           x - (capped x) erfc / 2 */
+           x - |x| erfc / 2 */
         V lo = V_MUL(h, c);
         V hi = V_FNMADD(V_MUL(ax, half), c, x);
         y = V_SELECT(mid, y, V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi));
@@ -324,7 +349,10 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
  * AVX2 and AVX-512 agree; the terms are float32. */
 static inline V v_gelu_erf_grad(V x, V g) {
     V P = V_FMADD(V_SET1(0.5f), v_erf(V_MUL(x, V_SET1(0.70710678118654752f))), V_SET1(0.5f));
-    V ph = V_MUL(v_exp(V_MUL(V_MUL(x, x), V_SET1(-0.5f))), V_SET1(0.3989422804014327f));
+    /* e^(-x^2/2) as 0 from x >= 7 on as well (x phi(x) < 2^-33, P = 1: the sum is 1) */
+    V a = V_MUL(V_MUL(x, x), V_SET1(-0.5f));
+    M z = M_OR(V_CMP(a, V_SET1(-104.0f), _CMP_LE_OQ), V_CMP(x, V_SET1(7.0f), _CMP_GE_OQ));
+    V ph = V_MUL(exp_core_z(a, z), V_SET1(0.3989422804014327f));
     return V_MUL(g, V_FMADD(x, ph, P));
 }
 
