@@ -55,9 +55,12 @@ static inline void row_acc(ROW_ACC *c, __m512 e, int64_t i) {
     c->a[0] = _mm512_add_pd(c->a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     c->a[1] = _mm512_add_pd(c->a[1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
 }
-static inline void row_acc_store(double *p, const ROW_ACC *c) {
-    _mm512_storeu_pd(p, c->a[0]);
-    _mm512_storeu_pd(p + 8, c->a[1]);
+/* the partials folded in registers: j + 8, then + 4, + 2, + 1 */
+static inline double row_acc_sum(const ROW_ACC *c) {
+    __m512d s8 = _mm512_add_pd(c->a[0], c->a[1]);
+    __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 #define ROW_D(NAME, OPD)                                                             \
     static inline __m512 NAME(__m512 v, double s) {                                  \

@@ -282,7 +282,8 @@ static inline V v_gelu_erf(V x) {
  * V_LOADU, V_STOREU, V_LOAD_PART / V_STORE_PART (the first n lanes; the
  * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
  * step's terms added to the partials; steps start at multiples of VW),
- * V_MUL_D / V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
+ * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D /
+ * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
@@ -295,49 +296,80 @@ static inline V row_term(V x, V m) {
     return V_FMADD(e, err, e);
 }
 
-/* mode 0: softmax into y; 1: log_softmax into y; 2: logsumexp into y[0].
-   0 when the lane's maximum is not finite (the caller's double loop keeps its
-   inf / NaN arithmetic), else 1. */
-static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
+/* the lane's maximum; NaN skipped (max(a, b) returns b when a is NaN) */
+static inline float row_max(const float *x, int64_t len) {
     V mv = V_SET1(-INFINITY);
     int64_t i = 0;
-    /* NaN skipped: max(a, b) returns b when a is NaN */
     for (; i + VW <= len; i += VW) mv = V_MAX(V_LOADU(x + i), mv);
     if (i < len) mv = V_MAX(V_LOAD_PART(x + i, len - i, -INFINITY), mv);
     float lanes[VW];
     V_STOREU(lanes, mv);
     float m = lanes[0];
     for (int l = 1; l < VW; l++) m = lanes[l] > m ? lanes[l] : m;
-    if (!isfinite(m)) return 0;
+    return m;
+}
+
+/* the sum of the terms e^(x - m) (m finite) in double, the terms written to y
+   when y is not NULL */
+static inline double row_exp_sum(const float *x, float *y, int64_t len, float m) {
     const V M = V_SET1(m);
     ROW_ACC acc;
     row_acc_zero(&acc);
-    for (i = 0; i + VW <= len; i += VW) {
+    int64_t i = 0;
+    for (; i + VW <= len; i += VW) {
         V e = row_term(V_LOADU(x + i), M);
-        if (mode == 0) V_STOREU(y + i, e);
+        if (y) V_STOREU(y + i, e);
         row_acc(&acc, e, i);
     }
     if (i < len) {
         V e = V_KEEP(row_term(V_LOAD_PART(x + i, len - i, m), M), len - i);
-        if (mode == 0) V_STORE_PART(y + i, len - i, e);
+        if (y) V_STORE_PART(y + i, len - i, e);
         row_acc(&acc, e, i);
     }
-    double part[16];
-    row_acc_store(part, &acc);
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) part[l] += part[l + w];
-    double sum = part[0];
+    return row_acc_sum(&acc);
+}
+
+/* y = (float)((double)y s) */
+static inline void row_scale(float *y, int64_t len, double s) {
+    int64_t i = 0;
+    for (; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), s));
+    if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), s));
+}
+
+/* mode 0: softmax into y; 1: log_softmax into y; 2: logsumexp into y[0].
+   0 when the lane's maximum is not finite (the caller's double loop keeps its
+   inf / NaN arithmetic), else 1. */
+static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    double sum = row_exp_sum(x, mode == 0 ? y : NULL, len, m);
     if (mode == 2) {
         *y = (float)((double)m + log(sum));
     } else if (mode == 1) {
         double lz = (double)m + log(sum);
-        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
+        int64_t i = 0;
+        for (; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
         if (i < len) V_STORE_PART(y + i, len - i, V_SUB_D(V_LOAD_PART(x + i, len - i, 0.0f), lz));
     } else {
-        double inv = 1.0 / sum;
-        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), inv));
-        if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), inv));
+        row_scale(y, len, 1.0 / sum);
     }
+    return 1;
+}
+
+/* cross_entropy's rows: log sum e^x in double into *lse (forward), and
+   softmax(x) s into y (backward, s the row's gradient scale); 0 when the
+   lane's maximum is not finite (the caller's double loop) */
+static inline int row_lse(const float *x, int64_t len, double *lse) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    *lse = (double)m + log(row_exp_sum(x, NULL, len, m));
+    return 1;
+}
+
+static inline int row_softmax_scaled(const float *x, float *y, int64_t len, double s) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    row_scale(y, len, s / row_exp_sum(x, y, len, m));
     return 1;
 }
 
