@@ -227,47 +227,80 @@ static inline V erfc_big(V z, V hi, V lo) {
     return exp_sum_scaled(V_SUB(V_ZERO(), hi), V_SUB(q, lo), t);
 }
 
-static inline V v_erf(V x) {
+/* erf in two parts as gelu_erf below: x P(x^2) for |x| < 0.9 (erf_mid), 1 -
+   erfc(|x|) with the sign restored for the others (erf_tail), NaN restored
+   last (erf_fix) */
+static inline M erf_mid_lanes(V x) {
+    return V_CMP(V_ANDNOT(V_SET1(-0.0f), x), V_SET1(0.9f), _CMP_LT_OQ);
+}
+
+static inline V erf_mid(V x) { return V_MUL(x, erf_small(V_MUL(x, x))); }
+
+static inline V erf_tail(V x) {
     const V sign = V_SET1(-0.0f);
-    V s = V_MUL(x, x);
-    V y = V_MUL(x, erf_small(s));
-    M is_small = V_CMP(V_ANDNOT(sign, x), V_SET1(0.9f), _CMP_LT_OQ);
-    if (!M_ALL(is_small)) {
-        /* erf is 1.0f from |x| = 3.92 on: the cap at 4 keeps e^(-z^2) normal
-           (and turns NaN into 4) */
-        V z = V_MIN(V_ANDNOT(sign, x), V_SET1(4.0f));
-        V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
-        V big = V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
-        y = V_SELECT(is_small, y, big);
-    }
+    /* erf is 1.0f from |x| = 3.92 on: the cap at 4 keeps e^(-z^2) normal (and
+       turns NaN into 4) */
+    V z = V_MIN(V_ANDNOT(sign, x), V_SET1(4.0f));
+    V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
+    return V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
+}
+
+static inline V erf_fix(V x, V y) { return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y); }
+
+static inline V v_erf(V x) {
+    V y = erf_mid(x);
+    M mid = erf_mid_lanes(x);
+    if (!M_ALL(mid)) y = V_SELECT(mid, y, erf_tail(x));
+    return erf_fix(x, y);
+}
+
+/* gelu_erf in two parts: the polynomial for -0.5 <= x / sqrt 2 < 0.9 (the
+   lanes in gelu_erf_mid_lanes) and the erfc form for the others
+   (gelu_erf_tail), both before gelu_erf_fix (sign and NaN).  v_gelu_erf skips
+   the tail when a vector has none; a map may also gather the tail lanes of
+   many vectors first (simd_avx512.c): the same bits, lane by lane. */
+static inline M gelu_erf_mid_lanes(V x) {
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    return M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
+}
+
+static inline V gelu_erf_mid(V x) {
+    V h = V_MUL(x, V_SET1(0.5f));
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    return V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
+}
+
+static inline V gelu_erf_tail(V x) {
+    const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
+    V h = V_MUL(x, half);
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    /* the flat lanes: x >= 7.5 (x erfc(x / sqrt 2) / 2 is below half an ulp of
+       x: the result is x), x <= -14.25 (the result is below half the
+       smallest denormal: -0) and NaN take erfc = 0, computed from |x| = 1,
+       so e^(-x^2/2) never underflows there (the result stays x, -0, and
+       NaN for x = -inf) */
+    M flat = M_OR(V_CMP(x, V_SET1(7.5f), _CMP_NLT_UQ), V_CMP(x, V_SET1(-14.25f), _CMP_LE_OQ));
+    V ax = V_SELECT(flat, V_SET1(1.0f), V_ANDNOT(sign, x));
+    V az = V_MUL(ax, V_SET1(0.70710678118654752f));
+    V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
+    V c = V_SELECT(flat, V_ZERO(), erfc_big(az, V_MUL(xx, half), V_MUL(xl, half)));
+    /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
+       x - |x| erfc / 2 */
+    V lo = V_MUL(h, c);
+    V hi = V_FNMADD(V_MUL(ax, half), c, x);
+    return V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi);
+}
+
+static inline V gelu_erf_fix(V x, V y) {
+    y = V_OR(y, V_AND(x, V_SET1(-0.0f))); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
     return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
 }
 
 static inline V v_gelu_erf(V x) {
-    const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
-    V h = V_MUL(x, half);
-    V z = V_MUL(x, V_SET1(0.70710678118654752f));
-    V y = V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
-    M mid = M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
-    if (!M_ALL(mid)) {
-        /* the flat lanes: x >= 7.5 (x erfc(x / sqrt 2) / 2 is below half an ulp of
-           x: the result is x), x <= -14.25 (the result is below half the
-           smallest denormal: -0) and NaN take erfc = 0, computed from |x| = 1,
-           so e^(-x^2/2) never underflows there (the result stays x, -0, and
-           NaN for x = -inf) */
-        M flat = M_OR(V_CMP(x, V_SET1(7.5f), _CMP_NLT_UQ), V_CMP(x, V_SET1(-14.25f), _CMP_LE_OQ));
-        V ax = V_SELECT(flat, V_SET1(1.0f), V_ANDNOT(sign, x));
-        V az = V_MUL(ax, V_SET1(0.70710678118654752f));
-        V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
-        V c = V_SELECT(flat, V_ZERO(), erfc_big(az, V_MUL(xx, half), V_MUL(xl, half)));
-        /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
-           x - |x| erfc / 2 */
-        V lo = V_MUL(h, c);
-        V hi = V_FNMADD(V_MUL(ax, half), c, x);
-        y = V_SELECT(mid, y, V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi));
-    }
-    y = V_OR(y, V_AND(x, sign)); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
-    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+    V y = gelu_erf_mid(x);
+    M mid = gelu_erf_mid_lanes(x);
+    if (!M_ALL(mid)) y = V_SELECT(mid, y, gelu_erf_tail(x));
+    return gelu_erf_fix(x, y);
 }
 
 /* ---- softmax rows ---------------------------------------------------------------
@@ -379,8 +412,9 @@ static inline int row_softmax_scaled(const float *x, float *y, int64_t len, doub
  * pass that reads x and g once.  layer_norm rows: sums in the 16 double
  * partials of the softmax rows (row_acc), folded in one fixed order, so
  * AVX2 and AVX-512 agree; the terms are float32. */
-static inline V v_gelu_erf_grad(V x, V g) {
-    V P = V_FMADD(V_SET1(0.5f), v_erf(V_MUL(x, V_SET1(0.70710678118654752f))), V_SET1(0.5f));
+/* from e = erf(x / sqrt 2) */
+static inline V gelu_erf_grad_e(V x, V g, V e) {
+    V P = V_FMADD(V_SET1(0.5f), e, V_SET1(0.5f));
     /* e^(-x^2/2) as 0 from x >= 7 on as well (x phi(x) < 2^-33, P = 1: the sum is 1) */
     V a = V_MUL(V_MUL(x, x), V_SET1(-0.5f));
     M z = M_OR(V_CMP(a, V_SET1(-104.0f), _CMP_LE_OQ), V_CMP(x, V_SET1(7.0f), _CMP_GE_OQ));
@@ -388,11 +422,29 @@ static inline V v_gelu_erf_grad(V x, V g) {
     return V_MUL(g, V_FMADD(x, ph, P));
 }
 
+static inline V v_gelu_erf_grad(V x, V g) {
+    return gelu_erf_grad_e(x, g, v_erf(V_MUL(x, V_SET1(0.70710678118654752f))));
+}
+
 /* g contiguous (sg = 1) or one value for every element (sg = 0: the
    gradient of a sum) */
 static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, int64_t sg,
                                      float *dx) {
     int64_t i = 0;
+#ifdef ERF_CONTIG
+    /* erf(x / sqrt 2) of a block first, through the map's gathered form
+       (ERF_CONTIG: simd_avx512.c), then the rest a vector at a time */
+    float u[GE_BLOCK];
+    for (; i + GE_BLOCK <= n; i += GE_BLOCK) {
+        for (int j = 0; j < GE_BLOCK; j += VW)
+            V_STOREU(u + j, V_MUL(V_LOADU(x + i + j), V_SET1(0.70710678118654752f)));
+        ERF_CONTIG(GE_BLOCK, u, u);
+        for (int j = 0; j < GE_BLOCK; j += VW)
+            V_STOREU(dx + i + j, gelu_erf_grad_e(V_LOADU(x + i + j),
+                                                 sg ? V_LOADU(g + i + j) : V_SET1(*g),
+                                                 V_LOADU(u + j)));
+    }
+#endif
     if (!sg) {
         const V gv = V_SET1(*g);
         for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), gv));
