@@ -106,6 +106,14 @@ def _lanes():
     r = (rng.standard_normal(33) * 3).astype(np.float32)
     r[[2, 30]] = -np.inf  # finite max: those terms are 0
     rows.append(r)
+    # causal-mask rows (-inf above the diagonal) and masked_fill(-1e9) rows: terms that
+    # round to 0 are never computed (no underflow), mixed in one vector with live ones
+    s = (rng.standard_normal((64, 64)) * 2).astype(np.float32)
+    for i in (0, 1, 7, 15, 16, 17, 40, 63):
+        rows.append(np.where(np.arange(64) <= i, s[i], np.float32(-np.inf)).astype(np.float32))
+        rows.append(np.where(np.arange(64) <= i, s[i], np.float32(-1e9)).astype(np.float32))
+    # x - max around the flush bound (-104) and in the denormal window
+    rows.append(np.concatenate([[0.0], -np.linspace(80, 110, 47)]).astype(np.float32))
     return rows
 
 
@@ -174,6 +182,11 @@ outs = []
 for n in list(range(1, 34)) + [1000, 4099]:
     x = ad.from_numpy((rng.standard_normal((3, n)) * 9).astype(np.float32))
     outs += [x.softmax(1), x.log_softmax(1), x.logsumexp(1)]
+m = (rng.standard_normal((70, 70)) * 3).astype(np.float32)
+m[np.triu_indices(70, 1)] = -np.inf  # causal mask
+m[5, :] = -np.linspace(0, 120, 70)  # terms through the denormal window and the flush bound
+x = ad.from_numpy(m)
+outs += [x.softmax(1), x.log_softmax(1), x.logsumexp(1)]
 pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(),
              [o.numpy().tobytes() for o in outs]), sys.stdout.buffer)
 """
@@ -328,3 +341,76 @@ def test_maps_same_bits_avx2_avx512():
     _, b = _maps_at("avx2")
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
+
+
+# ---- the flushed lanes: results known without computing them ------------------------------
+# An Intel core takes a microcode assist for every instruction with an underflowing lane, so
+# the maps give the lanes whose result is known (exp of x <= -104, e^-|x| where 1 + e^-|x|
+# is 1, erf's and gelu_erf's flat tails) that result without computing e^x there.  A lane's
+# result must not depend on its neighbours: each input is mapped once in a vector of its own
+# value and once mixed with ordinary inputs, at both SIMD levels.
+FLUSH_SCRIPT = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+edges = [-104.0, -103.97208, -87.33655, -17.0, 4.0, 3.92, 7.0, 7.5, -14.25, -14.218779,
+         -13.2, 9.9, 10.5, 16.6, 20.0, -20.0, -104.5, 104.0]
+x = [np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan), np.float32(-200.0)]
+for e in edges:
+    v = np.float32(e)
+    for k in range(-3, 4):  # the neighbouring floats
+        x.append(np.nextafter(v, np.float32(np.inf if k > 0 else -np.inf)) if k else v)
+        for _ in range(abs(k) - 1):
+            x[-1] = np.nextafter(x[-1], np.float32(np.inf if k > 0 else -np.inf))
+x = np.array(x, np.float32)
+x = np.concatenate([x, -x])
+rng = np.random.default_rng(6)
+mixed = rng.standard_normal(16 * x.size).astype(np.float32)
+mixed[5::16] = x  # each edge in a vector of ordinary values, at lane 5 (and 13 at AVX2)
+alone = np.repeat(x, 16)  # each edge in a vector of its own
+outs = {}
+with np.errstate(all="ignore"):
+    for name in ("exp", "tanh", "sigmoid", "silu", "gelu", "erf", "gelu_erf"):
+        outs[name] = (getattr(ad.from_numpy(mixed), name)().numpy()[5::16],
+                      getattr(ad.from_numpy(alone), name)().numpy()[::16])
+    v, w = ad.Var(mixed), ad.Var(alone)
+    outs["gelu_erf_grad"] = (v.gelu_erf().sum().backward()[v].numpy()[5::16],
+                             w.gelu_erf().sum().backward()[w].numpy()[::16])
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), x, outs), sys.stdout.buffer)
+"""
+
+
+def test_flushed_lanes():
+    outs = {}
+    for isa in ("avx512", "avx2"):
+        level, x, o = _run(FLUSH_SCRIPT, PYAUTODIFF_ISA=isa)
+        if level == isa:
+            outs[isa] = o
+    if not outs:
+        pytest.skip("no SIMD level on this CPU")
+    for isa, o in outs.items():
+        for name, (mixed, alone) in o.items():
+            assert mixed.tobytes() == alone.tobytes(), (isa, name, x[mixed != alone])
+        exp, sig, silu = o["exp"][0], o["sigmoid"][0], o["silu"][0]
+        gelu, erf, ge = o["gelu"][0], o["erf"][0], o["gelu_erf"][0]
+        with np.errstate(all="ignore"):
+            assert (exp[x <= -104] == 0).all() and not np.signbit(exp[x <= -104]).any()
+            mid = (x > -104) & (x < 88)
+            np.testing.assert_allclose(exp[mid], np.exp(x[mid].astype(np.float64)),
+                                       rtol=2e-7, atol=2.0 ** -149)
+            big = x >= 20
+            assert (sig[big] == 1).all() and (silu[big] == x[big]).all()
+            assert (sig[x <= -104] == 0).all() and (silu[(x <= -104) & (x > -np.inf)] == 0).all()
+            assert (gelu[x >= 10] == x[x >= 10]).all()
+            assert (erf[x >= 4] == 1).all() and (erf[x <= -4] == -1).all()
+            assert (ge[x >= 7.5] == x[x >= 7.5]).all()
+            low = (x <= -14.25) & (x > -np.inf)
+            assert (ge[low] == 0).all() and np.signbit(ge[low]).all()  # -0
+            assert np.isnan(ge[x == -np.inf]).all() and np.isnan(ge[np.isnan(x)]).all()
+            g = o["gelu_erf_grad"][0]
+            fin = np.isfinite(x)  # x phi(x) is inf * 0 at +-inf: NaN
+            assert (g[fin & (x >= 7)] == 1).all() and (g[fin & (x <= -14.5)] == 0).all()
+    if len(outs) == 2:
+        for name in outs["avx512"]:
+            for a, b in zip(outs["avx512"][name], outs["avx2"][name]):
+                assert a.tobytes() == b.tobytes(), name

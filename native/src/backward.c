@@ -626,14 +626,27 @@ static const ad_tensor *minus_onehot(bw_scope *s, const ad_tensor *base, const a
 }
 /* d ce(x, t) = (softmax(x) - onehot(t)) g (/ N for mean); softmax from
    exp(x - max) / sum, which never overflows */
+/* the one-pass native gradient (nn.c), when no create_graph records the formula */
+static const ad_tensor *class_grad(bw_scope *s, bool ce) {
+    ad_tensor *dx = NULL;
+    ad_status st = ad_class_loss_grad(ce ? X(0) : XS(0), X(1), G, IA[0], ce, &dx);
+    return own(s, st, dx);
+}
 BACKWARD(cross_entropy) {
+    if (!ad_grad_enabled) {
+        GRAD(0, class_grad(s, true));
+        return;
+    }
     int64_t row[1] = {1};
     const ad_tensor *gs = class_scale(s);
     const ad_tensor *p = OP1(EXP, SUB(X(0), reduce_keep(s, AD_OP_MAX, X(0), row, 1)));
     GRAD(0, minus_onehot(s, MUL(DIV(p, reduce_keep(s, AD_OP_SUM, p, row, 1)), gs), gs));
 }
 /* d nll(x, t) = -onehot(t) g (/ N for mean) */
-BACKWARD(nll_loss) { GRAD(0, minus_onehot(s, zeros_like(s, XS(0)), class_scale(s))); }
+BACKWARD(nll_loss) {
+    if (!ad_grad_enabled) GRAD(0, class_grad(s, false));
+    else GRAD(0, minus_onehot(s, zeros_like(s, XS(0)), class_scale(s)));
+}
 
 /* layer_norm over the last k dims, with xhat = (x - mean) rstd,
    rstd = 1 / sqrt(var + eps), gw = g weight (g without weight):

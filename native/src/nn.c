@@ -116,23 +116,49 @@ typedef struct cl_job {
     void *out;      /* else the unreduced output */
 } cl_job;
 
+/* float32 rows through the vector kernels (simd_math.h's row_lse and
+   row_softmax_scaled); NULL: the double loops */
+typedef int (*lse_row_fn)(const float *, int64_t, double *);
+typedef int (*sm_row_fn)(const float *, float *, int64_t, double);
+static lse_row_fn lse_row_f32(void) {
+    int isa = ad_cpu_isa();
+    return isa == AD_ISA_AVX512 ? ad_lse_row_f32_avx512
+           : isa == AD_ISA_AVX2 ? ad_lse_row_f32_avx2 : NULL;
+}
+static sm_row_fn softmax_scaled_row_f32(void) {
+    int isa = ad_cpu_isa();
+    return isa == AD_ISA_AVX512 ? ad_softmax_scaled_row_f32_avx512
+           : isa == AD_ISA_AVX2 ? ad_softmax_scaled_row_f32_avx2 : NULL;
+}
+
+/* log sum e^x of the row at element `row` in double: the maximum with NaN
+   skipped, an infinite one returned as is (all -inf, or an inf: the loss is
+   inf / NaN as torch's) */
+static double row_lse_dbl(const void *px, int dt, int64_t row, int64_t c) {
+    double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < c; k++) m = fmax(m, ld(px, dt, row + k));
+    if (isinf(m)) return m;
+    for (int64_t k = 0; k < c; k++) s += exp(ld(px, dt, row + k) - m);
+    return m + log(s);
+}
+
+/* a float32 row's logsumexp on the vector kernel when it has a finite
+   maximum (max, the terms e^(x - m) and their sum in vector registers, the
+   sum in 16 double partials in one fixed order: the same bits at AVX2 and
+   AVX-512 and for any split of the rows), else the double loop */
 static void cl_rows(void *ctx, int64_t i0, int64_t i1) {
     const cl_job *j = ctx;
     const void *px = j->x;
     int dt = j->dt;
     int64_t c = j->c;
+    lse_row_fn vrow = j->ce && dt == AD_FLOAT32 ? lse_row_f32() : NULL;
     for (int64_t i = i0; i < i1; i++) {
         const int64_t row = i * c;
         double loss = -ld(px, dt, row + j->ix[i]);
         if (j->ce) {
-            double m = -INFINITY, s = 0;
-            for (int64_t k = 0; k < c; k++) m = fmax(m, ld(px, dt, row + k));
-            if (isinf(m)) {
-                s = 1; /* all -inf (or an inf): keep the result inf/nan as torch does */
-            } else {
-                for (int64_t k = 0; k < c; k++) s += exp(ld(px, dt, row + k) - m);
-            }
-            loss += m + log(s);
+            double lse;
+            if (!vrow || !vrow((const float *)px + row, c, &lse)) lse = row_lse_dbl(px, dt, row, c);
+            loss += lse;
         }
         if (j->loss) j->loss[i] = loss;
         else stv(j->out, dt, i, loss);
@@ -176,6 +202,76 @@ done:
 
 ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out) { return class_loss(a, true, out); }
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out) { return class_loss(a, false, out); }
+
+/* The class losses' gradient in one pass over the rows: dx_i = (softmax(x_i)
+   - onehot(t_i)) gs_i (ce) or -onehot(t_i) gs_i (nll), gs_i = g_i (none), g / N
+   (mean) or g (sum).  A float32 row with a finite maximum runs on the vector
+   kernel (softmax(x) gs rounded once from double); the others in double (a
+   row whose maximum is inf, or all -inf, is NaN, as the composed formula). */
+typedef struct clg_job {
+    const void *x, *g;
+    const int64_t *ix;
+    void *dx;
+    int dt;
+    int64_t c, n, r;
+    bool ce;
+} clg_job;
+
+static void clg_rows(void *ctx, int64_t i0, int64_t i1) {
+    const clg_job *j = ctx;
+    int dt = j->dt;
+    int64_t c = j->c;
+    size_t es = ad_dtype_size_(dt);
+    sm_row_fn vrow = j->ce && dt == AD_FLOAT32 ? softmax_scaled_row_f32() : NULL;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t row = i * c;
+        double gs = ld(j->g, dt, j->r ? 0 : i);
+        if (j->r == 1) gs /= (double)j->n;
+        if (!j->ce) {
+            memset((char *)j->dx + row * (int64_t)es, 0, (size_t)c * es);
+            stv(j->dx, dt, row + j->ix[i], -gs);
+            continue;
+        }
+        if (!vrow || !vrow((const float *)j->x + row, (float *)j->dx + row, c, gs)) {
+            double m = -INFINITY, sum = 0;
+            for (int64_t k = 0; k < c; k++) m = fmax(m, ld(j->x, dt, row + k));
+            for (int64_t k = 0; k < c; k++) sum += exp(ld(j->x, dt, row + k) - m);
+            double sc = gs / sum;
+            for (int64_t k = 0; k < c; k++) stv(j->dx, dt, row + k, exp(ld(j->x, dt, row + k) - m) * sc);
+        }
+        int64_t at = row + j->ix[i];
+        stv(j->dx, dt, at, ld(j->dx, dt, at) - gs);
+    }
+}
+
+ad_status ad_class_loss_grad(const ad_tensor *x, const ad_tensor *t, const ad_tensor *g,
+                             int64_t r, bool ce, ad_tensor **dx) {
+    const char *op = ce ? "cross_entropy backward" : "nll_loss backward";
+    int64_t *ix = NULL;
+    ad_status st;
+    *dx = NULL;
+    if ((st = reduction_arg(op, r)) || (st = class_inputs(op, x, t, &ix))) return st;
+    int64_t n = T_SHAPE(x)[0], c = T_SHAPE(x)[1];
+    if (g->dtype != x->dtype || g->numel != (r ? 1 : n)) {
+        st = ad_fail(AD_ERR_SHAPE, "%s: gradient %s does not fit the loss of input %s", op,
+                     ad_tdesc(g), ad_tdesc(x));
+        ad_mfree(ix);
+        return st;
+    }
+    ad_tensor *tx = NULL, *tg = NULL, *o = NULL;
+    const void *px = NULL, *pg;
+    if ((ce && (st = nn_contig(x, &tx, &px))) || (st = nn_contig(g, &tg, &pg))) goto done;
+    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), 2, &o))) goto done;
+    clg_job jb = {px, pg, ix, o->storage->data, x->dtype, c, n, r, ce};
+    nn_rows(n, ce ? 3 * c : 1, clg_rows, &jb);
+done:
+    ad_tensor_release(tx);
+    ad_tensor_release(tg);
+    ad_mfree(ix);
+    if (!st) *dx = o;
+    else ad_tensor_release(o);
+    return st;
+}
 
 /* ---- layer_norm ---------------------------------------------------------------- */
 typedef struct ln_job {

@@ -14,6 +14,11 @@ ad_status fwd_scatter_add(const op_args *a, ad_tensor **out);
 ad_status fwd_mse_loss(const op_args *a, ad_tensor **out);
 ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out);
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out);
+/* cross_entropy's (ce) or nll_loss's gradient for input 0 in one native pass
+   (no create_graph): x (N, C), t the targets, g the loss's gradient (one
+   value for reduction r = 1 or 2, (N,) for 0); x's data is read for ce only. */
+ad_status ad_class_loss_grad(const ad_tensor *x, const ad_tensor *t, const ad_tensor *g,
+                             int64_t r, bool ce, ad_tensor **dx);
 ad_status fwd_layer_norm(const op_args *a, ad_tensor **out);
 /* layer_norm's gradient as one native pass (no create_graph): dx of x's
    shape; dw, db of the normalized shape when asked for, else NULL. */

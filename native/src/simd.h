@@ -32,6 +32,14 @@ SIMD_MAPS(SIMD_DECLARE_NT)
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode);
 int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode);
 
+/* cross_entropy's rows (simd_math.h's row_lse / row_softmax_scaled): log sum
+   e^x in double into *lse; softmax(x) s into y.  0 (nothing written) when the
+   lane's maximum is not finite. */
+int ad_lse_row_f32_avx2(const float *x, int64_t len, double *lse);
+int ad_lse_row_f32_avx512(const float *x, int64_t len, double *lse);
+int ad_softmax_scaled_row_f32_avx2(const float *x, float *y, int64_t len, double s);
+int ad_softmax_scaled_row_f32_avx512(const float *x, float *y, int64_t len, double s);
+
 /* gelu_erf's gradient g (Phi(x) + x phi(x)) over n contiguous elements, g
    contiguous (sg = 1) or one value (sg = 0) */
 void ad_gelu_erf_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);

@@ -37,6 +37,7 @@ typedef __m256 M;
 #define V_CMP _mm256_cmp_ps
 #define V_SELECT(m, t, f) _mm256_blendv_ps((f), (t), (m))
 #define M_AND _mm256_and_ps
+#define M_OR _mm256_or_ps
 #define M_ALL(m) (_mm256_movemask_ps(m) == 0xff)
 /* p 2^n (simd_math.h: 1/16 <= |p| < 4, n integer-valued).  When every lane
    has |n| <= 120 the product is normal and exact: n is added to p's exponent
@@ -80,8 +81,11 @@ static inline void row_acc(ROW_ACC *c, __m256 e, int64_t i) {
     c->a[k] = _mm256_add_pd(c->a[k], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     c->a[k + 1] = _mm256_add_pd(c->a[k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
 }
-static inline void row_acc_store(double *p, const ROW_ACC *c) {
-    for (int k = 0; k < 4; k++) _mm256_storeu_pd(p + 4 * k, c->a[k]);
+/* the partials folded in registers: j + 8, then + 4, + 2, + 1 */
+static inline double row_acc_sum(const ROW_ACC *c) {
+    __m256d s4 = _mm256_add_pd(_mm256_add_pd(c->a[0], c->a[2]), _mm256_add_pd(c->a[1], c->a[3]));
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 #define ROW_D(NAME, OPD)                                                             \
     static inline __m256 NAME(__m256 v, double s) {                                  \

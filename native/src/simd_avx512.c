@@ -36,6 +36,7 @@ typedef __mmask16 M;
 #define V_CMP _mm512_cmp_ps_mask
 #define V_SELECT(m, t, f) _mm512_mask_blend_ps((m), (f), (t))
 #define M_AND(a, b) ((M)((a) & (b)))
+#define M_OR(a, b) ((M)((a) | (b)))
 #define M_ALL(m) ((m) == (M)0xffff)
 #define V_LDEXP _mm512_scalef_ps /* p 2^floor(n), rounded once */
 
@@ -54,9 +55,12 @@ static inline void row_acc(ROW_ACC *c, __m512 e, int64_t i) {
     c->a[0] = _mm512_add_pd(c->a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     c->a[1] = _mm512_add_pd(c->a[1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
 }
-static inline void row_acc_store(double *p, const ROW_ACC *c) {
-    _mm512_storeu_pd(p, c->a[0]);
-    _mm512_storeu_pd(p + 8, c->a[1]);
+/* the partials folded in registers: j + 8, then + 4, + 2, + 1 */
+static inline double row_acc_sum(const ROW_ACC *c) {
+    __m512d s8 = _mm512_add_pd(c->a[0], c->a[1]);
+    __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 #define ROW_D(NAME, OPD)                                                             \
     static inline __m512 NAME(__m512 v, double s) {                                  \
@@ -79,12 +83,62 @@ static inline float fold8_ps(__m256 v) {
 #define V_FOLD16(a) \
     fold8_ps(_mm256_add_ps(_mm512_castps512_ps256((a)[0]), _mm512_extractf32x8_ps((a)[0], 1)))
 
+/* gelu_erf_grad_map (simd_math.h) takes erf(x / sqrt 2) a block at a time from
+   erf_contig, the gathered map below */
+enum { GE_BLOCK = 512 };
+static int64_t erf_contig(int64_t n, const float *x, float *y);
+#define ERF_CONTIG erf_contig
+
 #include "simd_math.h"
+
+/* gelu_erf and erf over whole vectors of a contiguous x, a block at a time:
+   the polynomial (MID) for every lane, the other lanes of the block (not in
+   LANES) compressed into a buffer and run through the erfc form (TAIL)
+   densely, expanded back, FIX last.  In N(0, 1) data a third of gelu_erf's
+   lanes need TAIL, but nearly every vector has one, so the one-vector form
+   (v_gelu_erf) runs both on nearly all.  Each lane's result is the
+   one-vector form's, bit for bit.  Returns the elements done (a multiple of
+   16); y may be x. */
+#define DEF_GATHERED(NAME, LANES, MID, TAIL, FIX)                                          \
+    static int64_t NAME(int64_t n, const float *x, float *y) {                             \
+        float buf[GE_BLOCK + 16];                                                          \
+        __mmask16 tails[GE_BLOCK / 16];                                                    \
+        __m512 xs[GE_BLOCK / 16]; /* the block's x (y may be x) */                          \
+        int64_t done = n & ~(int64_t)15;                                                   \
+        for (int64_t b = 0; b < done; b += GE_BLOCK) {                                     \
+            int64_t m = done - b < GE_BLOCK ? done - b : GE_BLOCK;                         \
+            int k = 0;                                                                     \
+            for (int64_t i = 0; i < m; i += 16) {                                          \
+                __m512 v = xs[i / 16] = _mm512_loadu_ps(x + b + i);                        \
+                __mmask16 t = (__mmask16)~LANES(v);                                        \
+                tails[i / 16] = t;                                                         \
+                _mm512_storeu_ps(buf + k, _mm512_maskz_compress_ps(t, v));                 \
+                _mm512_storeu_ps(y + b + i, MID(v));                                       \
+                k += __builtin_popcount(t);                                                \
+            }                                                                              \
+            _mm512_storeu_ps(buf + k, _mm512_setzero_ps()); /* the last vector's rest */   \
+            for (int j = 0; j < k; j += 16) _mm512_storeu_ps(buf + j, TAIL(_mm512_loadu_ps(buf + j))); \
+            k = 0;                                                                         \
+            for (int64_t i = 0; i < m; i += 16) {                                          \
+                __mmask16 t = tails[i / 16];                                               \
+                __m512 yt = _mm512_mask_expand_ps(_mm512_loadu_ps(y + b + i), t,           \
+                                                  _mm512_loadu_ps(buf + k));               \
+                k += __builtin_popcount(t);                                                \
+                _mm512_storeu_ps(y + b + i, FIX(xs[i / 16], yt));                          \
+            }                                                                              \
+        }                                                                                  \
+        return done;                                                                       \
+    }
+DEF_GATHERED(gelu_erf_contig, gelu_erf_mid_lanes, gelu_erf_mid, gelu_erf_tail, gelu_erf_fix)
+DEF_GATHERED(erf_contig, erf_mid_lanes, erf_mid, erf_tail, erf_fix)
 
 #define DEF_MAP(NAME, F)                                                               \
     void NAME(int64_t n, const float *x, int64_t sx, float *y) {                       \
         int64_t i = 0;                                                                 \
         if (sx == 1) {                                                                 \
+            /* (folded at compile time) */                                            \
+            if (F == v_gelu_erf) i = gelu_erf_contig(n, x, y);                         \
+            if (F == v_erf) i = erf_contig(n, x, y);                                   \
             for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, F(_mm512_loadu_ps(x + i))); \
             if (i < n) {                                                               \
                 __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                        \

@@ -24,6 +24,14 @@ int SE_NAME(ad_softmax_row_f32)(const float *x, float *y, int64_t len, int mode)
     return row_softmax(x, y, len, mode);
 }
 
+int SE_NAME(ad_lse_row_f32)(const float *x, int64_t len, double *lse) {
+    return row_lse(x, len, lse);
+}
+
+int SE_NAME(ad_softmax_scaled_row_f32)(const float *x, float *y, int64_t len, double s) {
+    return row_softmax_scaled(x, y, len, s);
+}
+
 void SE_NAME(ad_gelu_erf_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg,
                                    float *dx) {
     gelu_erf_grad_map(n, x, g, sg, dx);

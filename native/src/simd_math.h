@@ -68,10 +68,23 @@ static inline V exp_core(V xc) {
     return V_LDEXP(exp_poly(r), n);
 }
 
-/* x86's min / max return their second operand when either is NaN: with the
-   bound first, a NaN input passes the clamp and propagates (no select). */
+/* Underflow: an Intel core takes a microcode assist (~150 cycles) for every
+   instruction whose result has a denormal or underflowing lane, as V_LDEXP
+   has for e^x below x = -87.3; AMD's Zen takes none.  So the lanes in z,
+   whose results are known without computing them (e^x rounds to 0, or
+   disappears in the caller's 1 + e^x), go through the polynomial as 0 and
+   come out as 0: only the results that really are denormal (x in
+   (-104, -87.3)) still take the assist.  The bits are the same as computing
+   them. */
+static inline V exp_core_z(V xc, M z) {
+    return V_SELECT(z, V_ZERO(), exp_core(V_SELECT(z, V_ZERO(), xc)));
+}
+
+/* e^x: 0 for x <= -104 (e^-104 is below half the smallest denormal), x
+   capped at 89 (inf from there); x86's min returns its second operand when
+   either is NaN: with the bound first, a NaN input propagates. */
 static inline V v_exp(V x) {
-    return exp_core(V_MIN(V_SET1(89.0f), V_MAX(V_SET1(-104.0f), x)));
+    return exp_core_z(V_MIN(V_SET1(89.0f), x), V_CMP(x, V_SET1(-104.0f), _CMP_LE_OQ));
 }
 
 /* tanh |x| = (1 - e^z) / (1 + e^z), z = -2|x|, from one reduction kept as
@@ -132,8 +145,11 @@ static inline V v_log(V x) {
     return V_SELECT(V_CMP(x, zero, _CMP_NGE_UQ), V_SET1(NAN), r);
 }
 
-static inline V logistic_div(V num, V w) { /* num / (1 + e^w) */
-    return V_DIV(num, V_ADD(V_SET1(1.0f), v_exp(w)));
+/* num / (1 + e^w); e^w is taken as 0 from w <= -17 on (e^-17 < 2^-24: 1 + e^w
+   rounds to 1 anyway), so it never underflows */
+static inline V logistic_div(V num, V w) {
+    V e = exp_core_z(V_MIN(V_SET1(89.0f), w), V_CMP(w, V_SET1(-17.0f), _CMP_LE_OQ));
+    return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
 /* sigmoid and silu from e = e^-|x| (never overflows): 1 / (1 + e) and
@@ -143,9 +159,12 @@ static inline V sigmoid_num(V x, V for_pos, V for_neg, V e) {
     return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
-/* e^-|x|: only the lower bound of v_exp's clamp applies */
+/* e^-|x| (only the lower bound of v_exp's clamp applies), taken as 0 from
+   x >= 20 on, where 1 + e^-x is 1 and it only enters as that sum */
 static inline V exp_negabs(V x) {
-    return exp_core(V_MAX(V_SET1(-104.0f), V_OR(x, V_SET1(-0.0f))));
+    V t = V_OR(x, V_SET1(-0.0f));
+    return exp_core_z(t, M_OR(V_CMP(t, V_SET1(-104.0f), _CMP_LE_OQ),
+                              V_CMP(x, V_SET1(20.0f), _CMP_GE_OQ)));
 }
 
 static inline V v_sigmoid(V x) {
@@ -208,41 +227,80 @@ static inline V erfc_big(V z, V hi, V lo) {
     return exp_sum_scaled(V_SUB(V_ZERO(), hi), V_SUB(q, lo), t);
 }
 
-static inline V v_erf(V x) {
+/* erf in two parts as gelu_erf below: x P(x^2) for |x| < 0.9 (erf_mid), 1 -
+   erfc(|x|) with the sign restored for the others (erf_tail), NaN restored
+   last (erf_fix) */
+static inline M erf_mid_lanes(V x) {
+    return V_CMP(V_ANDNOT(V_SET1(-0.0f), x), V_SET1(0.9f), _CMP_LT_OQ);
+}
+
+static inline V erf_mid(V x) { return V_MUL(x, erf_small(V_MUL(x, x))); }
+
+static inline V erf_tail(V x) {
     const V sign = V_SET1(-0.0f);
-    V s = V_MUL(x, x);
-    V y = V_MUL(x, erf_small(s));
-    M is_small = V_CMP(V_ANDNOT(sign, x), V_SET1(0.9f), _CMP_LT_OQ);
-    if (!M_ALL(is_small)) {
-        /* erf is 1.0f from |x| = 3.92 on; the cap keeps z^2 finite (and turns NaN into 10) */
-        V z = V_MIN(V_ANDNOT(sign, x), V_SET1(10.0f));
-        V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
-        V big = V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
-        y = V_SELECT(is_small, y, big);
-    }
+    /* erf is 1.0f from |x| = 3.92 on: the cap at 4 keeps e^(-z^2) normal (and
+       turns NaN into 4) */
+    V z = V_MIN(V_ANDNOT(sign, x), V_SET1(4.0f));
+    V hi = V_MUL(z, z), lo = V_FMSUB(z, z, hi);
+    return V_OR(V_SUB(V_SET1(1.0f), erfc_big(z, hi, lo)), V_AND(x, sign));
+}
+
+static inline V erf_fix(V x, V y) { return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y); }
+
+static inline V v_erf(V x) {
+    V y = erf_mid(x);
+    M mid = erf_mid_lanes(x);
+    if (!M_ALL(mid)) y = V_SELECT(mid, y, erf_tail(x));
+    return erf_fix(x, y);
+}
+
+/* gelu_erf in two parts: the polynomial for -0.5 <= x / sqrt 2 < 0.9 (the
+   lanes in gelu_erf_mid_lanes) and the erfc form for the others
+   (gelu_erf_tail), both before gelu_erf_fix (sign and NaN).  v_gelu_erf skips
+   the tail when a vector has none; a map may also gather the tail lanes of
+   many vectors first (simd_avx512.c): the same bits, lane by lane. */
+static inline M gelu_erf_mid_lanes(V x) {
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    return M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
+}
+
+static inline V gelu_erf_mid(V x) {
+    V h = V_MUL(x, V_SET1(0.5f));
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    return V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
+}
+
+static inline V gelu_erf_tail(V x) {
+    const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
+    V h = V_MUL(x, half);
+    V z = V_MUL(x, V_SET1(0.70710678118654752f));
+    /* the flat lanes: x >= 7.5 (x erfc(x / sqrt 2) / 2 is below half an ulp of
+       x: the result is x), x <= -14.25 (the result is below half the
+       smallest denormal: -0) and NaN take erfc = 0, computed from |x| = 1,
+       so e^(-x^2/2) never underflows there (the result stays x, -0, and
+       NaN for x = -inf) */
+    M flat = M_OR(V_CMP(x, V_SET1(7.5f), _CMP_NLT_UQ), V_CMP(x, V_SET1(-14.25f), _CMP_LE_OQ));
+    V ax = V_SELECT(flat, V_SET1(1.0f), V_ANDNOT(sign, x));
+    V az = V_MUL(ax, V_SET1(0.70710678118654752f));
+    V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
+    V c = V_SELECT(flat, V_ZERO(), erfc_big(az, V_MUL(xx, half), V_MUL(xl, half)));
+    /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
+       x - |x| erfc / 2 */
+    V lo = V_MUL(h, c);
+    V hi = V_FNMADD(V_MUL(ax, half), c, x);
+    return V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi);
+}
+
+static inline V gelu_erf_fix(V x, V y) {
+    y = V_OR(y, V_AND(x, V_SET1(-0.0f))); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
     return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
 }
 
 static inline V v_gelu_erf(V x) {
-    const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
-    V h = V_MUL(x, half);
-    V z = V_MUL(x, V_SET1(0.70710678118654752f));
-    V y = V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
-    M mid = M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
-    if (!M_ALL(mid)) {
-        /* |x| capped at 10.5 sqrt 2 (erfc(10.5) is 0 in float32; NaN becomes the cap) */
-        V ax = V_MIN(V_ANDNOT(sign, x), V_SET1(14.849242404917497f));
-        V az = V_MUL(ax, V_SET1(0.70710678118654752f));
-        V xx = V_MUL(ax, ax), xl = V_FMSUB(ax, ax, xx);
-        V c = erfc_big(az, V_MUL(xx, half), V_MUL(xl, half));
-        /* below: x erfc / 2 (x = -inf gives NaN like the libm form); above:
-           x - (capped x) erfc / 2 */
-        V lo = V_MUL(h, c);
-        V hi = V_FNMADD(V_MUL(ax, half), c, x);
-        y = V_SELECT(mid, y, V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi));
-    }
-    y = V_OR(y, V_AND(x, sign)); /* x Phi(x) has x's sign: gelu_erf(-0) = -0 */
-    return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, y);
+    V y = gelu_erf_mid(x);
+    M mid = gelu_erf_mid_lanes(x);
+    if (!M_ALL(mid)) y = V_SELECT(mid, y, gelu_erf_tail(x));
+    return gelu_erf_fix(x, y);
 }
 
 /* ---- softmax rows ---------------------------------------------------------------
@@ -257,7 +315,8 @@ static inline V v_gelu_erf(V x) {
  * V_LOADU, V_STOREU, V_LOAD_PART / V_STORE_PART (the first n lanes; the
  * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
  * step's terms added to the partials; steps start at multiples of VW),
- * V_MUL_D / V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
+ * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D /
+ * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
@@ -270,49 +329,80 @@ static inline V row_term(V x, V m) {
     return V_FMADD(e, err, e);
 }
 
-/* mode 0: softmax into y; 1: log_softmax into y; 2: logsumexp into y[0].
-   0 when the lane's maximum is not finite (the caller's double loop keeps its
-   inf / NaN arithmetic), else 1. */
-static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
+/* the lane's maximum; NaN skipped (max(a, b) returns b when a is NaN) */
+static inline float row_max(const float *x, int64_t len) {
     V mv = V_SET1(-INFINITY);
     int64_t i = 0;
-    /* NaN skipped: max(a, b) returns b when a is NaN */
     for (; i + VW <= len; i += VW) mv = V_MAX(V_LOADU(x + i), mv);
     if (i < len) mv = V_MAX(V_LOAD_PART(x + i, len - i, -INFINITY), mv);
     float lanes[VW];
     V_STOREU(lanes, mv);
     float m = lanes[0];
     for (int l = 1; l < VW; l++) m = lanes[l] > m ? lanes[l] : m;
-    if (!isfinite(m)) return 0;
+    return m;
+}
+
+/* the sum of the terms e^(x - m) (m finite) in double, the terms written to y
+   when y is not NULL */
+static inline double row_exp_sum(const float *x, float *y, int64_t len, float m) {
     const V M = V_SET1(m);
     ROW_ACC acc;
     row_acc_zero(&acc);
-    for (i = 0; i + VW <= len; i += VW) {
+    int64_t i = 0;
+    for (; i + VW <= len; i += VW) {
         V e = row_term(V_LOADU(x + i), M);
-        if (mode == 0) V_STOREU(y + i, e);
+        if (y) V_STOREU(y + i, e);
         row_acc(&acc, e, i);
     }
     if (i < len) {
         V e = V_KEEP(row_term(V_LOAD_PART(x + i, len - i, m), M), len - i);
-        if (mode == 0) V_STORE_PART(y + i, len - i, e);
+        if (y) V_STORE_PART(y + i, len - i, e);
         row_acc(&acc, e, i);
     }
-    double part[16];
-    row_acc_store(part, &acc);
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) part[l] += part[l + w];
-    double sum = part[0];
+    return row_acc_sum(&acc);
+}
+
+/* y = (float)((double)y s) */
+static inline void row_scale(float *y, int64_t len, double s) {
+    int64_t i = 0;
+    for (; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), s));
+    if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), s));
+}
+
+/* mode 0: softmax into y; 1: log_softmax into y; 2: logsumexp into y[0].
+   0 when the lane's maximum is not finite (the caller's double loop keeps its
+   inf / NaN arithmetic), else 1. */
+static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    double sum = row_exp_sum(x, mode == 0 ? y : NULL, len, m);
     if (mode == 2) {
         *y = (float)((double)m + log(sum));
     } else if (mode == 1) {
         double lz = (double)m + log(sum);
-        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
+        int64_t i = 0;
+        for (; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
         if (i < len) V_STORE_PART(y + i, len - i, V_SUB_D(V_LOAD_PART(x + i, len - i, 0.0f), lz));
     } else {
-        double inv = 1.0 / sum;
-        for (i = 0; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), inv));
-        if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), inv));
+        row_scale(y, len, 1.0 / sum);
     }
+    return 1;
+}
+
+/* cross_entropy's rows: log sum e^x in double into *lse (forward), and
+   softmax(x) s into y (backward, s the row's gradient scale); 0 when the
+   lane's maximum is not finite (the caller's double loop) */
+static inline int row_lse(const float *x, int64_t len, double *lse) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    *lse = (double)m + log(row_exp_sum(x, NULL, len, m));
+    return 1;
+}
+
+static inline int row_softmax_scaled(const float *x, float *y, int64_t len, double s) {
+    float m = row_max(x, len);
+    if (!isfinite(m)) return 0;
+    row_scale(y, len, s / row_exp_sum(x, y, len, m));
     return 1;
 }
 
@@ -322,10 +412,18 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
  * pass that reads x and g once.  layer_norm rows: sums in the 16 double
  * partials of the softmax rows (row_acc), folded in one fixed order, so
  * AVX2 and AVX-512 agree; the terms are float32. */
-static inline V v_gelu_erf_grad(V x, V g) {
-    V P = V_FMADD(V_SET1(0.5f), v_erf(V_MUL(x, V_SET1(0.70710678118654752f))), V_SET1(0.5f));
-    V ph = V_MUL(v_exp(V_MUL(V_MUL(x, x), V_SET1(-0.5f))), V_SET1(0.3989422804014327f));
+/* from e = erf(x / sqrt 2) */
+static inline V gelu_erf_grad_e(V x, V g, V e) {
+    V P = V_FMADD(V_SET1(0.5f), e, V_SET1(0.5f));
+    /* e^(-x^2/2) as 0 from x >= 7 on as well (x phi(x) < 2^-33, P = 1: the sum is 1) */
+    V a = V_MUL(V_MUL(x, x), V_SET1(-0.5f));
+    M z = M_OR(V_CMP(a, V_SET1(-104.0f), _CMP_LE_OQ), V_CMP(x, V_SET1(7.0f), _CMP_GE_OQ));
+    V ph = V_MUL(exp_core_z(a, z), V_SET1(0.3989422804014327f));
     return V_MUL(g, V_FMADD(x, ph, P));
+}
+
+static inline V v_gelu_erf_grad(V x, V g) {
+    return gelu_erf_grad_e(x, g, v_erf(V_MUL(x, V_SET1(0.70710678118654752f))));
 }
 
 /* g contiguous (sg = 1) or one value for every element (sg = 0: the
@@ -333,6 +431,20 @@ static inline V v_gelu_erf_grad(V x, V g) {
 static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, int64_t sg,
                                      float *dx) {
     int64_t i = 0;
+#ifdef ERF_CONTIG
+    /* erf(x / sqrt 2) of a block first, through the map's gathered form
+       (ERF_CONTIG: simd_avx512.c), then the rest a vector at a time */
+    float u[GE_BLOCK];
+    for (; i + GE_BLOCK <= n; i += GE_BLOCK) {
+        for (int j = 0; j < GE_BLOCK; j += VW)
+            V_STOREU(u + j, V_MUL(V_LOADU(x + i + j), V_SET1(0.70710678118654752f)));
+        ERF_CONTIG(GE_BLOCK, u, u);
+        for (int j = 0; j < GE_BLOCK; j += VW)
+            V_STOREU(dx + i + j, gelu_erf_grad_e(V_LOADU(x + i + j),
+                                                 sg ? V_LOADU(g + i + j) : V_SET1(*g),
+                                                 V_LOADU(u + j)));
+    }
+#endif
     if (!sg) {
         const V gv = V_SET1(*g);
         for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), gv));
