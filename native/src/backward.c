@@ -692,12 +692,14 @@ BACKWARD(dropout) { GRAD(0, call(s, AD_OP_DROPOUT, 1, G, NULL, NULL, IA, 1, FA, 
    gets gz^T @ x (x's leading dims as rows) and b the sums of gz over the
    leading dims.  Without create_graph the mask and the bias sums are one
    native pass over g (ad_linear_gradz); under it, the same formulas as
-   recorded ops. */
+   recorded ops, also for an untracked g when act' depends on the output
+   (tanh, sigmoid): gz then still depends on x, w and b through it. */
 BACKWARD(linear) {
     int act = s->n->op == AD_OP_LINEAR_ACT ? (int)IA[0] : AD_LINEAR_NONE;
     bool want_b = s->n->n_in == 3 && TRACKED(2);
+    bool smooth = act == AD_LINEAR_TANH || act == AD_LINEAR_SIGMOID;
     const ad_tensor *gz, *gb;
-    if (ad_grad_enabled && ad_tracks(G)) {
+    if (ad_grad_enabled && (ad_tracks(G) || smooth)) {
         gz = act == AD_LINEAR_RELU ? MUL(to_dtype(s, CMP(GT, Y, 0.0), Y->dtype), G)
              : act == AD_LINEAR_TANH ? MUL(RSUB(1.0, OP1(SQR, Y)), G)
              : act == AD_LINEAR_SIGMOID ? MUL(MUL(G, Y), RSUB(1.0, Y))
