@@ -38,6 +38,17 @@ __all__ = ["Function", "FunctionCtx"]
 _live: Dict[int, Any] = {}
 _live_lock = _threading.Lock()
 
+# the tracked output of each node whose backward runs on this thread, keyed by
+# id(ctx): per thread, since several threads may run one node's backward at once
+_running = _threading.local()
+
+
+def _tracked_outs() -> Dict[int, Tensor]:
+    outs = getattr(_running, "outs", None)
+    if outs is None:
+        outs = _running.outs = {}
+    return outs
+
 
 class FunctionCtx:
     """What forward hands to backward: save_for_backward(*tensors),
@@ -50,7 +61,6 @@ class FunctionCtx:
     _args: List[Tuple[int, Tuple[int, ...], Any]]
     _out_index: Set[int]
     _n_args: int
-    _tracked_out: Optional[Tensor]
 
     def __init__(self, cls: type, needs_input_grad: Tuple[bool, ...]) -> None:
         self._cls = cls
@@ -81,7 +91,7 @@ class FunctionCtx:
         if self._released:
             raise GraphError(f"{self._cls.__name__}: saved_tensors used after the graph was "
                              f"freed")
-        out = getattr(self, "_tracked_out", None)
+        out = _tracked_outs().get(id(self))
         if out is None:
             return self._saved
         # during backward the forward's result reads as the node's own tracked
@@ -96,7 +106,7 @@ class Function:
     Subclass with static forward(ctx, *args) and backward(ctx, *grads); call
     MyOp.apply(*args).  forward returns one Tensor; backward returns one
     gradient (or None) per argument of apply, each of that argument's shape
-    and dtype (a tuple when apply takes several arguments).  At most 8 of
+    and dtype (a tuple or list when apply takes several arguments).  At most 8 of
     apply's arguments may be tensors; the others are passed through.  Errors
     raised in backward reach loss.backward() as themselves, their message
     prefixed with "<Class>.backward: "."""
@@ -159,10 +169,12 @@ def _check_grads(ctx, res):
     """The gradients backward returned, one per tensor input (None: none), or
     an error naming the Function and the input."""
     name = ctx._cls.__name__
-    if not isinstance(res, tuple):
+    if isinstance(res, list):
+        res = tuple(res)
+    elif not isinstance(res, tuple):
         res = (res,)
     if len(res) != ctx._n_args:
-        raise InvalidArgumentError(f"{name}.backward returned {len(res)} gradient"
+        raise InvalidArgumentError(f"{name}.backward: returned {len(res)} gradient"
                                    f"{'s' if len(res) != 1 else ''}; apply took {ctx._n_args} "
                                    f"argument{'s' if ctx._n_args != 1 else ''} (return None for "
                                    f"one without a gradient)")
@@ -195,11 +207,16 @@ def _ad_custom_backward(ctxp, grad, out, grads, n):
         ctx = ffi.from_handle(ctxp)
         lib.ad_tensor_retain(grad)  # the wrappers own references of their own
         lib.ad_tensor_retain(out)
-        ctx._tracked_out = _wrap(out)
+        outs = _tracked_outs()
+        prev = outs.get(id(ctx))  # the same node's backward nested in its own (rare)
+        outs[id(ctx)] = _wrap(out)
         try:
             res = ctx._cls.backward(ctx, _wrap(grad))
         finally:
-            ctx._tracked_out = None
+            if prev is None:
+                del outs[id(ctx)]
+            else:
+                outs[id(ctx)] = prev
         gs = _check_grads(ctx, res)
         for i, g in enumerate(gs):
             if g is not None:
