@@ -1211,6 +1211,17 @@ class _ArrayView:
         }
 
 
+def _refuse_var_write(var: "Var") -> None:
+    """Raises GraphError while ad.checkpoint's function runs on this thread:
+    every in-place write of a Var (Var.set and what goes through it, an
+    optimizer's fused update) calls this first."""
+    what = getattr(_tls, "no_var_writes", None)
+    if what:
+        raise GraphError(f"checkpoint: {what} modified a Var in place (id {var.id}, shape "
+                         f"{var.shape}, {var.dtype}); a checkpointed function must not write "
+                         f"Vars (its forward runs again in backward)")
+
+
 class Var(Tensor):
     """A mutable leaf (float dtypes only): its value changes only by `set`,
     which bumps its version.
@@ -1272,10 +1283,7 @@ class Var(Tensor):
     def set(self, src: Any) -> None:
         """Writes src into this Var in place (bumps its version).  src must have
         the Var's shape and dtype and must not share its storage."""
-        if getattr(_tls, "no_var_writes", None):  # ad.checkpoint's function is running
-            raise GraphError(f"checkpoint: {_tls.no_var_writes} modified a Var in place (id "
-                             f"{self.id}, shape {self.shape}, {self.dtype}); a checkpointed "
-                             f"function must not write Vars (its forward runs again in backward)")
+        _refuse_var_write(self)
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         st = lib.ad_var_set(self._h, src._h)

@@ -461,6 +461,23 @@ def test_checkpoint_of_a_function_that_writes_a_var_raises():
     w.set(ad.zeros(2, dtype=ad.float64))  # writes are allowed again outside
 
 
+@pytest.mark.parametrize("opt", [ad.optim.SGD, ad.optim.Adam, ad.optim.RMSprop])
+def test_checkpoint_of_a_function_that_steps_an_optimizer_raises(opt):
+    # an optimizer's update is a fused native write, not Var.set: refused all the same
+    w = ad.Var.ones(2, dtype=ad.float64)
+    o = opt([w], lr=0.1)
+
+    def stepping(h):
+        o.step((h * w).sum().backward())
+        return h * w
+
+    with pytest.raises(ad.GraphError, match="checkpoint.*stepping.*modified a Var"):
+        ad.checkpoint(stepping, ad.Var.ones(2, dtype=ad.float64))
+    assert w.tolist() == [1.0, 1.0]
+    o.step((w * w).sum().backward())  # allowed again outside
+    assert w.tolist() != [1.0, 1.0]
+
+
 def test_checkpoint_without_grad_and_bad_arguments():
     w = ad.Var.ones(2)
     with ad.no_grad():

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, Mapping
 from .._lib import raise_status
 from ..errors import InvalidArgumentError, ShapeError
 from ..grad import GradStore
-from ..tensor import Tensor, Var, tensor, zeros
+from ..tensor import Tensor, Var, _refuse_var_write, tensor, zeros
 
 class _NoGrads:
     """The default of Optimizer.step's argument: a call without one is a
@@ -111,6 +111,7 @@ class Optimizer:
                 g = grads.get(p)
                 if g is None:
                     continue
+                _refuse_var_write(p)
                 state = self._state.get(p)
                 if state is None:
                     state = self._state[p] = {}
