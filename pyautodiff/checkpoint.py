@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 import importlib as _importlib
 import os
+import threading as _threading
 from typing import TYPE_CHECKING, Callable
 
 from ._lib import ffi as _ffi, lib as _lib, raise_status as _raise_status
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, GraphError, InvalidArgumentError
 from .function import Function as _Function
 from .grad import enable_grad as _enable_grad
 
@@ -77,6 +78,10 @@ def _run(fn, args, seed_state):
     return out
 
 
+# a node takes at most this many tensors (the native AD_MAX_INPUTS)
+_MAX_INPUTS = 8
+
+
 class _Checkpoint(_Function):
     @staticmethod
     def forward(ctx, fn, n_args, *inputs):
@@ -84,31 +89,95 @@ class _Checkpoint(_Function):
 
     @staticmethod
     def backward(ctx, grad):
-        fn, args, n_args, seed = ctx.fn, ctx.saved_tensors, ctx.n_args, ctx.seed
+        fn, n_args, seed = ctx.fn, ctx.n_args, ctx.seed
+        saved = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        if _lib.ad_is_grad_enabled():  # only a create_graph backward records in here
+            raise GraphError(f"backward(create_graph=True): the backward of {ctx._cls.__name__} "
+                             f"is not differentiable (ad.checkpoint differentiates its "
+                             f"recomputed block on its own); use ad.checkpointing(\"balanced\") "
+                             f"for higher-order gradients")
         now = _gen_state()
         try:
             with _enable_grad():
                 # fresh leaves carrying the saved values: the recomputed block
                 # is differentiated on its own, its Vars read as they are
                 xs = []
-                for a, need in zip(args[:n_args], ctx.needs_input_grad[2:2 + n_args]):
+                for a, need in zip(saved[:n_args], needs[:n_args]):
                     xs.append(_t.Var.from_tensor(a.detach()) if need else a.detach())
                 # the strategy fn's ops were under at the call, wherever
                 # backward runs (checkpointing inside ad.checkpoint nests)
                 with checkpointing(ctx.strategy):
                     out = _run(fn, xs, seed if seed is not None else None)
                 if not out.track_op:
-                    return (None, None) + (None,) * (len(args))
+                    return (None, None) + (None,) * len(saved)
                 gs = out.backward(grad)
         finally:
             if seed is not None:
                 _set_gen_state(now)
         res = [None, None]
-        for i, x in enumerate(xs):
-            res.append(gs.get(x) if ctx.needs_input_grad[2 + i] else None)
-        for v, need in zip(args[n_args:], ctx.needs_input_grad[2 + n_args:]):
-            res.append(gs.get(v) if need else None)
+        for x, need in zip(xs, needs):
+            res.append(gs.get(x) if need else None)
+        # the Vars fn read: those that are inputs of this node get their
+        # gradients here, the others through the bundles (_carry)
+        ctx.bundles.tls.grads = {v.id: gs.get(v) for v in ctx.vars}
+        for c, need in zip(saved[n_args:], needs[n_args:]):
+            res.append(None if not need else ctx.bundles.take(c))
         return tuple(res)
+
+
+class _Bundles:
+    """The Vars of one checkpointed block beyond what its node can take as
+    inputs: groups of them are the inputs of bundle nodes (_Bundle), whose
+    0-d outputs the block's node takes instead.  The block's backward leaves
+    every Var's gradient here (per thread: several threads may run one
+    graph's backward at once) and each bundle's backward hands its own out."""
+
+    def __init__(self):
+        self.tls = _threading.local()
+        self.ids = set()  # the bundle outputs' ids
+
+    def take(self, t):
+        """t's gradient: a Var's own, or a zero for a bundle's output."""
+        if t.id in self.ids:
+            return _t.zeros((), dtype=t.dtype)
+        return self.tls.grads.pop(t.id, None)
+
+
+class _Bundle(_Function):
+    @staticmethod
+    def forward(ctx, bundles, *inputs):
+        # the output's value is never read: a 0-d zero of a float dtype the
+        # inputs have (their gradients keep their own dtypes)
+        ctx.bundles = bundles
+        ctx.save_for_backward(*inputs)
+        return _t.zeros((), dtype=inputs[0].dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (None,) + tuple(ctx.bundles.take(t) for t in ctx.saved_tensors)
+
+
+# the bundles' op name in sorted_nodes and to_dot
+_BundleNode = type("checkpoint_vars", (_Bundle,), {})
+
+
+def _carry(ts, room, bundles):
+    """At most room (>= 1) tensors standing for ts: ts themselves when they
+    fit, else groups of at most _MAX_INPUTS of them behind bundle nodes, as
+    many levels as needed."""
+    while len(ts) > room:
+        nxt = []
+        for k in range(0, len(ts), _MAX_INPUTS):
+            g = ts[k:k + _MAX_INPUTS]
+            if len(g) == 1:
+                nxt.append(g[0])
+                continue
+            b = _BundleNode.apply(bundles, *g)
+            bundles.ids.add(b.id)
+            nxt.append(b)
+        ts = nxt
+    return ts
 
 
 def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
@@ -120,7 +189,10 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     and the Vars fn reads, so memory for fn's activations is traded for a
     second forward pass during backward.  Under no_grad it is just fn(*args).
     Raises ArgumentTypeError when fn is not callable, an argument is not a
-    Tensor or fn does not return one; GraphError when fn writes a Var."""
+    Tensor or fn does not return one; GraphError when fn writes a Var (Var.set,
+    an optimizer step), and in a backward(create_graph=True) through it (the
+    recomputed block is differentiated on its own: first order only;
+    checkpointing("balanced") records higher orders)."""
     if not callable(fn):
         raise ArgumentTypeError(f"checkpoint: fn is a {type(fn).__name__}, not callable")
     for i, a in enumerate(args):
@@ -160,20 +232,29 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
 
 
 def _record(fn, args, vars_, value, seed, strategy):
-    """One _Checkpoint node over (args' tensors, the Vars fn read)."""
+    """One _Checkpoint node over (args' tensors, the Vars fn read, or the
+    bundles that carry those beyond the node's inputs)."""
     n_args = len(args)
+    if n_args > _MAX_INPUTS - (1 if vars_ else 0):
+        raise InvalidArgumentError(f"checkpoint: {_name(fn)} takes {n_args} tensor arguments; "
+                                   f"at most {_MAX_INPUTS - (1 if vars_ else 0)} (close over "
+                                   f"the others)")
+    bundles = _Bundles()
+    carriers = _carry(vars_, _MAX_INPUTS - n_args, bundles)
 
     def forward(ctx, _fn, _n, *inputs):
         ctx.fn = fn
         ctx.n_args = n_args
         ctx.seed = seed
         ctx.strategy = strategy
+        ctx.vars = vars_
+        ctx.bundles = bundles
         ctx.save_for_backward(*inputs)
         return value
 
     # apply through a subclass whose forward returns the value computed above
     cls = type(f"checkpoint({_name(fn)})", (_Checkpoint,), {"forward": staticmethod(forward)})
-    return cls.apply(fn, n_args, *args, *vars_)
+    return cls.apply(fn, n_args, *args, *carriers)
 
 
 class checkpointing:

@@ -443,6 +443,84 @@ def test_checkpoint_keeps_only_the_inputs():
     assert ck == 6 * (4096 + 2048 + 128) + 4096
 
 
+@pytest.mark.parametrize("n_layers", [4, 6, 35])
+def test_checkpoint_of_a_block_reading_more_vars_than_a_node_has_inputs(n_layers):
+    # a node takes at most 8 tensors: 12 and 70 Vars reach the block's node through bundles
+    ws, bs = make_mlp(n_layers=n_layers, width=6, seed=3)
+    x = ad.Var(np.random.default_rng(4).standard_normal((5, 6)))
+
+    def many(h):
+        for w, b in zip(ws, bs):
+            h = block(w, b)(h)
+        return h
+
+    g0 = many(x).sqr().sum().backward()
+    s0 = saved()
+    loss = ad.checkpoint(many, x).sqr().sum()
+    ops = [n.op for n in loss.sorted_nodes()]
+    # x (kept by the block and by sqr), every Var once, each bundle's 0-d output
+    assert saved() - s0 == 2 * 5 * 6 * 8 + sum(8 * v.numel() for v in ws + bs) + \
+        8 * ops.count("checkpoint_vars")
+    assert sum(op is not None and op.startswith("checkpoint(") for op in ops) == 1
+    assert ("checkpoint_vars" in ops) == (2 * n_layers > 7)
+    g1 = loss.backward()
+    assert len(g1) == len(g0) == 2 * n_layers + 1
+    for v in ws + bs + [x]:
+        np.testing.assert_array_equal(g0[v].numpy(), g1[v].numpy())
+    g2 = loss.backward()  # again: the bundles hand out this pass's gradients
+    for v in ws + bs + [x]:
+        np.testing.assert_array_equal(g0[v].numpy(), g2[v].numpy())
+    del loss
+    assert saved() == s0
+
+
+def test_checkpoint_of_many_vars_of_two_dtypes():
+    ws = [ad.Var.randn(4, 4, seed=i, dtype=ad.float64 if i % 3 else ad.float32, std=0.5)
+          for i in range(12)]
+
+    def mixed(h):
+        for w in ws:
+            h = (h @ w.to_dtype(ad.float64)).tanh()
+        return h
+
+    x = ad.Var.randn(3, 4, seed=5, dtype=ad.float64)
+    g0 = mixed(x).sum().backward()
+    g1 = ad.checkpoint(mixed, x).sum().backward()
+    for v in ws + [x]:
+        assert g1[v].dtype == v.dtype
+        np.testing.assert_array_equal(g0[v].numpy(), g1[v].numpy())
+
+
+def test_checkpoint_of_many_vars_from_several_threads():
+    ws, bs = make_mlp(n_layers=6, width=6, seed=5)
+    x = ad.Var(np.random.default_rng(6).standard_normal((5, 6)))
+    f = lambda h: run(ws, bs, h, False, 0.0)  # noqa: E731
+    want = f(x).backward()
+    loss = ad.checkpoint(f, x)
+
+    def once():
+        g = loss.backward()
+        return all(np.array_equal(g[v].numpy(), want[v].numpy()) for v in ws + bs + [x])
+
+    in_threads(once, 10)
+
+
+def test_checkpoint_with_create_graph_raises_naming_it():
+    # the recomputed block is differentiated on its own, so its gradients cannot be
+    # differentiated again: an error, never a silently constant gradient
+    w = ad.Var.randn(3, 3, seed=2, dtype=ad.float64)
+    x = ad.Var.randn(2, 3, seed=3, dtype=ad.float64)
+
+    def blk(h):
+        return (h @ w).tanh()
+
+    y = ad.checkpoint(blk, x).sum() + (x ** 3).sum()
+    with pytest.raises(ad.GraphError, match=r"the backward of checkpoint\(.*blk\) is not "
+                                            r"differentiable.*checkpointing\(\"balanced\"\)"):
+        ad.grad(y, [x], create_graph=True)
+    assert np.isfinite(ad.grad(y, [x])[0].numpy()).all()  # plain backward still works
+
+
 def test_checkpoint_gradcheck():
     w = ad.Var.randn(3, 3, seed=2, dtype=ad.float64)
     check_grad(lambda h: ad.checkpoint(lambda t: (t @ w).tanh() * t, h),
