@@ -33,17 +33,20 @@ def reset_peak_memory() -> None:
 
 
 def _parents(t):
-    """(parents, tracked mask, saved mask) of t's node: parents[i] a Tensor or
-    None where the node keeps no reference."""
+    """(parents, tracked mask, saved mask, saves output) of t's node:
+    parents[i] a Tensor or None where the node keeps no reference; bit i of
+    the masks for input i."""
     arr = ffi.new("ad_tensor *[8]")
-    n, tracked, saved = ffi.new("int *"), ffi.new("unsigned *"), ffi.new("unsigned *")
-    st = lib.ad_tensor_parents(t._h, arr, 8, n, tracked, saved)
+    n, tracked, legacy = ffi.new("int *"), ffi.new("unsigned *"), ffi.new("unsigned *")
+    saved, out = ffi.new("unsigned *"), ffi.new("int *")
+    st = lib.ad_tensor_parents(t._h, arr, 8, n, tracked, legacy) or \
+        lib.ad_tensor_saved(t._h, saved, out)
     if st:
         raise_status(st)
     ps = [None if arr[i] == ffi.NULL else
           _wrap(arr[i], Var if lib.ad_tensor_is_variable(arr[i]) else Tensor)
           for i in range(n[0])]
-    return ps, tracked[0], saved[0]
+    return ps, tracked[0], saved[0], bool(out[0])
 
 
 def _q(s):
@@ -66,8 +69,8 @@ def to_dot(root: Tensor) -> str:
             continue
         seen[t.id] = t
         order.append(t)
-        ps, tracked, saved = _parents(t)
-        if saved & 0x80:
+        ps, tracked, saved, saves_out = _parents(t)
+        if saves_out:
             saved_ids.add(t.id)
         for i, p in enumerate(ps):
             if p is None:

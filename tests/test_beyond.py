@@ -148,6 +148,48 @@ def test_tensor_parents_abi():
     assert lib.ad_tensor_parents(ffi.NULL, ffi.NULL, 0, n, tr, sv) == lib.AD_ERR_VALUE
 
 
+def _dot_node(dot, t):
+    return [ln for ln in dot.splitlines() if ln.startswith(f"  t{t.id} [")][0]
+
+
+@pytest.mark.parametrize("keep", [7, "out", None])
+def test_to_dot_marks_what_a_node_of_eight_inputs_saves(keep):
+    # ad_tensor_parents' bit 7 is both input 7's flag and the output's: to_dot reads
+    # ad_tensor_saved, which keeps them apart
+    class Eight(ad.Function):
+        @staticmethod
+        def forward(ctx, *xs):
+            y = xs[0] * 1.0
+            ctx.save_for_backward(xs[7] if keep == 7 else y if keep == "out" else None)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g,) + (None,) * 7
+
+    ws = [ad.Var.ones(2) for _ in range(8)]
+    y = Eight.apply(*ws)
+    dot = y.to_dot()
+    assert ("orange" in _dot_node(dot, y)) == (keep == "out")
+    assert ("orange" in _dot_node(dot, ws[7])) == (keep == 7)
+    assert not any("orange" in _dot_node(dot, w) for w in ws[:7])
+
+
+def test_tensor_saved_abi():
+    from pyautodiff._lib import ffi, lib
+
+    w, x, loss = seed_graph()
+    sv, out = ffi.new("unsigned *"), ffi.new("int *")
+    mm = (x @ w)
+    assert lib.ad_tensor_saved(mm._h, sv, out) == lib.AD_OK and (sv[0], out[0]) == (1, 0)
+    e = w.exp()
+    assert lib.ad_tensor_saved(e._h, sv, out) == lib.AD_OK and (sv[0], out[0]) == (0, 1)
+    assert lib.ad_tensor_saved(x._h, sv, out) == lib.AD_OK and (sv[0], out[0]) == (0, 0)
+    assert lib.ad_tensor_saved(ffi.NULL, sv, out) == lib.AD_ERR_VALUE
+    assert lib.ad_tensor_saved(x._h, ffi.NULL, out) == lib.AD_ERR_VALUE
+    assert lib.ad_tensor_saved(x._h, sv, ffi.NULL) == lib.AD_ERR_VALUE
+
+
 # ---- ad.Function -------------------------------------------------------------------
 class Exp(ad.Function):
     @staticmethod

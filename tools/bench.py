@@ -1128,7 +1128,7 @@ def checkpoint_bench(quick=False, layers=20, batch=256, width=512):
 
         total = 0
         for n in loss.sorted_nodes():
-            ps, _, sv = _parents(n)
+            ps, _, sv, _ = _parents(n)
             total += sum(p.numel() * p.dtype.itemsize for i, p in enumerate(ps)
                          if p is not None and p.is_variable and sv & (1 << i))
         return total

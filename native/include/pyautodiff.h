@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 5
+#define AD_ABI_MINOR 6
 
 /* cffi:begin */
 
@@ -511,9 +511,15 @@ AD_API void ad_reset_peak_memory(void);
    NULL where the node keeps no reference (an untracked input whose value
    backward does not read).  *tracked: bit i when input i gets a gradient;
    *saved: bit i when backward reads input i's value, bit 7 when it reads the
-   output.  parents may be NULL when cap is 0. */
+   output (for a node of 8 inputs bit 7 is ambiguous: ask ad_tensor_saved).
+   parents may be NULL when cap is 0. */
 AD_API ad_status ad_tensor_parents(const ad_tensor *t, ad_tensor **parents, int cap, int *n,
                                    unsigned *tracked, unsigned *saved);
+/* What the backward of t's node reads: *inputs bit i for input i's value,
+   *output 1 for t's own value (0 and 0 for a tensor with no node).  As
+   ad_tensor_parents' *saved, but unambiguous for a node of 8 inputs.
+   (ABI 1.6) */
+AD_API ad_status ad_tensor_saved(const ad_tensor *t, unsigned *inputs, int *output);
 /* The name of t's op: the registry's, or a custom op's own name; NULL when
    t has no node.  Valid while t lives. */
 AD_API const char *ad_tensor_op_name(const ad_tensor *t);

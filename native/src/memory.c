@@ -90,3 +90,12 @@ AD_API ad_status ad_tensor_parents(const ad_tensor *t, ad_tensor **parents, int 
     *saved = nd->saved | (nd->saves_output ? 0x80u : 0u);
     return AD_OK;
 }
+
+AD_API ad_status ad_tensor_saved(const ad_tensor *t, unsigned *inputs, int *output) {
+    if (!t || !inputs || !output)
+        return ad_fail(AD_ERR_VALUE, "tensor_saved: argument '%s' is NULL",
+                       !t ? "t" : !inputs ? "inputs" : "output");
+    *inputs = t->node ? t->node->saved : 0u;
+    *output = t->node && t->node->saves_output;
+    return AD_OK;
+}
