@@ -72,7 +72,7 @@ def as_dtype(x):
         return _BY_NAME[x]
     try:
         npdt = np.dtype(x)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: an object whose .dtype numpy refuses
         raise DTypeError(f"not a dtype: {x!r}") from None
     d = _BY_NUMPY.get(npdt)
     if d is None:

@@ -1329,6 +1329,16 @@ class Var(Tensor):
         """
         return self._inplace(o, operator.truediv, "/")
 
+    def __ipow__(self, o: Any) -> Var:
+        """var **= o in place (through Var.set: same id, version bumped); without it
+        Python would rebind var to a plain Tensor and training would silently stop."""
+        return self._inplace(o, operator.pow, "**")
+
+    def __imatmul__(self, o: Any) -> Var:
+        """var @= o in place (through Var.set); the product must keep var's shape
+        (a square o), else ShapeError and the Var is unchanged."""
+        return self._inplace(o, operator.matmul, "@")
+
     def __setitem__(self, key, value):
         """var[key] = value writes in place, as Var.set (version bumped): any
         numpy index, value broadcast as numpy does."""

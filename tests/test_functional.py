@@ -865,3 +865,65 @@ def test_pad_constant_cannot_crop_past_the_input():
         F.pad(ad.tensor([5.0]), (-2, 2))
     assert F.pad(ad.tensor([5.0, 6.0, 7.0]), (-2, 2)).tolist() == [7.0, 0.0, 0.0]
     assert F.pad(ad.tensor([5.0]), (-1, 2), value=1.0).tolist() == [1.0, 1.0]
+
+
+# ---- adaptive_avg_pool2d --------------------------------------------------------------------
+def np_adaptive_avg(x, oh, ow):
+    h, w = x.shape[-2:]
+    y = np.empty(x.shape[:-2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            r0, r1 = (i * h) // oh, -((-(i + 1) * h) // oh)
+            c0, c1 = (j * w) // ow, -((-(j + 1) * w) // ow)
+            y[..., i, j] = x[..., r0:r1, c0:c1].mean((-2, -1))
+    return y
+
+
+@pytest.mark.parametrize("size", [1, 3, (2, 4), (3, None), (None, 5), (7, 9), (4, 3)])
+def test_adaptive_avg_pool2d(size):
+    # every branch: the full mean, an even split (avg_pool2d), uneven bins (matrix products)
+    x = rand(2, 3, 7, 6)
+    oh, ow = (size, size) if isinstance(size, int) else size
+    oh, ow = oh or 7, ow or 6
+    y = F.adaptive_avg_pool2d(t64(x), size)
+    assert y.shape == (2, 3, oh, ow)
+    np.testing.assert_allclose(np.asarray(y), np_adaptive_avg(x, oh, ow), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(F.adaptive_avg_pool2d(t64(x[0]), size)),
+                               np_adaptive_avg(x[0], oh, ow), rtol=1e-12, atol=1e-14)
+    check_grad(lambda a: F.adaptive_avg_pool2d(a, size), [x[:1, :2]])
+    y32 = F.adaptive_avg_pool2d(ad.tensor(x.astype(np.float32)), size)
+    assert y32.dtype == ad.float32
+    # the layer is the function
+    np.testing.assert_array_equal(np.asarray(ad.nn.AdaptiveAvgPool2d(size)(t64(x))),
+                                  np.asarray(y))
+
+
+def test_adaptive_avg_pool2d_errors():
+    fn = "adaptive_avg_pool2d"
+    with pytest.raises(ad.ShapeError, match=fn + r": input must be .*\(5, 5\)"):
+        F.adaptive_avg_pool2d(ad.zeros((5, 5)), 2)
+    with pytest.raises(ad.ShapeError, match=fn + r": input float32 \(1, 2, 0, 5\) has an empty"):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 0, 5)), 2)
+    with pytest.raises(ad.InvalidArgumentError, match=fn + ": output_size must be an int or a "
+                                                           "pair"):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 4, 5)), (1, 2, 3))
+    with pytest.raises(ad.InvalidArgumentError, match=fn + ": output_size"):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 4, 5)), 0)
+    with pytest.raises(ad.InvalidArgumentError, match=fn + ": output_size"):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 4, 5)), 2.5)
+    with pytest.raises(ad.OutOfMemoryError, match=fn + r": output size 1073741824 .*\(1073741824, "
+                                                       r"5\) averaging matrix"):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 4, 5)), 2 ** 30)
+    with pytest.raises(ad.DTypeError, match=fn):
+        F.adaptive_avg_pool2d(ad.zeros((1, 2, 4, 5), dtype=ad.int64), 2)
+
+
+def test_conv_transpose_refuses_an_empty_spatial_dim():
+    # as PyTorch; the native kernel alone would give a (1, 3, 0, 0) output
+    for shape in ((1, 2, 0, 5), (1, 2, 4, 0), (2, 0, 5)):
+        with pytest.raises(ad.ShapeError, match=r"conv_transpose2d: input float32 .* has an empty "
+                                                r"spatial dim"):
+            F.conv_transpose2d(ad.zeros(shape), ad.zeros((2, 3, 3, 3)))
+    with pytest.raises(ad.ShapeError, match="conv_transpose1d: input float32 .* has an empty"):
+        F.conv_transpose1d(ad.zeros((1, 2, 0)), ad.zeros((2, 3, 3)))
+    assert F.conv_transpose2d(ad.zeros((0, 2, 4, 5)), ad.zeros((2, 3, 3, 3))).shape == (0, 3, 6, 7)

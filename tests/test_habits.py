@@ -109,6 +109,21 @@ def test_var_inplace_operators_update_in_place(op, f):
     np.testing.assert_allclose(view, alias.numpy())
 
 
+def test_var_pow_and_matmul_inplace_stay_the_var():
+    # without __ipow__/__imatmul__ Python rebinds w to a plain Tensor: silent, as the
+    # `w -= lr * g` bug of issue 12
+    w = ad.Var([[1.0, 2.0], [3.0, 4.0]])
+    alias, i0, v0 = w, w.id, w.version
+    w **= 2
+    assert w is alias and type(w) is ad.Var and w.id == i0 and w.version == v0 + 1
+    assert w.tolist() == [[1.0, 4.0], [9.0, 16.0]] and w.op is None
+    w @= ad.tensor([[0.0, 1.0], [1.0, 0.0]])
+    assert w is alias and w.version == v0 + 2 and w.tolist() == [[4.0, 1.0], [16.0, 9.0]]
+    with pytest.raises(ad.ShapeError, match=r"Var @=.*\(2, 3\).*\(2, 2\)"):
+        w @= ad.ones(2, 3)
+    assert w is alias and w.version == v0 + 2
+
+
 def test_var_inplace_is_the_pytorch_sgd_step():
     w = ad.Var([1.0, -2.0, 3.0])
     x = ad.tensor([0.5, 1.0, -1.0])

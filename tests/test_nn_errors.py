@@ -57,6 +57,24 @@ CONSTRUCTORS = [
     (lambda: nn.LSTM(3, 4, num_layers=0), "LSTM", "num_layers"),
     (lambda: nn.LSTM(3, 4, proj_size=4), "LSTM", "proj_size"),
     (lambda: nn.LSTM(3, 4, dropout=-0.1), "LSTM", "dropout"),
+    # sizes that cannot be allocated: the allocator's error, naming the layer and the parameter
+    (lambda: nn.Linear(4, 2 ** 40), "Linear", "weight of shape (1099511627776, 4)"),
+    (lambda: nn.Linear(2 ** 63, 3), "Linear", "weight"),
+    (lambda: nn.Conv2d(2, 4, 2 ** 31), "Conv2d", "weight"),
+    (lambda: nn.Embedding(2 ** 62, 2), "Embedding", "weight"),
+    (lambda: nn.LayerNorm(2 ** 63), "LayerNorm", "weight"),
+    (lambda: nn.BatchNorm2d(2 ** 63), "BatchNorm2d", "weight"),
+    (lambda: nn.BatchNorm2d(2 ** 63, affine=False), "BatchNorm2d", "running_mean"),
+    (lambda: nn.MultiheadAttention(2 ** 40, 1), "MultiheadAttention", "in_proj_weight"),
+    (lambda: nn.MultiheadAttention(8, 1, kdim=2 ** 63), "MultiheadAttention", "k_proj_weight"),
+    (lambda: nn.LSTM(3, 2 ** 40), "LSTM", "weight_ih_l0"),
+    # arguments of an odd type: the layer's own error, not a numpy or operator one
+    (lambda: nn.Linear(3, 2, dtype=ad.tensor(3)), "Linear", "dtype"),
+    (lambda: nn.Conv2d(3, 4, 3, padding_mode=ad.tensor(3)), "Conv2d", "padding_mode"),
+    (lambda: nn.GELU(ad.tensor(3)), "GELU", "approximate"),
+    (lambda: nn.MaxPool2d(2, stride=np.int64(-2)), "MaxPool2d", "stride"),
+    (lambda: nn.AvgPool2d(2, stride=ad.tensor(3)), "AvgPool2d", "stride"),
+    (lambda: nn.LogSoftmax("a"), "LogSoftmax", "dim"),
 ]
 
 
@@ -130,6 +148,25 @@ FORWARDS = [
     (lambda: nn.LSTM(3, 4), lambda: f32(5, 2, 4), ad.ShapeError,
      ["LSTM(3, 4)", "float32 (5, 2, 4)", "4 features", "input_size 3"]),
     (lambda: nn.LSTM(3, 4), lambda: f32(5, 2, 3, 1), ad.ShapeError, ["LSTM(3, 4)", "(5, 2, 3, 1)"]),
+    # errors found in the functional call carry the layer's name too
+    (lambda: nn.Conv2d(2, 4, 3, stride=2 ** 63), lambda: f32(1, 2, 5, 5), ad.InvalidArgumentError,
+     ["Conv2d(2, 4, kernel_size=3", "stride"]),
+    (lambda: nn.Conv1d(2, 4, 3, padding=2 ** 62), lambda: f32(1, 2, 5), ad.InvalidArgumentError,
+     ["Conv1d(2, 4, kernel_size=3", "padding"]),
+    (lambda: nn.ConvTranspose2d(2, 4, 3, stride=2 ** 40), lambda: f32(1, 2, 5, 5),
+     ad.InvalidArgumentError, ["ConvTranspose2d(2, 4, kernel_size=3", "stride"]),
+    (lambda: nn.ConvTranspose2d(2, 4, 3), lambda: f32(1, 2, 0, 5), ad.ShapeError,
+     ["ConvTranspose2d(2, 4, kernel_size=3", "(1, 2, 0, 5)", "empty spatial dim"]),
+    (lambda: nn.MaxPool2d(2, stride=2 ** 63), lambda: f32(1, 2, 5, 5), ad.InvalidArgumentError,
+     ["MaxPool2d(kernel_size=2)", "stride"]),
+    (lambda: nn.AvgPool2d(2), lambda: f32(0, 5, 3), ad.ShapeError,
+     ["AvgPool2d(kernel_size=2)", "(1, 0, 5, 3)", "empty channel"]),
+    (lambda: nn.AdaptiveAvgPool2d(2 ** 62), lambda: f32(1, 2, 5, 5), ad.InvalidArgumentError,
+     ["AdaptiveAvgPool2d(output_size=4611686018427387904)", "output_size"]),
+    (lambda: nn.AdaptiveAvgPool2d(2 ** 30), lambda: f32(1, 2, 5, 5), ad.OutOfMemoryError,
+     ["AdaptiveAvgPool2d(output_size=1073741824)", "(1, 2, 5, 5)"]),
+    (lambda: nn.Embedding(5, 3), lambda: ad.tensor([1], dtype=ad.uint8), ad.DTypeError,
+     ["Embedding(5, 3)", "uint8 (1,)", "int64 or int32"]),
 ]
 
 

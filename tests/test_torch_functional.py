@@ -444,3 +444,11 @@ def test_cross_entropy_random_configurations():
                 lambda a: tF.cross_entropy(a, torch.tensor(t),
                                            None if w is None else torch.tensor(w),
                                            ignore_index=ignore, **kw), x)
+
+
+@pytest.mark.parametrize("size", [1, 2, (3, None), (5, 7), (4, 9), (None, 1)])
+def test_adaptive_avg_pool2d(size):
+    compare(lambda a: F.adaptive_avg_pool2d(a, size), lambda a: tF.adaptive_avg_pool2d(a, size),
+            r(2, 3, 8, 9))
+    compare(lambda a: F.adaptive_avg_pool2d(a, size), lambda a: tF.adaptive_avg_pool2d(a, size),
+            r(3, 7, 5))

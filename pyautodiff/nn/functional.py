@@ -36,7 +36,7 @@ __all__ = [
     "binary_cross_entropy_with_logits", "smooth_l1_loss", "layer_norm", "batch_norm", "dropout",
     "scaled_dot_product_attention",
     "embedding", "linear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
-    "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
+    "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d",
 ]
 
 
@@ -188,9 +188,9 @@ def gelu(input: _Tensor, approximate: str = 'none') -> _Tensor:
     """x * Phi(x) (approximate='none', through erf) or PyTorch's tanh form
     (approximate='tanh')."""
     x = _need_tensor(input, "gelu")
-    if approximate == "none":
+    if isinstance(approximate, str) and approximate == "none":
         return x.gelu_erf()
-    if approximate == "tanh":
+    if isinstance(approximate, str) and approximate == "tanh":
         return x.gelu()
     raise InvalidArgumentError(f"gelu: approximate must be 'none' or 'tanh', got "
                                f"{approximate!r}")
@@ -289,6 +289,8 @@ def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
         raise InvalidArgumentError(f"{fn}: pad must be a sequence of ints, got "
                                    f"{type(pad).__name__}") from None
     pads = tuple(_int(p, fn, "pad") for p in pads)
+    if not isinstance(mode, str) or mode not in _PAD_MODES:
+        raise InvalidArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, got {mode!r}")
     if len(pads) % 2:
         raise InvalidArgumentError(f"{fn}: pad must have an even length, got {pads}")
     if mode == "constant":
@@ -301,8 +303,6 @@ def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
                     f"input {_desc(x)} holds")
         fill = 0.0 if value is None else _float(value, fn, "value")
         return _call(_lib.AD_OP_PAD, (x,), pads, (fill,))
-    if mode not in _PAD_MODES:
-        raise InvalidArgumentError(f"{fn}: mode must be one of {_PAD_MODES}, got {mode!r}")
     if value is not None and value != 0:
         raise InvalidArgumentError(f"{fn}: mode {mode!r} takes no value, got {value!r}")
     k = len(pads) // 2
@@ -946,6 +946,9 @@ def _conv_args(fn, x, weight, stride, padding, dilation, groups, nd, transposed=
             raise InvalidArgumentError(f"{fn}: dilation {d[i]} makes the kernel span {span}, "
                                        f"too large")
         if transposed:
+            if size == 0:  # as PyTorch (the native kernel would give an empty output)
+                raise ShapeError(f"{fn}: input {_desc(x)} has an empty spatial dim (only the "
+                                 f"batch or the channels may be empty)")
             if (size - 1) * s[i] > _SIZE_LIMIT:
                 raise InvalidArgumentError(f"{fn}: stride {s[i]} makes the output of input "
                                            f"{_desc(x)} too large")
@@ -1234,3 +1237,48 @@ def avg_pool1d(input: _Tensor, kernel_size: _Any, stride: _Any = None,
     y = _avg_pool(fn, x.unsqueeze(2), (1,) + k, (1,) + s, (0,) + p, [1] + outs, [0] + extra,
                   bool(count_include_pad), None).squeeze(2)
     return y.squeeze(0) if added else y
+
+
+def _adaptive_matrix(fn, x, n, m):
+    """(m, n) matrix averaging the bins PyTorch's adaptive pooling uses:
+    [floor(i n / m), ceil((i + 1) n / m))."""
+    if m * n > 1 << 31:
+        raise OutOfMemoryError(f"{fn}: output size {m} for input {_desc(x)} needs an ({m}, {n}) "
+                               f"averaging matrix, too large to allocate")
+    i = _np.arange(m)
+    lo, hi = (i * n) // m, -((-(i + 1) * n) // m)
+    j = _np.arange(n)
+    inside = (j >= lo[:, None]) & (j < hi[:, None])
+    return _np.where(inside, 1.0 / (hi - lo)[:, None], 0.0).astype(x.dtype.numpy)
+
+
+def adaptive_avg_pool2d(input: _Tensor, output_size: _Any) -> _Tensor:
+    """Average pooling of input (N, C, H, W) or (C, H, W) to output_size (an int,
+    or a pair whose None entries keep the input size), with PyTorch's bins
+    [floor(i H / oh), ceil((i + 1) H / oh)); composed of mean, avg_pool2d or
+    two matrix products, so it has a gradient.  Shape: (N, C, oh, ow)."""
+    from ..tensor import from_numpy
+
+    fn = "adaptive_avg_pool2d"
+    x = _need_float(input, fn)
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"{fn}: input must be (C, H, W) or (N, C, H, W), got {_desc(x)}")
+    if isinstance(output_size, (tuple, list)):
+        if len(output_size) != 2:
+            raise InvalidArgumentError(f"{fn}: output_size must be an int or a pair, got "
+                                       f"{output_size!r}")
+        sizes = tuple(None if o is None else _int(o, fn, "output_size") for o in output_size)
+    else:
+        sizes = (_int(output_size, fn, "output_size"),) * 2
+    _in_range([o for o in sizes if o is not None], 1, fn, "output_size")
+    h, w = x.shape[-2:]
+    if h == 0 or w == 0:
+        raise ShapeError(f"{fn}: input {_desc(x)} has an empty spatial dim")
+    oh = h if sizes[0] is None else sizes[0]
+    ow = w if sizes[1] is None else sizes[1]
+    if oh == 1 and ow == 1:
+        return x.mean((-2, -1), keepdim=True)
+    if h % oh == 0 and w % ow == 0:
+        return avg_pool2d(x, (h // oh, w // ow))
+    y = x if ow == w else x @ from_numpy(_adaptive_matrix(fn, x, w, ow).T.copy())
+    return y if oh == h else from_numpy(_adaptive_matrix(fn, x, h, oh)) @ y

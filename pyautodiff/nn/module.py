@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import operator
-import weakref
 
 import numpy as np
 
@@ -32,15 +31,6 @@ if TYPE_CHECKING:  # the tensor module imports nn lazily; at run time so does th
     from ..tensor import Tensor, Var
 
 _M = TypeVar("_M", bound="Module")
-
-# Every Var ever registered in a Module, by id: clip_grad_norm_ needs the key
-# tensor to replace a GradStore entry and the store only keeps ids.
-_PARAMS_BY_ID = weakref.WeakValueDictionary()
-
-
-def _remember(v):
-    _PARAMS_BY_ID[v.id] = v
-
 
 def _tensor_types():
     from ..tensor import Tensor, Var
@@ -105,7 +95,6 @@ class Module:
             d.pop(name, None)
             modules.pop(name, None)
             params[name] = value
-            _remember(value)
         elif isinstance(value, Module):
             d.pop(name, None)
             params.pop(name, None)
@@ -126,8 +115,6 @@ class Module:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign {type(value).__name__} "
                                 f"as buffer {name!r} (an ad.Tensor or None is expected)")
-            if isinstance(value, Var):
-                _remember(value)
             buffers[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -154,17 +141,6 @@ class Module:
                 return
         object.__delattr__(self, name)
 
-    def __setstate__(self, state):
-        """Restores a pickled or deep-copied module (its Vars included)."""
-        # pickle and deepcopy restore __dict__ directly: register the new Vars
-        # as __setattr__ would have
-        self.__dict__.update(state)
-        _, Var = _tensor_types()
-        for key in ("_parameters", "_buffers"):
-            for v in state.get(key, {}).values():
-                if isinstance(v, Var):
-                    _remember(v)
-
     def __dir__(self):
         """The attributes, with the registered parameters, buffers and children."""
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) |
@@ -190,14 +166,12 @@ class Module:
         self._buffers.pop(name, None)
         self._modules.pop(name, None)
         self._parameters[name] = param
-        if param is not None:
-            _remember(param)
 
     def register_buffer(self, name: str, tensor: Optional[Tensor],
                         persistent: bool = True) -> None:
         """Adds a buffer: a tensor that is state (saved in state_dict when
         persistent) but not a parameter."""
-        Tensor, Var = _tensor_types()
+        Tensor, _ = _tensor_types()
         self._dicts(name)
         self._check_name(name, "buffer")
         if tensor is not None and not isinstance(tensor, Tensor):
@@ -206,8 +180,6 @@ class Module:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         self._buffers[name] = tensor
-        if isinstance(tensor, Var):
-            _remember(tensor)
         if persistent:
             self._non_persistent_buffers.discard(name)
         else:
@@ -358,7 +330,6 @@ class Module:
                         nv = v.detach().to_dtype(dt)
                         if isinstance(v, Var):
                             nv = Var.from_tensor(nv)
-                            _remember(nv)
                         store[k] = nv
         return self
 
@@ -461,8 +432,9 @@ class Module:
                 except Exception as e:  # e.g. a torch tensor that requires grad
                     raise TypeError(f"{name}.load_state_dict: value for {k!r} is a "
                                     f"{type(v).__name__} that numpy cannot convert ({e})") from None
-                if arr.dtype == object:
-                    raise TypeError(f"{name}.load_state_dict: value for {k!r} is not numeric")
+                if arr.dtype.kind not in "biuf":  # object, str, bytes, void, complex...
+                    raise DTypeError(f"{name}.load_state_dict: value for {k!r} is not numeric "
+                                     f"({type(v).__name__} of numpy dtype {arr.dtype})")
                 src = arr
             if tuple(src.shape) != cur.shape:
                 shape_err.append(f"{k}: checkpoint {_describe(src)}, model {_describe(cur)}")

@@ -12,12 +12,11 @@ if _TYPE_CHECKING:
 
 
 def _entries(grads, parameters, fn):
-    """(key Var, gradient) for the entries to clip.  The store keys by id
-    only, so the key tensor comes from `parameters` when given, else from the
-    Vars registered in any Module."""
+    """(tensor id, gradient) for the entries to clip: those of `parameters`
+    when given, else every entry of the store (the tensors themselves need
+    not be alive: the store keys by id)."""
     from ..grad import GradStore
     from ..tensor import Tensor
-    from .module import _PARAMS_BY_ID
 
     if not isinstance(grads, GradStore):
         raise TypeError(f"{fn}: takes the GradStore returned by backward(), got "
@@ -32,19 +31,19 @@ def _entries(grads, parameters, fn):
             g = grads.get(p)
             if g is not None and p.id not in seen:
                 seen.add(p.id)
-                out.append((p, g))
+                out.append((p.id, g))
         return out
-    out = []
-    for i in range(len(grads)):
-        tid, g = grads._item(i)
-        key = _PARAMS_BY_ID.get(tid)
-        if key is None:
-            raise InvalidArgumentError(
-                f"{fn}: the store has a gradient (shape {g.shape}) for tensor id {tid}, which "
-                f"is not a parameter of any ad.nn.Module, so its entry cannot be replaced; "
-                f"pass parameters=[...] naming the tensors to clip")
-        out.append((key, g))
-    return out
+    return [grads._item(i) for i in range(len(grads))]
+
+
+def _replace(grads, scaled):
+    """Writes each (tensor id, new gradient) of `scaled` into the store."""
+    from .._lib import lib, raise_status
+
+    for tid, g in scaled:
+        st = lib.ad_gradstore_replace_id(grads._h, tid, g._h)
+        if st:
+            raise_status(st)
 
 
 def _total_norm(gs, norm_type, fn):
@@ -76,8 +75,8 @@ def _total_norm(gs, norm_type, fn):
 def clip_grad_norm_(grads: GradStore, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, *,
                     parameters: _Optional[_Iterable[Var]] = None) -> Tensor:
-    """Scales every gradient in the GradStore in place (entries replaced
-    through insert) so that their joint norm is at most max_norm; returns the
+    """Scales every gradient in the GradStore (or those of `parameters`) in
+    place, whether or not the tensors belong to a Module, so that their joint norm is at most max_norm; returns the
     norm before clipping as a 0-d tensor.  As PyTorch: the scale is
     max_norm / (norm + 1e-6), capped at 1; norm_type may be float('inf')."""
     from ..grad import no_grad
@@ -98,9 +97,7 @@ def clip_grad_norm_(grads: GradStore, max_norm: float, norm_type: float = 2.0,
                                        f"gradients is non-finite ({t}), so they cannot be "
                                        f"clipped; pass error_if_nonfinite=False to scale anyway")
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-        scaled = [(p, g * coef.to_dtype(g.dtype)) for p, g in entries]
-        for p, g in scaled:
-            grads.insert(p, g)
+        _replace(grads, [(tid, g * coef.to_dtype(g.dtype)) for tid, g in entries])
     return total
 
 
@@ -112,9 +109,7 @@ def clip_grad_value_(grads: GradStore, clip_value: float, *,
     clip_value = float(clip_value)
     entries = _entries(grads, parameters, "clip_grad_value_")
     with no_grad():
-        clipped = [(p, g.clamp(-clip_value, clip_value)) for p, g in entries]
-        for p, g in clipped:
-            grads.insert(p, g)
+        _replace(grads, [(tid, g.clamp(-clip_value, clip_value)) for tid, g in entries])
 
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]

@@ -69,6 +69,13 @@ def _label(layer):
     return layer if isinstance(layer, str) else layer._tag
 
 
+def renamed(layer, e):
+    """The ad.Error `e` of a functional call again, its message prefixed by the
+    layer's name (raise renamed(self, e) from None in a forward's except)."""
+    tag = _label(layer)
+    return e if str(e).startswith(tag) else type(e)(f"{tag}: {e}")
+
+
 def tensor_arg(layer, x, name="input"):
     if not isinstance(x, Tensor):
         raise DTypeError(f"{_label(layer)}: {name} must be an ad.Tensor, got "
@@ -97,14 +104,27 @@ def float_input(layer, x, dtype, ndims, name="input", what=None):
                      f"model with .to_dtype(ad.{x.dtype.name}))")
 
 
+def new_var(layer, name, shape, dt, fill=0.0):
+    """A Var of `shape` filled with 0 or 1 for the parameter or buffer `name`; a
+    size that cannot be allocated (an argument of 2**40) raises the allocator's
+    ad.Error class with a message naming the layer, the parameter and its shape."""
+    from ...errors import Error
+    from ...tensor import Var
+
+    try:
+        return Var.ones(shape, dtype=dt) if fill else Var.zeros(shape, dtype=dt)
+    except Error as e:
+        raise type(e)(f"{layer}: cannot create {name} of shape {tuple(shape)} "
+                      f"({dt.name}): {e}") from None
+
+
 def weight_and_bias(mod, wshape, n_bias, bias, dt):
     """Registers mod.weight (wshape) and mod.bias (n_bias,), or a None bias when `bias` is
     false, then draws them with mod.reset_parameters()."""
-    from ...tensor import Var
-
-    mod.weight = Var.zeros(wshape, dtype=dt)
+    name = type(mod).__name__
+    mod.weight = new_var(name, "weight", wshape, dt)
     if bias:
-        mod.bias = Var.zeros((n_bias,), dtype=dt)
+        mod.bias = new_var(name, "bias", (n_bias,), dt)
     else:
         mod.register_parameter("bias", None)
     mod.reset_parameters()

@@ -12,7 +12,7 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._common import desc, factory, float_arg, float_input, int_arg, tensor_arg
+from ._common import desc, factory, float_arg, float_input, int_arg, new_var, tensor_arg
 from .basic import Linear
 
 if TYPE_CHECKING:
@@ -48,8 +48,6 @@ class MultiheadAttention(Module):
                  vdim: Optional[int] = None, batch_first: bool = False,
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        from ...tensor import Var
-
         name = "MultiheadAttention"
         self.embed_dim = int_arg(name, "embed_dim", embed_dim)
         self.num_heads = int_arg(name, "num_heads", num_heads)
@@ -65,23 +63,23 @@ class MultiheadAttention(Module):
         dt = factory(name, device, dtype)
         e = self.embed_dim
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = Var.zeros((3 * e, e), dtype=dt)
+            self.in_proj_weight = new_var(name, "in_proj_weight", (3 * e, e), dt)
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
-            self.q_proj_weight = Var.zeros((e, e), dtype=dt)
-            self.k_proj_weight = Var.zeros((e, self.kdim), dtype=dt)
-            self.v_proj_weight = Var.zeros((e, self.vdim), dtype=dt)
+            self.q_proj_weight = new_var(name, "q_proj_weight", (e, e), dt)
+            self.k_proj_weight = new_var(name, "k_proj_weight", (e, self.kdim), dt)
+            self.v_proj_weight = new_var(name, "v_proj_weight", (e, self.vdim), dt)
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = Var.zeros((3 * e,), dtype=dt)
+            self.in_proj_bias = new_var(name, "in_proj_bias", (3 * e,), dt)
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias, dtype=dt)
         if add_bias_kv:
-            self.bias_k = Var.zeros((1, 1, e), dtype=dt)
-            self.bias_v = Var.zeros((1, 1, e), dtype=dt)
+            self.bias_k = new_var(name, "bias_k", (1, 1, e), dt)
+            self.bias_v = new_var(name, "bias_v", (1, 1, e), dt)
         else:
             self.bias_k = self.bias_v = None
         self.add_zero_attn = bool(add_zero_attn)

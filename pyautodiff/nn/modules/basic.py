@@ -10,8 +10,8 @@ from ...errors import DTypeError, InvalidArgumentError, OutOfRangeError, ShapeEr
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._common import (desc, factory, float_arg, float_input, int_arg, reset_weight_and_bias,
-                      tensor_arg, weight_and_bias)
+from ._common import (desc, factory, float_arg, float_input, int_arg, new_var,
+                      reset_weight_and_bias, tensor_arg, weight_and_bias)
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -115,7 +115,7 @@ class Embedding(Module):
         self.scale_grad_by_freq, self.sparse = False, False
         dt = factory(name, device, dtype)
         if _weight is None:
-            self.weight = Var.zeros((self.num_embeddings, self.embedding_dim), dtype=dt)
+            self.weight = new_var(name, "weight", (self.num_embeddings, self.embedding_dim), dt)
             self.reset_parameters()
         else:
             if not isinstance(_weight, Tensor):
@@ -181,8 +181,9 @@ class Embedding(Module):
         from ...tensor import where
 
         tensor_arg(self, input)
-        if input.dtype.is_floating_point or input.dtype.name == "bool":
-            raise DTypeError(f"{self._tag}: input {desc(input)} must hold integer indices")
+        if input.dtype.name not in ("int64", "int32"):  # as PyTorch: Long or Int
+            raise DTypeError(f"{self._tag}: input {desc(input)} must hold integer indices "
+                             f"(int64 or int32)")
         idx = np.asarray(input)
         if idx.size:
             lo, hi = int(idx.min()), int(idx.max())
@@ -289,7 +290,7 @@ class GELU(_Activation):
 
     def __init__(self, approximate: str = 'none') -> None:
         super().__init__()
-        if approximate not in ("none", "tanh"):
+        if not isinstance(approximate, str) or approximate not in ("none", "tanh"):
             raise InvalidArgumentError(f"GELU: approximate must be 'none' or 'tanh', got "
                                        f"{approximate!r}")
         self.approximate = approximate
@@ -348,7 +349,8 @@ class Softmax(_Activation):
 
     def __init__(self, dim: Optional[int] = None) -> None:
         super().__init__()
-        self.dim = None if dim is None else int_arg("Softmax", "dim", dim, minimum=-(1 << 62))
+        self.dim = None if dim is None else int_arg(type(self).__name__, "dim", dim,
+                                                       minimum=-(1 << 62))
 
     def _dim(self, x, name):
         d = _softmax_dim(name, x.ndim) if self.dim is None else self.dim

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import Error, InvalidArgumentError, ShapeError
 from .. import functional as F
 from ..module import Module
-from ._common import (desc, factory, float_input, int_arg, reset_weight_and_bias, tuple_arg,
-                      weight_and_bias)
+from ._common import (desc, factory, float_input, int_arg, renamed, reset_weight_and_bias,
+                      tuple_arg, weight_and_bias)
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -71,7 +71,7 @@ class _ConvNd(Module):
         if self.out_channels % self.groups:
             raise InvalidArgumentError(f"{name}: out_channels {self.out_channels} must be "
                                        f"divisible by groups {self.groups}")
-        if padding_mode not in _PADDING_MODES:
+        if not isinstance(padding_mode, str) or padding_mode not in _PADDING_MODES:
             raise InvalidArgumentError(f"{name}: padding_mode must be one of {_PADDING_MODES}, "
                                        f"got {padding_mode!r}")
         if self._transposed and padding_mode != "zeros":
@@ -150,7 +150,10 @@ class _ConvNd(Module):
             pad = 0
         else:
             pad = self.padding
-        return fn(x, self.weight, self.bias, self.stride, pad, self.dilation, self.groups)
+        try:
+            return fn(x, self.weight, self.bias, self.stride, pad, self.dilation, self.groups)
+        except Error as e:
+            raise renamed(self, e) from None
 
 
 class Conv1d(_ConvNd):
@@ -249,8 +252,11 @@ class ConvTranspose2d(_ConvNd):
             if size < 1:
                 raise ShapeError(f"{self._tag}: input {desc(x)} gives an empty output (padding "
                                  f"{self.padding} is too large)")
-        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, op,
-                                  self.groups, self.dilation)
+        try:
+            return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, op,
+                                      self.groups, self.dilation)
+        except Error as e:
+            raise renamed(self, e) from None
 
 
 # ---- pooling ---------------------------------------------------------------------------------
@@ -272,7 +278,9 @@ class _Pool2d(Module):
 
     def _init(self, name, kernel_size, stride, padding, ceil_mode, dilation=1):
         self.kernel_size = kernel_size
-        self.stride = kernel_size if stride is None or stride == () else stride
+        # stride=None or () (also [] or an empty array) means kernel_size, as PyTorch
+        empty = stride is None or (isinstance(stride, (tuple, list)) and not stride)
+        self.stride = kernel_size if empty else stride
         self.padding = padding
         self.ceil_mode = bool(ceil_mode)
         tag = f"{name}(kernel_size={kernel_size})"
@@ -307,8 +315,11 @@ class MaxPool2d(_Pool2d):
         return_indices=True returns (output, indices into each flattened H*W plane).
         """
         x = self._check(input)
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                            ceil_mode=self.ceil_mode)
+        try:
+            return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                                ceil_mode=self.ceil_mode)
+        except Error as e:
+            raise renamed(self, e) from None
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -337,22 +348,16 @@ class AvgPool2d(_Pool2d):
         Shape: (N, C, H, W) or (C, H, W) -> (N, C, H_out, W_out).
         """
         x = self._check(input)
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
-                            ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad,
-                            divisor_override=self.divisor_override)
+        try:
+            return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                ceil_mode=self.ceil_mode,
+                                count_include_pad=self.count_include_pad,
+                                divisor_override=self.divisor_override)
+        except Error as e:
+            raise renamed(self, e) from None
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-
-
-def _adaptive_matrix(n, m, dtype):
-    """(m, n) matrix averaging the bins PyTorch's adaptive pooling uses:
-    [floor(i n / m), ceil((i + 1) n / m))."""
-    a = np.zeros((m, n))
-    for i in range(m):
-        lo, hi = (i * n) // m, -((-(i + 1) * n) // m)
-        a[i, lo:hi] = 1.0 / (hi - lo)
-    return a.astype(dtype.numpy)
 
 
 class AdaptiveAvgPool2d(Module):
@@ -381,21 +386,11 @@ class AdaptiveAvgPool2d(Module):
 
         Shape: (N, C, H, W) or (C, H, W) -> (N, C, *output_size).
         """
-        from ...tensor import from_numpy
-
-        tag = self._tag
         x = float_input(self, input, None, (3, 4), what="(C, H, W) or (N, C, H, W)")
-        h, w = x.shape[-2:]
-        oh = h if self._sizes[0] is None else self._sizes[0]
-        ow = w if self._sizes[1] is None else self._sizes[1]
-        if h == 0 or w == 0:
-            raise ShapeError(f"{tag}: input {desc(x)} has an empty spatial dim")
-        if oh == 1 and ow == 1:
-            return x.mean((-2, -1), keepdim=True)
-        if h % oh == 0 and w % ow == 0:
-            return F.avg_pool2d(x, (h // oh, w // ow))
-        y = x if ow == w else x @ from_numpy(_adaptive_matrix(w, ow, x.dtype).T.copy())
-        return y if oh == h else from_numpy(_adaptive_matrix(h, oh, x.dtype)) @ y
+        try:
+            return F.adaptive_avg_pool2d(x, self._sizes)
+        except Error as e:
+            raise renamed(self, e) from None
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 from ...errors import InvalidArgumentError, ShapeError
 from .. import functional as F
 from ..module import Module
-from ._common import desc, factory, float_arg, float_input, int_arg
+from ._common import desc, factory, float_arg, float_input, int_arg, new_var
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -23,8 +23,6 @@ class LayerNorm(Module):
                  elementwise_affine: bool = True, bias: bool = True,
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        from ...tensor import Var
-
         name = "LayerNorm"
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
@@ -40,9 +38,9 @@ class LayerNorm(Module):
         self.elementwise_affine = bool(elementwise_affine)
         dt = factory(name, device, dtype)
         if self.elementwise_affine:
-            self.weight = Var.ones(self.normalized_shape, dtype=dt)
+            self.weight = new_var(name, "weight", self.normalized_shape, dt, 1)
             if bias:
-                self.bias = Var.zeros(self.normalized_shape, dtype=dt)
+                self.bias = new_var(name, "bias", self.normalized_shape, dt)
             else:
                 self.register_parameter("bias", None)
         else:
@@ -81,7 +79,7 @@ class _BatchNorm(Module):
                  dtype: Any = None, *, bias: bool = True) -> None:
         super().__init__()
         from ... import dtypes as _dt
-        from ...tensor import Var, zeros
+        from ...tensor import zeros
 
         name = type(self).__name__
         self.num_features = int_arg(name, "num_features", num_features)
@@ -92,9 +90,9 @@ class _BatchNorm(Module):
         dt = factory(name, device, dtype)
         c = self.num_features
         if self.affine:
-            self.weight = Var.ones((c,), dtype=dt)
+            self.weight = new_var(name, "weight", (c,), dt, 1)
             if bias:
-                self.bias = Var.zeros((c,), dtype=dt)
+                self.bias = new_var(name, "bias", (c,), dt)
             else:
                 self.register_parameter("bias", None)
         else:
@@ -102,8 +100,8 @@ class _BatchNorm(Module):
             self.register_parameter("bias", None)
         if self.track_running_stats:
             # Vars, so that the running statistics are updated in place
-            self.register_buffer("running_mean", Var.zeros((c,), dtype=dt))
-            self.register_buffer("running_var", Var.ones((c,), dtype=dt))
+            self.register_buffer("running_mean", new_var(name, "running_mean", (c,), dt))
+            self.register_buffer("running_var", new_var(name, "running_var", (c,), dt, 1))
             self.register_buffer("num_batches_tracked", zeros((), dtype=_dt.int64))
         else:
             self.register_buffer("running_mean", None)

@@ -10,7 +10,7 @@ from ...errors import InvalidArgumentError, ShapeError
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._common import desc, factory, float_arg, float_input, int_arg
+from ._common import desc, factory, float_arg, float_input, int_arg, new_var
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -28,8 +28,6 @@ class LSTM(Module):
                  bidirectional: bool = False, proj_size: int = 0, device: Any = None,
                  dtype: Any = None) -> None:
         super().__init__()
-        from ...tensor import Var
-
         name = "LSTM"
         self.input_size = int_arg(name, "input_size", input_size)
         self.hidden_size = int_arg(name, "hidden_size", hidden_size)
@@ -57,7 +55,7 @@ class LSTM(Module):
                 if self.proj_size:
                     shapes.append(("weight_hr" + sfx, (self.proj_size, hs)))
                 for n, s in shapes:
-                    setattr(self, n, Var.zeros(s, dtype=dt))
+                    setattr(self, n, new_var(name, n, s, dt))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
