@@ -137,7 +137,7 @@ void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp
 #define GEMM_AVX2_F64_MR 6
 #define GEMM_AVX2_F64_NR 8
 /* AVX2 level: panels of a unit-row-stride A packed at once (gemm_dtype.h
-   pack_a_rows). Transformer G^T @ X under PYAUTODIFF_ISA=avx2 on Zen 5: 8 was
+   pack_rows). Transformer G^T @ X under PYAUTODIFF_ISA=avx2 on Zen 5: 8 was
    level with 2 and 4 (within 1-2%); 64 (every panel of the block, 64 write
    streams) lost 27-53%. */
 #define GEMM_AVX2_APANELS 8

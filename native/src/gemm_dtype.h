@@ -130,10 +130,10 @@ static struct S(kernel) S(pick_kernel)(void)
 }
 
 /* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
-   a unit-stride operand. The widths the kernels use get a constant-size copy
-   the compiler inlines; a memcpy call per 24-64 byte run cost up to 10% of
-   an MLP-sized product (128 x 784 @ 784 x 512), whose B is packed for only
-   128 rows. */
+   one panel of a unit-row-stride A at the AVX-512 level. The widths the
+   kernels use get a constant-size copy the compiler inlines (a memcpy call
+   per 24-64 byte run, when B was packed this way too, cost up to 10% of an
+   MLP-sized product, 128 x 784 @ 784 x 512). */
 static void S(copy_runs)(int64_t kb, const T *src, int64_t ld, T *dst, int w)
 {
 #define COPY_RUNS_(W)                                                                       \
@@ -155,35 +155,47 @@ static void S(copy_runs)(int64_t kb, const T *src, int64_t ld, T *dst, int w)
 #undef COPY_RUNS_
 }
 
-/* The full panels of a unit-row-stride A (a transposed operand: column p
-   of A, i.e. row p of its buffer, contiguous) packed a group of g panels at
-   a time, row p of the buffer front to back.  Panel by panel (runs of MR
-   elements: each buffer row read MR elements at a time, line by line down a
-   column of the buffer) the packing took 11% of a transformer weight
-   gradient G^T @ X (tokens 2048, d 384 -> 128) under PYAUTODIFF_ISA=avx2,
-   mostly waiting on loads; row by row, 8%. Set only at the AVX2 level
-   (kernel.apanels), so the AVX-512 path is unchanged. */
-static inline __attribute__((always_inline)) void S(pack_a_rows_w)(int mr, int g, int64_t panels,
-                                                                  int64_t kb, const T *a,
-                                                                  int64_t csa, T *ap)
+/* The full w-wide panels of a unit-stride operand packed a row at a time: a
+   unit-row-stride A (a transposed operand: column p of A, i.e. row p of its
+   buffer, contiguous) into MR-tall panels, or a row-major B into NR-wide
+   ones, a group of g panels at a time, row p of the buffer front to back,
+   each row's run of g * w elements read in order and scattered to the g
+   panels.  Panel by panel (each buffer row read w elements at a time, line
+   by line down a column of the buffer) the packing
+     - of A took 11% of a transformer weight gradient G^T @ X (tokens 2048,
+       d 384 -> 128) under PYAUTODIFF_ISA=avx2 on Zen 5, mostly waiting on
+       loads; row by row, 8% (kernel.apanels, set only at the AVX2 level);
+     - of B (GEMM_BROWS_PANELS) made 128 x 784 @ 784 x 512 float32, whose
+       1.6 MiB B is packed for only 128 rows, 20-30% slower on Zen 4 at both
+       levels (1 thread, CPU time, interleaved in one process: AVX-512 1292
+       vs 999 us, AVX2 1347 vs 1129 us); n = 256 .. 1024 were level or a few
+       % faster row by row. */
+static inline __attribute__((always_inline)) void S(pack_rows_w)(int w, int g, int64_t panels,
+                                                                int64_t kb, const T *src,
+                                                                int64_t ld, T *dst)
 {
     for (int64_t q0 = 0; q0 < panels; q0 += g) {
         int64_t nq = min64(g, panels - q0);
-        const T *src = a + q0 * mr;
-        T *dst = ap + q0 * mr * kb;
+        const T *s = src + q0 * w;
+        T *d = dst + q0 * w * kb;
         for (int64_t p = 0; p < kb; p++)
             for (int64_t q = 0; q < nq; q++)
-                memcpy(dst + q * mr * kb + p * mr, src + p * csa + q * mr, (size_t)mr * sizeof(T));
+                memcpy(d + q * w * kb + p * w, s + p * ld + q * w, (size_t)w * sizeof(T));
     }
 }
 
-static void S(pack_a_rows)(int mr, int g, int64_t panels, int64_t kb, const T *a, int64_t csa,
-                           T *ap)
+static void S(pack_rows)(int w, int g, int64_t panels, int64_t kb, const T *src, int64_t ld,
+                         T *dst)
 {
-    if (mr == 6) /* the AVX2 level's MR: a constant-size copy the compiler inlines */
-        S(pack_a_rows_w)(6, g, panels, kb, a, csa, ap);
-    else
-        S(pack_a_rows_w)(mr, g, panels, kb, a, csa, ap);
+    /* the widths the kernels use (AVX2 MR; NR at every level): a constant-size
+       copy the compiler inlines */
+    switch (w) {
+    case 6: S(pack_rows_w)(6, g, panels, kb, src, ld, dst); return;
+    case 8: S(pack_rows_w)(8, g, panels, kb, src, ld, dst); return;
+    case 16: S(pack_rows_w)(16, g, panels, kb, src, ld, dst); return;
+    case 32: S(pack_rows_w)(32, g, panels, kb, src, ld, dst); return;
+    default: S(pack_rows_w)(w, g, panels, kb, src, ld, dst);
+    }
 }
 
 /* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
@@ -193,7 +205,7 @@ static void S(pack_a)(const struct S(kernel) *kn, int64_t mb, int64_t kb, const 
     const int mr = kn->mr;
     if (rsa == 1 && kn->apanels > 0 && mb >= mr) {
         int64_t full = mb / mr;
-        S(pack_a_rows)(mr, kn->apanels, full, kb, a, csa, ap);
+        S(pack_rows)(mr, kn->apanels, full, kb, a, csa, ap);
         a += full * mr;
         ap += full * mr * kb;
         mb -= full * mr;
@@ -229,12 +241,17 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
                       int64_t rsb, int64_t csb, T *bp)
 {
     const int nr = kn->nr;
+    if (csb == 1 && nb >= nr) { /* the full panels of a row-major B, row by row */
+        int64_t full = nb / nr;
+        S(pack_rows)(nr, GEMM_BROWS_PANELS, full, kb, b, rsb, bp);
+        b += full * nr;
+        bp += full * nr * kb;
+        nb -= full * nr;
+    }
     for (int64_t j0 = 0; j0 < nb; j0 += nr) {
         int64_t jb = min64(nr, nb - j0);
         const T *src = b + j0 * csb;
-        if (jb == nr && csb == 1) {
-            S(copy_runs)(kb, src, rsb, bp, nr);
-        } else if (jb == nr && rsb == 1 && kn->packbt) {
+        if (jb == nr && rsb == 1 && kn->packbt) {
             kn->packbt(kb, src, csb, bp, nr);
         } else if (jb == nr && rsb == 1) {
             for (int j = 0; j < nr; j++) {
