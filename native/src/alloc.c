@@ -45,32 +45,69 @@ void ad_mfree(void *p) { free(p); }
  * that thread's lists, one per 64-byte class, SMALL_KEEP each (at most 330
  * KiB per thread), and handed out again by class; a thread's lists are freed
  * when it exits.  The blocks are plain malloc blocks of the class's size, so
- * any thread may take or free any of them. */
+ * any thread may take or free any of them.  Every thread's lists are also
+ * linked from small_all, a global: LeakSanitizer does not look into
+ * thread-local storage (.ci/run: use_tls=0), and would call the kept blocks
+ * leaked. */
 enum { SMALL_MIN = 1024, SMALL_MAX = 4096 + 512, SMALL_CLASSES = (SMALL_MAX - SMALL_MIN) / 64,
        SMALL_KEEP = 8 };
 
-typedef struct {
+typedef struct small_lists {
     void *head[SMALL_CLASSES]; /* each block's first word links the next */
     uint8_t n[SMALL_CLASSES];
-    bool registered; /* with small_key, for the thread's exit */
+    struct small_lists *prev, *next; /* in small_all */
 } small_lists;
 
-static _Thread_local small_lists tl_small;
+static _Thread_local small_lists *tl_small;
+static small_lists *small_all;
+static pthread_mutex_t small_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t small_key;
 static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 
-static void small_exit(void *arg) {
-    small_lists *l = arg;
+static void small_unlink(small_lists *l) {
+    if (l->prev) l->prev->next = l->next;
+    else small_all = l->next;
+    if (l->next) l->next->prev = l->prev;
+}
+
+static void small_lists_free(small_lists *l) {
     for (int c = 0; c < SMALL_CLASSES; c++)
         while (l->head[c]) {
             void *p = l->head[c];
             l->head[c] = *(void **)p;
             free(p);
         }
-    memset(l->n, 0, sizeof l->n);
+    free(l);
+}
+
+/* the thread's exit (its key's destructor): a block freed later in the exit
+   makes new lists, which the destructor's next round frees */
+static void small_exit(void *arg) {
+    small_lists *l = arg;
+    tl_small = NULL;
+    pthread_mutex_lock(&small_lock);
+    small_unlink(l);
+    pthread_mutex_unlock(&small_lock);
+    small_lists_free(l);
 }
 
 static void small_key_init(void) { (void)pthread_key_create(&small_key, small_exit); }
+
+static small_lists *small_lists_new(void) {
+    pthread_once(&small_once, small_key_init);
+    small_lists *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    if (pthread_setspecific(small_key, l)) {
+        free(l);
+        return NULL;
+    }
+    pthread_mutex_lock(&small_lock);
+    l->next = small_all;
+    if (small_all) small_all->prev = l;
+    small_all = l;
+    pthread_mutex_unlock(&small_lock);
+    return tl_small = l;
+}
 
 /* the class of an n-byte block, -1 outside the kept sizes */
 static int small_class(size_t n) {
@@ -81,8 +118,8 @@ void *ad_small_alloc(size_t n) {
     if (injected_failure()) return NULL;
     int c = small_class(n);
     if (c < 0) return malloc(n ? n : 1);
-    small_lists *l = &tl_small;
-    void *p = l->head[c];
+    small_lists *l = tl_small;
+    void *p = l ? l->head[c] : NULL;
     if (p) {
         l->head[c] = *(void **)p;
         l->n[c]--;
@@ -93,18 +130,11 @@ void *ad_small_alloc(size_t n) {
 
 void ad_small_free(void *p, size_t n) {
     int c = small_class(n);
-    small_lists *l = &tl_small;
-    if (!p || c < 0 || l->n[c] >= SMALL_KEEP) {
+    small_lists *l = tl_small;
+    if (p && c >= 0 && !l) l = small_lists_new();
+    if (!p || c < 0 || !l || l->n[c] >= SMALL_KEEP) {
         free(p);
         return;
-    }
-    if (!l->registered) { /* the first block this thread keeps */
-        pthread_once(&small_once, small_key_init);
-        if (pthread_setspecific(small_key, l)) {
-            free(p);
-            return;
-        }
-        l->registered = true;
     }
     *(void **)p = l->head[c];
     l->head[c] = p;
@@ -233,9 +263,11 @@ static void fork_prepare(void) {
     par_fork_prepare();
     pthread_mutex_lock(&mid_cache.lock);
     pthread_mutex_lock(&large_cache.lock);
+    pthread_mutex_lock(&small_lock);
 }
 
 static void fork_parent(void) {
+    pthread_mutex_unlock(&small_lock);
     pthread_mutex_unlock(&large_cache.lock);
     pthread_mutex_unlock(&mid_cache.lock);
     par_fork_parent();
@@ -243,6 +275,15 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+    pthread_mutex_init(&small_lock, NULL);
+    /* the other threads' lists: those threads are gone in the child */
+    for (small_lists *l = small_all, *next; l; l = next) {
+        next = l->next;
+        if (l != tl_small) {
+            small_unlink(l);
+            small_lists_free(l);
+        }
+    }
     pthread_mutex_init(&large_cache.lock, NULL);
     pthread_mutex_init(&mid_cache.lock, NULL);
     par_fork_child();
