@@ -269,3 +269,120 @@ def test_threads_share_operands_and_results():
     for t in ts:
         t.join()
     assert not errors
+
+
+# ---- the size bounds (elementwise.c: quick_size) ------------------------------------
+# memory-bound ops up to QUICK_MAX_NUMEL (1 << 17) elements, the costlier ones
+# below the pool's threshold ITER_PAR_MIN / cost (1 << 18 over 16 for the
+# float32 SIMD maps, over 64 for a libm call per element); the same bits as
+# the ordinary call on both sides of each bound
+SIMD = ffi.string(lib.ad_reduce_kernel()).decode() != "portable"  # float32 exp a SIMD map
+
+
+@pytest.mark.parametrize("op,dtype,limit", [
+    ("ADD", "float32", 1 << 17), ("MUL", "float64", 1 << 17),
+    ("EXP", "float32", (1 << 18) // (16 if SIMD else 64)), ("EXP", "float64", (1 << 18) // 64),
+    ("MUL_SCALAR", "float32", 1 << 17)])
+def test_size_bounds_and_bits_on_both_sides(op, dtype, limit):
+    kind = getattr(lib, "AD_OP_" + op)
+    for n in (limit - 1, limit, limit + 1):
+        x = ad.from_numpy(sample(dtype, (n,), 1))
+        y = ad.from_numpy(sample(dtype, (n,), 2))
+        if op in ("ADD", "MUL"):
+            fn, args, want = lib.ad_binary_quick, (x, y), ordinary(kind, x, y)
+        elif op == "EXP":
+            fn, args, want = lib.ad_unary_quick, (x,), ordinary(kind, x)
+        else:
+            fn, args, want = lib.ad_scalar_quick, (x, 0.75), ordinary(kind, x, s=0.75)
+        got = quick(fn, kind, *args)
+        accepted = n <= limit if op in ("ADD", "MUL", "MUL_SCALAR") else n < limit
+        assert (got is not None) == accepted, (op, dtype, n)
+        if got is not None:
+            np.testing.assert_array_equal(bits(got), bits(want))
+
+
+# ---- storages with inline data and the per-thread free lists (alloc.c) -----------
+# float32 sizes around the bounds: 228 elements (912 bytes, an allocation of
+# 1024: glibc's), 229 (the first of ad_small_alloc's classes), 1024 (4096
+# bytes, the last inline size), 1025 (data in its own block); float64 and
+# uint8 sizes in between
+SMALL_SIZES = [("float32", n) for n in (64, 65, 228, 229, 230, 245, 246, 1000, 1023, 1024, 1025)]
+SMALL_SIZES += [("float64", n) for n in (114, 115, 300, 512, 513)]
+SMALL_SIZES += [("uint8", n) for n in (911, 912, 913, 4095, 4096, 4097)]
+
+
+def test_inline_storages_of_every_class_live_side_by_side():
+    # many live tensors of each class at once, freed in a shuffled order and
+    # taken again: a block handed out twice or of a smaller class than asked
+    # would show as wrong values
+    rng = np.random.default_rng(0)
+    n0, b0 = ad.live_tensors(), ad.live_bytes()
+    for rnd in range(3):
+        live = []
+        for dtype, n in SMALL_SIZES:
+            x = ad.from_numpy(sample(dtype, (n,), rnd))
+            for k in range(12):  # more than a class keeps (SMALL_KEEP = 8)
+                y = x + x if dtype != "uint8" else x * x
+                live.append((y, (x.numpy() + x.numpy()) if dtype != "uint8"
+                             else x.numpy() * x.numpy()))
+        for i in rng.permutation(len(live)):
+            y, want = live[i]
+            np.testing.assert_array_equal(y.numpy(), want)
+        for i in rng.permutation(len(live))[: len(live) // 2]:
+            live[i] = None
+        for item in live:
+            if item is not None:
+                np.testing.assert_array_equal(item[0].numpy(), item[1])
+        del live, x, y, item
+    assert ad.live_tensors() == n0 and ad.live_bytes() == b0
+
+
+def test_inline_storages_freed_by_another_thread_and_at_thread_exit():
+    # blocks move between threads' lists (a tensor made in one thread and
+    # released in another), and a thread's lists are freed when it ends
+    n0, b0 = ad.live_tensors(), ad.live_bytes()
+    made, errors = [], []
+    x = ad.from_numpy(sample("float32", (1000,), 1))
+    want = x.numpy() * 3.0
+
+    def produce():
+        for _ in range(50):
+            made.append(x * 3.0)
+
+    def consume():
+        try:
+            for _ in range(50):
+                y = x * 3.0  # taken from this thread's lists once it has freed some
+                if not np.array_equal(y.numpy(), want):
+                    errors.append("wrong values")
+                del y
+            while made:
+                t = made.pop()
+                if not np.array_equal(t.numpy(), want):
+                    errors.append("wrong values")
+                del t
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+    for _ in range(3):
+        p = threading.Thread(target=produce)
+        p.start()
+        p.join()
+        c = threading.Thread(target=consume)
+        c.start()
+        c.join()
+    assert not errors and not made
+    del x
+    assert ad.live_tensors() == n0 and ad.live_bytes() == b0
+
+
+def test_failure_hook_reaches_the_free_lists():
+    x = ad.from_numpy(sample("float32", (1000,), 1))
+    for _ in range(3):  # this thread's list of the class now holds blocks
+        x + x
+    lib.ad_testing_fail_alloc_after(2)  # the tensor header, then the storage
+    try:
+        with pytest.raises(ad.OutOfMemoryError):
+            x + x
+    finally:
+        lib.ad_testing_fail_alloc_after(0)
+    np.testing.assert_array_equal((x + x).numpy(), x.numpy() * 2)

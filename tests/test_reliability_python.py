@@ -194,6 +194,31 @@ def test_explicit_del_is_idempotent_and_later_use_is_an_error():
     assert ad.live_tensors() == n
 
 
+def test_released_tensor_keeps_its_class_and_names_what_was_used():
+    # a released tensor takes a subclass of its own class (Tensor.__del__):
+    # isinstance holds, every lookup names itself in the error, and Tensor has
+    # no __getattr__ (which would slow every attribute read of every tensor)
+    class Mine(ad.Tensor):  # a subclass with a __dict__ of its own
+        pass
+
+    assert "__getattr__" not in vars(ad.Tensor)
+    n = ad.live_tensors()
+    m = Mine([1.0, 2.0])
+    m.note = "kept"
+    v = ad.Var([3.0])
+    for t, cls in ((ad.tensor([1.0]), ad.Tensor), (v, ad.Var), (m, Mine)):
+        t.__del__()
+        assert isinstance(t, cls) and type(t) is not cls and type(t).__name__ == cls.__name__
+        with pytest.raises(ad.GraphError, match="released.*: exp cannot be used"):
+            t.exp()
+        with pytest.raises(ad.GraphError, match="released.*: _h cannot be used"):
+            t + t
+        t.__del__()
+    assert ad.live_tensors() == n
+    with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'no_such'"):
+        ad.tensor([1.0]).no_such
+
+
 def test_init_twice_releases_the_old_handle():
     n = ad.live_tensors()
     t = ad.tensor([1.0])

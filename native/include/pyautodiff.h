@@ -573,7 +573,8 @@ AD_API int ad_get_checkpoint_strategy(void);
    and then the caller makes the ordinary call (ad_binary, ad_unary,
    ad_scalar_op, ad_tensor_release), which does the work or reports the
    error.  They take only elementwise ops over contiguous operands of one
-   shape and dtype and at most a few thousand elements, give the ordinary
+   shape and dtype and a bounded size (at most 131072 elements, some tens of
+   microseconds of work, fewer elements for costlier ops), give the ordinary
    call's result to the bit (recorded the same way), and never block on
    another thread or call back into the caller, so a binding may keep its
    interpreter lock across them.  ad_tensor_release_quick returns 1 when it

@@ -36,12 +36,20 @@ AD_API int ad_abi_version(void) { return AD_ABI_MAJOR * 1000 + AD_ABI_MINOR; }
    ad_data_alloc's, for the vector loops. */
 enum { INLINE_SMALL = 256, INLINE_MAX = 4096 };
 
+static size_t inline_align(size_t nbytes) { return nbytes <= INLINE_SMALL ? 16 : 64; }
+
+/* the allocation of a storage whose nbytes of data live inline (the header,
+   the alignment's slack, the data), from ad_small_alloc */
+static size_t inline_alloc_size(size_t nbytes) {
+    return sizeof(ad_storage) + inline_align(nbytes) + nbytes;
+}
+
 static ad_storage *storage_new(size_t nbytes) {
     ad_storage *s;
     if (nbytes <= INLINE_MAX) {
-        size_t align = nbytes <= INLINE_SMALL ? 16 : 64;
-        s = ad_malloc(sizeof *s + align + nbytes);
+        s = ad_small_alloc(inline_alloc_size(nbytes));
         if (!s) return NULL;
+        size_t align = inline_align(nbytes);
         uintptr_t d = ((uintptr_t)s + sizeof *s + align - 1) & ~(uintptr_t)(align - 1);
         s->data = (void *)d;
         s->inline_data = true;
@@ -70,10 +78,12 @@ static void storage_release(ad_storage *s) {
         ad_external_free(s);
         return;
     }
-    if (s->inline_data)
+    if (s->inline_data) {
         atomic_fetch_sub_explicit(&ad_live_byte_count, (long long)s->nbytes, memory_order_relaxed);
-    else
-        ad_data_free(s->data, s->nbytes);
+        ad_small_free(s, inline_alloc_size(s->nbytes));
+        return;
+    }
+    ad_data_free(s->data, s->nbytes);
     ad_mfree(s);
 }
 
