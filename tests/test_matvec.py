@@ -219,3 +219,31 @@ def test_skinny_batched_and_thread_bits(kernel, dt):
             assert outs[0].tobytes() == outs[1].tobytes(), (sa, sb)
     finally:
         ad.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_axpy_form_past_cache_same_bits(kernel, dt):
+    """x @ B for a B past AXPY_FAR (16 MiB: passes of 16 rows at AVX-512) has
+    the bits of the same product on column slices of B (small: passes of 8
+    rows), at 1 and 2 threads; k and n leave remainders of every pass."""
+    rng = np.random.default_rng(9)
+    k, n = 4100, (1030 if dt == np.float32 else 515)
+    b = rng.standard_normal((k, n)).astype(dt)
+    x = rng.standard_normal(k).astype(dt)
+    tb, tx = ad.from_numpy(b), ad.from_numpy(x)
+    old = ad.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 2):
+            ad.set_num_threads(t)
+            outs.append(np.asarray(tx @ tb))
+    finally:
+        ad.set_num_threads(old)
+    ref = x.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(b).astype(np.float64) + 1
+    tol = 1e-5 if dt == np.float32 else 1e-13
+    assert np.all(np.abs(outs[0] - ref) <= tol * scale)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    if kernel != "portable":
+        j0, j1 = 5, 5 + n // 4
+        assert np.asarray(tx @ tb[:, j0:j1]).tobytes() == outs[0][j0:j1].tobytes()

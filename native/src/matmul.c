@@ -138,9 +138,12 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 /* The skinny kernel's tiles: mr rows by SKNV(mr) vectors (16 registers at
    AVX2: 6-8 accumulators; 32 at AVX-512: 8-16); SK_CACHED: the bytes of B
    read as one block of rows (matmul_simd.h's sk_rows). The axpy form's passes
-   over y: AXG rows of M^T each, as many broadcast x[p] as the registers hold
-   (AVX-512, 4096 x 4096 f32: 16 rows 0.93-0.99x numpy, 8 rows 0.85-0.90x,
-   4 rows 0.75-0.85x; a memory-bound pass, so fewer trips over y help). */
+   over y: 8 rows of M^T each, or AXG for an M past AXPY_FAR bytes, as many
+   broadcast x[p] as the registers hold (AVX-512, f32, thread CPU time against
+   numpy: 4096 x 4096 16 rows 0.88-0.99x, 8 rows 0.83-0.90x, 4 rows
+   0.75-0.85x; 1024 x 1024, in cache, 16 rows 0.67x, 8 rows 0.94-1.05x:
+   16 rows 4 KiB apart alias in L1's sets). */
+#define AXPY_FAR ((int64_t)16 << 20)
 #define SKNV_avx2(mr) ((mr) <= 2 ? 4 : (mr) <= 4 ? 2 : 1)
 #define SKNV_avx512(mr) ((mr) <= 4 ? 4 : 2)
 #define SK_CACHED ((int64_t)256 << 10)

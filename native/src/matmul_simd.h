@@ -10,7 +10,8 @@
      level) and RED1(v) (one narrowed vector's total);
      SKNV(mr) (the skinny kernel's vectors of columns per tile of mr rows:
      as many accumulators as the level's registers hold beside B's vectors)
-     and AXG (rows of M^T per pass of the axpy form over y).
+     and AXG (rows of M^T per pass of the axpy form over y, for an M of more
+     than AXPY_FAR bytes: 8 else).
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
 
@@ -80,12 +81,11 @@ MV_ATTR static void S(mv_axpy)(int64_t k, int64_t n, const T *x, int64_t incx, c
         return;
     }
     int64_t p = 0;
-    for (; p + AXG <= k; p += AXG)
-        S(axpy_group)(AXG, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
-    if (AXG > 8 && p + 8 <= k) {
+    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR)
+        for (; p + AXG <= k; p += AXG)
+            S(axpy_group)(AXG, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
+    for (; p + 8 <= k; p += 8)
         S(axpy_group)(8, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
-        p += 8;
-    }
     const T *xp = x + p * incx, *bp = b + p * rsb;
     switch (k - p) {
     case 0: break;
