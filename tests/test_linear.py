@@ -76,7 +76,8 @@ def test_leading_dims_that_do_not_merge():
 
 
 @pytest.mark.parametrize("m,k,n", [(128, 784, 512), (128, 512, 10), (1, 300, 200),
-                                   (200, 300, 1), (3, 2, 4), (37, 70, 45), (5, 0, 3)])
+                                   (200, 300, 1), (3, 2, 4), (37, 70, 45), (5, 0, 3),
+                                   (6, 300, 700)])
 @pytest.mark.parametrize("act", ACTS)
 def test_fused_equals_unfused_bitwise(m, k, n, act, threads):
     """2-d x: the product runs the same GEMM path as x @ w.t(), and the epilogue

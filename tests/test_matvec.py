@@ -146,3 +146,104 @@ def test_matrix_vector_same_bits_at_any_thread_count(kernel):
             assert outs[0] == outs[1]
     finally:
         ad.set_num_threads(old)
+
+
+def _skinny_views(a, rng):
+    """(name, tensor) views of a 2-d array: contiguous, transposed (column
+    stride 1), sliced (row stride past its width), column-sliced (column
+    stride 2) and row-broadcast (row stride 0, rows equal to a's first)"""
+    r, c = a.shape
+    wide = np.zeros((r, c + 7), a.dtype)
+    wide[:, 3:3 + c] = a
+    twice = np.repeat(a, 2, axis=1)
+    return [("contiguous", ad.from_numpy(a)),
+            ("transposed", ad.from_numpy(np.ascontiguousarray(a.T)).t()),
+            ("sliced", ad.from_numpy(wide)[:, 3:3 + c]),
+            ("column-sliced", ad.from_numpy(twice)[:, ::2]),
+            ("row-broadcast", ad.from_numpy(a[:1].copy()).broadcast_to((r, c)))]
+
+
+@pytest.mark.parametrize("dt,tol", [(ad.float32, 1e-5), (ad.float64, 1e-13)])
+def test_skinny_products(kernel, threads, dt, tol):
+    """2..8 rows of A times a B with unit-stride rows (matmul.c's skinny
+    kernel at the SIMD levels, the GEMM elsewhere; 1 and 9 rows are its
+    neighbours): n around the vector widths and tiles, k across the 16-row
+    blocks of a B out of cache, A and B in every layout, against float64. At
+    the SIMD levels each element is one FMA chain over k, so a row alone (the
+    axpy form) and a column slice give the same bits."""
+    rng = np.random.default_rng(7)
+    npd = np.float32 if dt == ad.float32 else np.float64
+    for m, k, n in [(2, 5, 7), (3, 1, 33), (4, 17, 65), (5, 33, 16), (6, 16, 100), (7, 9, 15),
+                    (8, 70, 257), (1, 20, 40), (9, 20, 40), (8, 300, 600), (3, 1000, 131),
+                    (2, 64, 2049)]:
+        a = rng.standard_normal((m, k)).astype(npd)
+        b = rng.standard_normal((k, n)).astype(npd)
+        for an, ta in _skinny_views(a, rng):
+            for bn, tb in _skinny_views(b, rng):
+                av, bv = np.asarray(ta).astype(np.float64), np.asarray(tb).astype(np.float64)
+                got = np.asarray(ta @ tb)
+                ref, scale = av @ bv, np.abs(av) @ np.abs(bv) + 1
+                assert got.shape == (m, n)
+                assert np.all(np.abs(got - ref) <= tol * scale), (m, k, n, an, bn)
+                if kernel == "portable" or bn in ("transposed", "column-sliced"):
+                    continue
+                for i in {0, m - 1}:  # a row alone: the axpy form, the same FMA chain
+                    assert np.asarray(ta[i] @ tb).tobytes() == got[i].tobytes(), (m, k, n, i)
+                j0, j1 = n // 3, n // 3 + (n + 1) // 2  # other tiles, masks and splits
+                assert np.asarray(ta @ tb[:, j0:j1]).tobytes() == \
+                    np.ascontiguousarray(got[:, j0:j1]).tobytes(), (m, k, n, an, bn)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_skinny_batched_and_thread_bits(kernel, dt):
+    """Batches of skinny products (each item, or whole items per thread) and
+    one split over threads by columns: the bits of the one-thread result."""
+    rng = np.random.default_rng(8)
+    cases = [((3, 4, 50), (3, 50, 300)),   # a batch of 3, each item split
+             ((8, 200), (6, 200, 130)),    # A broadcast over 6 items, items per thread
+             ((2, 1, 5, 64), (3, 64, 96)),  # broadcast batch dims
+             ((8, 300), (300, 1100))]       # one product, its columns split
+    old = ad.get_num_threads()
+    try:
+        for sa, sb in cases:
+            a, b = rng.standard_normal(sa).astype(dt), rng.standard_normal(sb).astype(dt)
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            outs = []
+            for t in (1, 2):
+                ad.set_num_threads(t)
+                outs.append(np.asarray(ta @ tb))
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+            scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64) + 1
+            tol = 1e-5 if dt == np.float32 else 1e-13
+            assert np.all(np.abs(outs[0] - ref) <= tol * scale), (sa, sb)
+            assert outs[0].tobytes() == outs[1].tobytes(), (sa, sb)
+    finally:
+        ad.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_axpy_form_past_cache_same_bits(kernel, dt):
+    """x @ B for a B past AXPY_FAR (16 MiB: passes of 16 rows at AVX-512) has
+    the bits of the same product on column slices of B (small: passes of 8
+    rows), at 1 and 2 threads; k and n leave remainders of every pass."""
+    rng = np.random.default_rng(9)
+    k, n = 4100, (1030 if dt == np.float32 else 515)
+    b = rng.standard_normal((k, n)).astype(dt)
+    x = rng.standard_normal(k).astype(dt)
+    tb, tx = ad.from_numpy(b), ad.from_numpy(x)
+    old = ad.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 2):
+            ad.set_num_threads(t)
+            outs.append(np.asarray(tx @ tb))
+    finally:
+        ad.set_num_threads(old)
+    ref = x.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(b).astype(np.float64) + 1
+    tol = 1e-5 if dt == np.float32 else 1e-13
+    assert np.all(np.abs(outs[0] - ref) <= tol * scale)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    if kernel != "portable":
+        j0, j1 = 5, 5 + n // 4
+        assert np.asarray(tx @ tb[:, j0:j1]).tobytes() == outs[0][j0:j1].tobytes()

@@ -57,7 +57,8 @@
            chains in flight, x loaded once for the eight), the k % W tail by
            masked loads, and the eight sums reduced together by a tree of
            horizontal adds;
-     axpy: four rows of M^T at a time into y's vectors, y's tail masked.
+     axpy: AXG rows of M^T at a time into y's vectors, y's tail masked;
+     skinny (2 to 8 rows of A times a row-major B): tiles of C in registers.
    A row's sum has one order (W lanes by FMA over p, then lane i + i + W/2, then
    the same horizontal tree) whether it ran in a group of eight or alone, so
    any split over threads gives the same bits. */
@@ -134,6 +135,18 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
                                                 mv_narrow_f64(c[6]), mv_narrow_f64(c[7])));
 }
 
+/* The skinny kernel's tiles: mr rows by SKNV(mr) vectors (16 registers at
+   AVX2: 6-8 accumulators; 32 at AVX-512: 8-16); SK_CACHED: the bytes of B
+   read as one block of rows (matmul_simd.h's sk_rows). The axpy form's passes
+   over y: 8 rows of M^T each, or AXG for an M past AXPY_FAR bytes, as many
+   broadcast x[p] as the registers hold (AVX-512, f32, thread CPU time against
+   numpy: 4096 x 4096 16 rows 0.88-0.99x, 8 rows 0.83-0.90x, 4 rows
+   0.75-0.85x; 1024 x 1024, in cache, 16 rows 0.67x, 8 rows 0.94-1.05x:
+   16 rows 4 KiB apart alias in L1's sets). */
+#define AXPY_FAR ((int64_t)16 << 20)
+#define SKNV_avx2(mr) ((mr) <= 2 ? 4 : (mr) <= 4 ? 2 : 1)
+#define SKNV_avx512(mr) ((mr) <= 4 ? 4 : 2)
+#define SK_CACHED ((int64_t)256 << 10)
 /* the kernels per level and dtype: matmul_simd.h */
 #define T float
 #define S(name) name##_f32_avx2
@@ -152,6 +165,8 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define NARROW(v) (v)
 #define SUM8 mv_sum8_f32_avx2
 #define RED1 mv_red1_f32
+#define SKNV SKNV_avx2
+#define AXG 8
 #include "matmul_simd.h"
 #define T double
 #define S(name) name##_f64_avx2
@@ -170,6 +185,8 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define NARROW(v) (v)
 #define SUM8 mv_sum8_f64_avx2
 #define RED1 mv_red1_f64
+#define SKNV SKNV_avx2
+#define AXG 8
 #include "matmul_simd.h"
 #define T float
 #define S(name) name##_f32_avx512
@@ -188,6 +205,8 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define NARROW(v) mv_narrow_f32(v)
 #define SUM8 mv_sum8_f32_avx512
 #define RED1 mv_red1_f32
+#define SKNV SKNV_avx512
+#define AXG 16
 #include "matmul_simd.h"
 #define T double
 #define S(name) name##_f64_avx512
@@ -206,37 +225,83 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define NARROW(v) mv_narrow_f64(v)
 #define SUM8 mv_sum8_f64_avx512
 #define RED1 mv_red1_f64
+#define SKNV SKNV_avx512
+#define AXG 16
 #include "matmul_simd.h"
 #endif
 
 typedef void (*mv_dot_fn)(int64_t, int64_t, const void *, int64_t, const void *, void *, int64_t);
 typedef void (*mv_axpy_fn)(int64_t, int64_t, const void *, int64_t, const void *, int64_t, void *);
+typedef void (*mv_skinny_fn)(int64_t, int64_t, int64_t, const void *, int64_t, int64_t,
+                             const void *, int64_t, void *, int64_t);
 
 /* One level's kernels for one dtype: dot_short for rows shorter than
-   short_k (the portable level's kernel with fewer partial sums), dot else. */
+   short_k (the portable level's kernel with fewer partial sums), dot else;
+   skinny NULL where the level has none (the packed GEMM runs instead). */
 typedef struct {
     mv_dot_fn dot, dot_short;
     int64_t short_k;
     mv_axpy_fn axpy;
+    mv_skinny_fn skinny;
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
-    {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2},
-    {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2},
+    {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
+     (mv_skinny_fn)mv_skinny_f32_avx2},
+    {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
+     (mv_skinny_fn)mv_skinny_f64_avx2},
 };
 static const mv_kernels mv_avx512[2] = {
-    {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512},
-    {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512},
+    {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
+     (mv_skinny_fn)mv_skinny_f32_avx512},
+    {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
+     (mv_skinny_fn)mv_skinny_f64_avx512},
 };
 #endif
+
+/* The kernels of the GEMM's level (ad_gemm_set_kernel lets tests reach every
+   level's kernels) for a dtype. */
+static const mv_kernels *mv_pick(int dtype) {
+    int isa = ad_isa_by_name(gemm_kernel_name());
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa == AD_ISA_AVX512) return &mv_avx512[dtype != AD_FLOAT32];
+    if (isa == AD_ISA_AVX2) return &mv_avx2[dtype != AD_FLOAT32];
+#else
+    (void)isa;
+#endif
+    return &mv_base[dtype != AD_FLOAT32];
+}
+
+/* Elements of M (multiply-adds of a skinny product) from which a product is
+   split over threads (smaller ones run on the calling thread: a wake-up
+   costs more). */
+#define MV_PAR_MIN ((int64_t)1 << 17)
+
+/* Runs a batch of products, each of `work` multiply-adds and `outs` outputs:
+   whole items per thread when there are enough of them, else each item's
+   outputs in grains of `grain` per task (outs_task reads the item from
+   *item). */
+static void mv_run(int64_t batch, int64_t work, int64_t outs, int64_t grain,
+                   void (*items_task)(void *, int64_t, int64_t),
+                   void (*outs_task)(void *, int64_t, int64_t), void *job, int64_t *item) {
+    int threads = par_num_threads();
+    if (threads > 1 && batch > 1 && work * batch >= MV_PAR_MIN && batch >= threads) {
+        par_for(batch, items_task, job);
+    } else if (threads > 1 && work >= MV_PAR_MIN) {
+        for (*item = 0; *item < batch; ++*item)
+            par_for((outs + grain - 1) / grain, outs_task, job);
+    } else {
+        items_task(job, 0, batch);
+    }
+}
 
 /* One matrix-vector job: per item i, y_i = M_i x_i with M_i = mat + mo[i] and
    so on (element offsets); either form above. */
@@ -249,7 +314,7 @@ typedef struct {
     const char *mat, *x;
     char *y;
     const int64_t *mo, *xo, *yo;
-    int64_t grain; /* outputs per task when one item is split */
+    int64_t grain, item; /* outputs per task when one item is split, and that item */
 } mv_job;
 
 static void mv_range(const mv_job *j, int64_t it, int64_t r0, int64_t r1) {
@@ -271,12 +336,8 @@ static void mv_items_task(void *ctx, int64_t i0, int64_t i1) {
 static void mv_outs_task(void *ctx, int64_t g0, int64_t g1) {
     const mv_job *j = ctx;
     int64_t r1 = g1 * j->grain;
-    mv_range(j, 0, g0 * j->grain, r1 < j->outs ? r1 : j->outs);
+    mv_range(j, j->item, g0 * j->grain, r1 < j->outs ? r1 : j->outs);
 }
-
-/* Elements of M from which a matrix-vector product is split over threads
-   (smaller ones run on the calling thread: a wake-up costs more). */
-#define MV_PAR_MIN ((int64_t)1 << 17)
 
 /* The batch of products of fwd_matmul when m == 1 or n == 1 and a layout
    fits one of the two forms; returns 0 (nothing done) otherwise. */
@@ -286,45 +347,72 @@ static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64
                         void *c) {
     mv_job j = {0};
     j.es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
-    j.cols = k;
     if (n == 1 && csa == 1 && rsb == 1) { /* rows of A . b */
-        j = (mv_job){1, 0, 0, j.es, m, k, rsa, 1, 1, a, b, c, ao, bo, co, 0};
+        j = (mv_job){1, 0, 0, j.es, m, k, rsa, 1, 1, a, b, c, ao, bo, co, 64, 0};
     } else if (n == 1 && rsa == 1) { /* sum_p b[p] A[:, p] */
-        j = (mv_job){0, 0, 0, j.es, m, k, csa, rsb, 1, a, b, c, ao, bo, co, 0};
+        j = (mv_job){0, 0, 0, j.es, m, k, csa, rsb, 1, a, b, c, ao, bo, co, 256, 0};
     } else if (m == 1 && csb == 1) { /* sum_p a[p] B[p, :] */
-        j = (mv_job){0, 0, 0, j.es, n, k, rsb, csa, 1, b, a, c, bo, ao, co, 0};
+        j = (mv_job){0, 0, 0, j.es, n, k, rsb, csa, 1, b, a, c, bo, ao, co, 256, 0};
     } else if (m == 1 && rsb == 1 && csa == 1) { /* columns of B . a */
-        j = (mv_job){1, 0, 0, j.es, n, k, csb, 1, 1, b, a, c, bo, ao, co, 0};
+        j = (mv_job){1, 0, 0, j.es, n, k, csb, 1, 1, b, a, c, bo, ao, co, 64, 0};
     } else {
         return 0;
     }
-    /* the GEMM's level (ad_gemm_set_kernel lets tests reach every level's kernels) */
-    int isa = ad_isa_by_name(gemm_kernel_name());
-    const mv_kernels *mk = &mv_base[dtype != AD_FLOAT32];
-#if defined(__x86_64__) || defined(__i386__)
-    if (isa == AD_ISA_AVX512) mk = &mv_avx512[dtype != AD_FLOAT32];
-    else if (isa == AD_ISA_AVX2) mk = &mv_avx2[dtype != AD_FLOAT32];
-#else
-    (void)isa;
-#endif
+    const mv_kernels *mk = mv_pick(dtype);
     j.fdot = k < mk->short_k ? mk->dot_short : mk->dot;
     j.faxpy = mk->axpy;
-    int threads = par_num_threads();
-    int64_t work = j.outs * k;
-    if (threads > 1 && batch > 1 && work * batch >= MV_PAR_MIN && batch >= threads) {
-        par_for(batch, mv_items_task, &j);
-    } else if (threads > 1 && work >= MV_PAR_MIN) {
-        for (int64_t it = 0; it < batch; it++) {
-            mv_job one = j;
-            one.mo += it;
-            one.xo += it;
-            one.yo += it;
-            one.grain = j.dot ? 64 : 256;
-            par_for((j.outs + one.grain - 1) / one.grain, mv_outs_task, &one);
-        }
-    } else {
-        mv_items_task(&j, 0, batch);
-    }
+    mv_run(batch, j.outs * k, j.outs, j.grain, mv_items_task, mv_outs_task, &j, &j.item);
+    return 1;
+}
+
+/* ---- skinny products: C = A B for a few rows of A (m <= SK_MAX_M), B row-major ----
+
+   Each tile of C (mr <= 8 rows by a few vectors of columns) is accumulated in
+   registers over B's rows, read in place: the packed GEMM would copy all of
+   B for the few multiply-adds per element it feeds. The SIMD levels only
+   (matmul_simd.h); columns split over threads in grains of SK_GRAIN. */
+#define SK_MAX_M 8
+#define SK_GRAIN 256
+
+typedef struct {
+    mv_skinny_fn f;
+    size_t es;
+    int64_t m, k, n, rsa, csa, rsb;
+    const char *a, *b;
+    char *c;
+    const int64_t *ao, *bo, *co;
+    int64_t item;
+} sk_job;
+
+static void sk_range(const sk_job *j, int64_t it, int64_t j0, int64_t j1) {
+    j->f(j->m, j->k, j1 - j0, j->a + (size_t)j->ao[it] * j->es, j->rsa, j->csa,
+         j->b + (size_t)(j->bo[it] + j0) * j->es, j->rsb, j->c + (size_t)(j->co[it] + j0) * j->es,
+         j->n);
+}
+
+static void sk_items_task(void *ctx, int64_t i0, int64_t i1) {
+    const sk_job *j = ctx;
+    for (int64_t it = i0; it < i1; it++) sk_range(j, it, 0, j->n);
+}
+
+static void sk_cols_task(void *ctx, int64_t g0, int64_t g1) {
+    const sk_job *j = ctx;
+    int64_t j1 = g1 * SK_GRAIN;
+    sk_range(j, j->item, g0 * SK_GRAIN, j1 < j->n ? j1 : j->n);
+}
+
+/* The batch of products of fwd_matmul when 2 <= m <= SK_MAX_M and B's rows
+   are unit-stride, at a level with the kernel; returns 0 (nothing done)
+   otherwise. */
+static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
+                        const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
+                        int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                        void *c) {
+    const mv_kernels *mk = mv_pick(dtype);
+    if (m < 2 || m > SK_MAX_M || csb != 1 || !mk->skinny) return 0;
+    sk_job j = {mk->skinny, dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double), m, k, n, rsa,
+                csa, rsb, a, b, c, ao, bo, co, 0};
+    mv_run(batch, m * n * k, n, SK_GRAIN, sk_items_task, sk_cols_task, &j, &j.item);
     return 1;
 }
 
@@ -405,6 +493,9 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
     if (k > 0 && (m == 1 || n == 1) &&
         matvec_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa, ad_ptr(b), rsb,
                      csb, ad_ptr(y))) {
+        /* done */
+    } else if (k > 0 && skinny_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
+                                     ad_ptr(b), rsb, csb, ad_ptr(y))) {
         /* done */
     } else if (a->dtype == AD_FLOAT32) {
         gemm_batch_f32(batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa, ad_ptr(b), rsb, csb,
@@ -606,10 +697,12 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
     int64_t csa = T_STRIDES(xa)[xa->ndim - 1];
     int64_t rsb = T_STRIDES(w)[1], csb = T_STRIDES(w)[0]; /* B = w^T */
     static const int64_t zero = 0;
-    if (k > 0 && (m == 1 || n == 1) &&
-        matvec_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w),
-                     rsb, csb, ad_ptr(y)))
-        linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's matrix-vector path */
+    if (k > 0 && (((m == 1 || n == 1) &&
+                   matvec_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
+                                ad_ptr(w), rsb, csb, ad_ptr(y))) ||
+                  skinny_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
+                               ad_ptr(w), rsb, csb, ad_ptr(y))))
+        linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's matrix-vector and skinny paths */
     else if (x->dtype == AD_FLOAT32)
         gemm_epi_f32(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
     else

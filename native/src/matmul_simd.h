@@ -7,7 +7,11 @@
      MASK(n) (the mask of the first n lanes), MLOAD(p, mk), MSTORE(p, mk, v);
      SUM8(y, incy, c) (eight accumulators' totals to y[r * incy]), NARROW(v)
      (a vector to the AVX2 width, by adding its halves: identity at the AVX2
-     level) and RED1(v) (one narrowed vector's total).
+     level) and RED1(v) (one narrowed vector's total);
+     SKNV(mr) (the skinny kernel's vectors of columns per tile of mr rows:
+     as many accumulators as the level's registers hold beside B's vectors)
+     and AXG (rows of M^T per pass of the axpy form over y, for an M of more
+     than AXPY_FAR bytes: 8 else).
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
 
@@ -42,6 +46,31 @@ MV_ATTR static void S(mv_dot)(int64_t m, int64_t k, const T *a, int64_t rsa, con
     }
 }
 
+/* y (+)= sum_r x[r * incx] b[r * rsb + j] over g <= 16 rows of M^T at once
+   (g a constant: the function is always inlined), one FMA per row into each of
+   y's vectors in the rows' order: y's lanes see the FMA chain over p alone,
+   whatever g is. first: y from zero. */
+MV_ATTR static inline __attribute__((always_inline)) void
+S(axpy_group)(const int g, int first, int64_t nv, int tail, MT mk, const T *x, int64_t incx,
+              const T *b, int64_t rsb, T *restrict y) {
+    V xs[16];
+    const T *restrict q[16];
+    for (int r = 0; r < g; r++) {
+        xs[r] = SET1(x[r * incx]);
+        q[r] = b + r * rsb;
+    }
+    for (int64_t j = 0; j < nv; j += W) {
+        V t = first ? ZERO() : LOAD(y + j);
+        for (int r = 0; r < g; r++) t = FMA(xs[r], LOAD(q[r] + j), t);
+        STORE(y + j, t);
+    }
+    if (tail) {
+        V t = first ? ZERO() : MLOAD(y + nv, mk);
+        for (int r = 0; r < g; r++) t = FMA(xs[r], MLOAD(q[r] + nv, mk), t);
+        MSTORE(y + nv, mk, t);
+    }
+}
+
 MV_ATTR static void S(mv_axpy)(int64_t k, int64_t n, const T *x, int64_t incx, const T *b,
                                 int64_t rsb, T *restrict y) {
     const int64_t nv = n / W * W;
@@ -52,43 +81,112 @@ MV_ATTR static void S(mv_axpy)(int64_t k, int64_t n, const T *x, int64_t incx, c
         return;
     }
     int64_t p = 0;
-    for (; p + 4 <= k; p += 4) {
-        const V x0 = SET1(x[p * incx]), x1 = SET1(x[(p + 1) * incx]);
-        const V x2 = SET1(x[(p + 2) * incx]), x3 = SET1(x[(p + 3) * incx]);
-        const T *restrict q0 = b + p * rsb, *restrict q1 = q0 + rsb;
-        const T *restrict q2 = q1 + rsb, *restrict q3 = q2 + rsb;
-        const int first = p == 0;
-        for (int64_t j = 0; j < nv; j += W) {
-            V t = first ? ZERO() : LOAD(y + j);
-            t = FMA(x0, LOAD(q0 + j), t);
-            t = FMA(x1, LOAD(q1 + j), t);
-            t = FMA(x2, LOAD(q2 + j), t);
-            t = FMA(x3, LOAD(q3 + j), t);
-            STORE(y + j, t);
-        }
-        if (tail) {
-            V t = first ? ZERO() : MLOAD(y + nv, mk);
-            t = FMA(x0, MLOAD(q0 + nv, mk), t);
-            t = FMA(x1, MLOAD(q1 + nv, mk), t);
-            t = FMA(x2, MLOAD(q2 + nv, mk), t);
-            t = FMA(x3, MLOAD(q3 + nv, mk), t);
-            MSTORE(y + nv, mk, t);
+    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR)
+        for (; p + AXG <= k; p += AXG)
+            S(axpy_group)(AXG, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
+    for (; p + 8 <= k; p += 8)
+        S(axpy_group)(8, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
+    const T *xp = x + p * incx, *bp = b + p * rsb;
+    switch (k - p) {
+    case 0: break;
+    case 1: S(axpy_group)(1, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    case 2: S(axpy_group)(2, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    case 3: S(axpy_group)(3, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    case 4: S(axpy_group)(4, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    case 5: S(axpy_group)(5, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    case 6: S(axpy_group)(6, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    default: S(axpy_group)(7, p == 0, nv, tail, mk, xp, incx, bp, rsb, y); break;
+    }
+}
+
+/* skinny: C[0:mr, :) (row stride ldc) = A[0:mr, 0:k) B[0:k, :) for one tile
+   of mr rows (<= 8) by nv vectors of columns (nv <= 4), B's rows unit-stride,
+   A in any layout; the tile's accumulators stay in registers over the k
+   rows (first: from zero, else from C). With tail, the last vector is the
+   columns' masked remainder. mr, nv and tail are constants in every call
+   (the function is always inlined), so the loops unroll fully. */
+MV_ATTR static inline __attribute__((always_inline)) void
+S(sk_tile)(const int mr, const int nv, const int tail, MT mk, int first, int64_t k, const T *a,
+           int64_t rsa, int64_t csa, const T *b, int64_t rsb, T *c, int64_t ldc) {
+    V acc[8][4];
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = first ? ZERO()
+                        : tail && v == nv - 1 ? MLOAD(c + r * ldc + v * W, mk)
+                                              : LOAD(c + r * ldc + v * W);
+    for (int64_t p = 0; p < k; p++) {
+        const T *restrict bp = b + p * rsb;
+        V bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = tail && v == nv - 1 ? MLOAD(bp + v * W, mk) : LOAD(bp + v * W);
+        for (int r = 0; r < mr; r++) {
+            const V av = SET1(a[r * rsa + p * csa]);
+            for (int v = 0; v < nv; v++) acc[r][v] = FMA(av, bv[v], acc[r][v]);
         }
     }
-    for (; p < k; p++) {
-        const V xp = SET1(x[p * incx]);
-        const T *restrict q = b + p * rsb;
-        const int first = p == 0;
-        for (int64_t j = 0; j < nv; j += W)
-            STORE(y + j, FMA(xp, LOAD(q + j), first ? ZERO() : LOAD(y + j)));
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) {
+            if (tail && v == nv - 1)
+                MSTORE(c + r * ldc + v * W, mk, acc[r][v]);
+            else
+                STORE(c + r * ldc + v * W, acc[r][v]);
+        }
+}
+
+/* One group of mr rows, columns [0, n) of B and C (already offset to the
+   first column): tiles of SKNV(mr) vectors, then single vectors, then the
+   masked remainder, over blocks of kc rows of B. A small kc (16) reads B as
+   kc sequential streams across its full width, which beat taller blocks of
+   narrower column strips by 1.5-2x once B is out of cache (its rows 4-16
+   KiB apart alias in the caches' sets); a B that fits in L2 is one block. */
+MV_ATTR static inline __attribute__((always_inline)) void
+S(sk_rows)(const int mr, int64_t k, int64_t n, int64_t kc, const T *a, int64_t rsa,
+           int64_t csa, const T *b, int64_t rsb, T *c, int64_t ldc) {
+    const int nv = SKNV(mr);
+    const int64_t nfull = n / W * W;
+    const int tail = (int)(n - nfull);
+    const MT mk = MASK(tail), none = MASK(0);
+    for (int64_t pc = 0; pc < k; pc += kc) {
+        const int64_t kb = pc + kc < k ? kc : k - pc;
+        const T *ap = a + pc * csa, *bp = b + pc * rsb;
+        int64_t j = 0;
+        for (; j + nv * W <= nfull; j += nv * W)
+            S(sk_tile)(mr, nv, 0, none, pc == 0, kb, ap, rsa, csa, bp + j, rsb, c + j, ldc);
+        for (; j + W <= nfull; j += W)
+            S(sk_tile)(mr, 1, 0, none, pc == 0, kb, ap, rsa, csa, bp + j, rsb, c + j, ldc);
         if (tail)
-            MSTORE(y + nv, mk, FMA(xp, MLOAD(q + nv, mk), first ? ZERO() : MLOAD(y + nv, mk)));
+            S(sk_tile)(mr, 1, 1, mk, pc == 0, kb, ap, rsa, csa, bp + j, rsb, c + j, ldc);
+    }
+}
+
+/* C[0:m, 0:n) = A B for m rows of A (any layout) and B's rows unit-stride,
+   B and C already offset to the first column: groups of 8 rows, then the
+   rest. Every element of C is one FMA chain over p = 0, 1, ..., k - 1 in
+   its lane, whichever tile, vector width or column split computed it. */
+MV_ATTR static void S(mv_skinny)(int64_t m, int64_t k, int64_t n, const T *a, int64_t rsa,
+                                 int64_t csa, const T *b, int64_t rsb, T *c, int64_t ldc) {
+    const int64_t kc = k * n * (int64_t)sizeof(T) <= SK_CACHED ? k : 16;
+    for (int64_t i = 0; i < m; i += 8) {
+        const T *ai = a + i * rsa;
+        T *ci = c + i * ldc;
+        switch (m - i < 8 ? m - i : 8) {
+        case 1: S(sk_rows)(1, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 2: S(sk_rows)(2, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 3: S(sk_rows)(3, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 4: S(sk_rows)(4, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 5: S(sk_rows)(5, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 6: S(sk_rows)(6, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        case 7: S(sk_rows)(7, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        default: S(sk_rows)(8, k, n, kc, ai, rsa, csa, b, rsb, ci, ldc); break;
+        }
     }
 }
 
 #undef T
 #undef S
 #undef MV_ATTR
+#undef SKNV
+#undef AXG
 #undef V
 #undef W
 #undef MT
