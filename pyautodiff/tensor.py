@@ -510,9 +510,12 @@ class Tensor:
         except AttributeError:  # released already, or __init__ failed before taking one
             return
         try:
-            self.__class__ = _released[type(self)]
-        except KeyError:
-            self.__class__ = _released_class(type(self))
+            try:
+                self.__class__ = _released[type(self)]
+            except KeyError:
+                self.__class__ = _released_class(type(self))
+        except Exception:  # no released form (a subclass's __init_subclass__ refused it):
+            del self._h    # the handle slot is emptied instead, so no call reaches h again
         if not _quick(h):  # the last reference of a node or of shared memory
             _release(h)
 

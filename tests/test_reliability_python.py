@@ -2,6 +2,7 @@
 ints at and beyond the dtypes' exact ranges (numpy 2's rules), idempotent
 release, re-initialisation, argument errors as ad.Error subclasses, numpy 2's
 __array__ copy protocol, and the leak fixture's own check."""
+import gc
 import os
 import subprocess
 import sys
@@ -217,6 +218,29 @@ def test_released_tensor_keeps_its_class_and_names_what_was_used():
     assert ad.live_tensors() == n
     with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'no_such'"):
         ad.tensor([1.0]).no_such
+
+
+def test_release_of_a_subclass_that_refuses_its_released_form_still_frees():
+    # the released form is a subclass made with type(): a user class whose
+    # __init_subclass__ raises gets no such form; its handle is freed all the
+    # same, once, and the tensor then reads as having none
+    class Tagged(ad.Tensor):
+        __slots__ = ()
+
+        def __init_subclass__(cls, *, tag):
+            super().__init_subclass__()
+
+    n = ad.live_tensors()
+    t = Tagged([1.0, 2.0])
+    assert ad.live_tensors() == n + 1
+    t.__del__()
+    assert ad.live_tensors() == n
+    t.__del__()  # again (and the collector's own call): nothing more is freed
+    assert ad.live_tensors() == n and not hasattr(t, "_h") and type(t) is Tagged
+    u = Tagged([3.0])
+    del u
+    gc.collect()
+    assert ad.live_tensors() == n
 
 
 def test_init_twice_releases_the_old_handle():

@@ -42,8 +42,8 @@ void ad_mfree(void *p) { free(p); }
  * (tensor.c), went through its arena's bins: about 450 instructions for a
  * malloc and free pair (callgrind), a third of a 1000-element add's native
  * work.  Blocks of SMALL_MIN - SMALL_MAX bytes a thread frees are kept on
- * that thread's lists, one per 64-byte class, SMALL_KEEP each (at most 330
- * KiB per thread), and handed out again by class; a thread's lists are freed
+ * that thread's lists, one per 64-byte class, SMALL_KEEP each (at most
+ * about 1.2 MiB per thread), and handed out again by class; a thread's lists are freed
  * when it exits.  The blocks are plain malloc blocks of the class's size, so
  * any thread may take or free any of them.  Every thread's lists are also
  * linked from small_all, a global: LeakSanitizer does not look into
@@ -91,10 +91,13 @@ static void small_exit(void *arg) {
     small_lists_free(l);
 }
 
-static void small_key_init(void) { (void)pthread_key_create(&small_key, small_exit); }
+static bool small_key_ok; /* no key (all of the process's taken): no lists, plain free */
+
+static void small_key_init(void) { small_key_ok = !pthread_key_create(&small_key, small_exit); }
 
 static small_lists *small_lists_new(void) {
     pthread_once(&small_once, small_key_init);
+    if (!small_key_ok) return NULL;
     small_lists *l = calloc(1, sizeof *l);
     if (!l) return NULL;
     if (pthread_setspecific(small_key, l)) {
