@@ -29,6 +29,7 @@ static bin_kernel bin_table[AD_OP__COUNT][6];
 static un_kernel un_table[AD_OP__COUNT][6];
 static void (*stream_copy)(void *dst, const void *src, size_t n);
 static void (*stream_fence)(void); /* once after a run of stream_copy calls */
+static const bin_nt_kernel *bin_nt_f32; /* ew_bin_nt_f32_avx2 from AVX2 up, else NULL */
 typedef void (*f32_map_nt)(int64_t n, const float *x, float *y);
 static f32_map_nt simd_nt[AD_OP__COUNT]; /* simd.h's non-temporal maps, by op */
 static int64_t stream_min_bytes; /* operands' footprint from which outputs stream */
@@ -87,6 +88,7 @@ static void tables_init(void) {
                   : isa == AD_ISA_AVX2 ? ew_stream_copy_avx2 : ew_stream_copy_portable;
     stream_fence = isa == AD_ISA_AVX512 ? ew_stream_fence_avx512
                    : isa == AD_ISA_AVX2 ? ew_stream_fence_avx2 : ew_stream_fence_portable;
+    bin_nt_f32 = isa == AD_ISA_PORTABLE ? NULL : ew_bin_nt_f32_avx2;
     /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
        arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
     const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
@@ -120,6 +122,7 @@ ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const in
 typedef struct {
     bin_kernel k;
     int64_t es, out_es; /* bytes per input and per output element */
+    bin_nt_kernel nt;   /* streamed float32 arithmetic: the op's ew_bin_nt_f32_avx2 row, or NULL */
 } bin_ctx;
 
 static void bin_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
@@ -136,6 +139,11 @@ static void bin_inner_stream(void *ctx, int64_t n, char **p, const int64_t *s) {
     const bin_ctx *c = ctx;
     if (s[0] != 1) {
         c->k(n, p[1], s[1], p[2], s[2], p[0]);
+        return;
+    }
+    if (c->nt && s[1] == 1 && s[2] == 1) {
+        c->nt(n, (const float *)p[1], (const float *)p[2], (float *)p[0]);
+        stream_fence();
         return;
     }
     _Alignas(64) char buf[STREAM_CHUNK];
@@ -179,8 +187,9 @@ static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out)
     nditer it;
     nditer_init(&it, 3, nd, shape, strides, es);
     char *base[3] = {ad_ptr(y), ad_ptr(a), ad_ptr(b)};
-    bin_ctx c = {k, (int64_t)es[1], (int64_t)es[0]};
-    bool nt = streams(y->numel * c.out_es, (a->numel + b->numel) * c.es);
+    bool nt = streams(y->numel * (int64_t)es[0], (a->numel + b->numel) * (int64_t)es[1]);
+    bin_ctx c = {k, (int64_t)es[1], (int64_t)es[0],
+                 nt && bin_nt_f32 && out_dtype == AD_FLOAT32 ? bin_nt_f32[args->op] : NULL};
     nditer_run_par(&it, base, nt ? bin_inner_stream : bin_inner, &c);
     *out = y;
     return AD_OK;

@@ -9,6 +9,8 @@ typedef void (*bin_kernel)(int64_t n, const void *a, int64_t sa, const void *b, 
                            void *y);
 /* s: the op's float arguments (up to two; zeros when it has none) */
 typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const double *s);
+/* contiguous float32 a op b written with non-temporal stores (ew_bin_nt_f32) */
+typedef void (*bin_nt_kernel)(int64_t n, const float *a, const float *b, float *y);
 
 /* per ISA level: the kernel tables, and ew_stream_copy, a memcpy with
    non-temporal stores for outputs too large to stay in the last-level cache
@@ -21,5 +23,7 @@ typedef void (*un_kernel)(int64_t n, const void *x, int64_t sx, void *y, const d
 EW_TABLES(portable)
 EW_TABLES(avx2)
 EW_TABLES(avx512)
+/* ADD SUB MUL DIV rows, from ew_avx2.c only: the AVX-512 level uses them too */
+extern const bin_nt_kernel ew_bin_nt_f32_avx2[AD_OP__COUNT];
 
 #endif
