@@ -1,10 +1,12 @@
 """The memory report and the graph picture.
 
-memory_stats() reads three native counters: live_bytes (tensor data alive),
-peak_bytes (the most live_bytes has been since start or reset_peak_memory())
-and saved_bytes (what recorded graphs keep for backward: each live node counts
-the distinct storages among the values its backward reads once; two nodes
-keeping one storage both count it).  Tensor.to_dot() draws the graph behind
+memory_stats() reads four native counters: live_bytes (tensor data alive),
+peak_bytes (the most live_bytes has been since start or reset_peak_memory()),
+saved_bytes (what recorded graphs keep for backward beyond the Vars: each
+live node counts the distinct storages among the values its backward reads
+once; two nodes keeping one storage both count it) and saved_var_bytes (the
+Vars' own buffers among those values, by the same rule: the parameters, alive
+with or without a graph).  Tensor.to_dot() draws the graph behind
 a tensor (to_dot here), marking what it saves."""
 from __future__ import annotations
 
@@ -18,13 +20,16 @@ __all__ = ["memory_stats", "reset_peak_memory", "to_dot"]
 
 
 def memory_stats() -> Dict[str, int]:
-    """{"live_bytes", "peak_bytes", "saved_bytes"}, counted natively for the
-    whole process (all threads): tensor data alive, the most it has been since
-    start or reset_peak_memory(), and what recorded graphs keep for backward."""
+    """{"live_bytes", "peak_bytes", "saved_bytes", "saved_var_bytes"},
+    counted natively for the whole process (all threads): tensor data alive,
+    the most it has been since start or reset_peak_memory(), what recorded
+    graphs keep for backward beyond the Vars (activations and other
+    intermediate values: what freeing the graphs or checkpointing gives back),
+    and the Var buffers those graphs read (alive with the Vars anyway)."""
     s = ffi.new("ad_memory_stats_t *")
     lib.ad_memory_stats(s)
     return {"live_bytes": s.live_bytes, "peak_bytes": s.peak_bytes,
-            "saved_bytes": s.saved_bytes}
+            "saved_bytes": s.saved_bytes, "saved_var_bytes": lib.ad_saved_var_bytes()}
 
 
 def reset_peak_memory() -> None:

@@ -18,6 +18,10 @@ def saved():
     return ad.memory_stats()["saved_bytes"]
 
 
+def saved_var():
+    return ad.memory_stats()["saved_var_bytes"]
+
+
 def in_threads(once, times, n_threads=4):
     """once() (True when its result is right) `times` times in each of n_threads
     threads at once; fails on any exception or wrong result."""
@@ -41,7 +45,7 @@ def in_threads(once, times, n_threads=4):
 # ---- memory_stats ------------------------------------------------------------------
 def test_memory_stats_keys_and_types():
     s = ad.memory_stats()
-    assert set(s) == {"live_bytes", "peak_bytes", "saved_bytes"}
+    assert set(s) == {"live_bytes", "peak_bytes", "saved_bytes", "saved_var_bytes"}
     assert all(isinstance(v, int) and v >= 0 for v in s.values())
     assert s["peak_bytes"] >= s["live_bytes"] == ad.live_bytes()
 
@@ -64,15 +68,34 @@ def test_saved_bytes_exact_on_a_small_graph():
 
 def test_saved_bytes_one_storage_once_per_node():
     a = ad.Var.randn(5, seed=0, dtype=ad.float64)  # 40 bytes
-    s0 = saved()
+    s0, v0 = saved(), saved_var()
     b = a * a          # both inputs are a: counted once in this node
-    assert saved() - s0 == 40
+    assert saved_var() - v0 == 40
     c = a * a          # another node keeping the same storage counts it again
-    assert saved() - s0 == 80
+    assert saved_var() - v0 == 80
     d = a * a.reshape(5)  # a view of the same storage: still one storage per node
-    assert saved() - s0 == 120
+    assert saved_var() - v0 == 120
+    assert saved() == s0  # all of it is the Var's own buffer
     del b, c, d
-    assert saved() == s0
+    assert saved() == s0 and saved_var() == v0
+
+
+def test_saved_bytes_leave_the_vars_buffers_to_saved_var_bytes():
+    w = ad.Var.randn(3, 4, seed=0, dtype=ad.float64)   # 96 bytes
+    x = ad.Var.randn(2, 3, seed=1, dtype=ad.float64)   # 48 bytes
+    s0, v0 = saved(), saved_var()
+    y = x @ w                 # reads both Vars: Var bytes only
+    assert (saved() - s0, saved_var() - v0) == (0, 144)
+    z = (x * 2.0) @ w.T.T     # a copy of x (48, counted) and a view of w (a Var's buffer)
+    assert (saved() - s0, saved_var() - v0) == (48, 240)
+    q = w.detach() * w        # a detached view of w is still w's buffer: once
+    assert (saved() - s0, saved_var() - v0) == (48, 336)
+    r = ad.Var(w) * w         # Var(w) is w itself
+    assert saved_var() - v0 == 432
+    u = ad.Var(w * 1.0) * w   # a new Var: its own buffer, and w's
+    assert (saved() - s0, saved_var() - v0) == (48, 624)
+    del y, z, q, r, u
+    assert (saved(), saved_var()) == (s0, v0)
 
 
 def test_peak_bytes_and_reset():
@@ -343,12 +366,12 @@ def test_function_ctx_released_with_the_graph_and_saved_bytes_counted():
             return g * 3.0
 
     w = ad.Var.ones(4, dtype=ad.float64)  # 32 bytes
-    s0 = saved()
+    s0, v0 = saved(), saved_var()
     y = Keep.apply(w)
-    assert saved() - s0 == 64  # x and y: two storages
+    assert (saved() - s0, saved_var() - v0) == (32, 32)  # x (the Var) and y
     assert len(adfunc._live) == 1
     del y
-    assert saved() == s0 and not adfunc._live
+    assert saved() == s0 and saved_var() == v0 and not adfunc._live
     with pytest.raises(ad.GraphError, match="Keep"):
         holder[0].saved_tensors
 
@@ -471,18 +494,19 @@ def test_checkpoint_gradients_bit_identical(p):
 def test_checkpoint_keeps_only_the_inputs():
     ws, bs = make_mlp(n_layers=6, width=16)
     x = ad.Var(np.random.default_rng(1).standard_normal((32, 16)))
-    s0 = saved()
+    s0, v0 = saved(), saved_var()
     loss = run(ws, bs, x, False, 0.0)
-    plain = saved() - s0
+    plain = saved() - s0, saved_var() - v0
     del loss
     loss = run(ws, bs, x, True, 0.0)
-    ck = saved() - s0
+    ck = saved() - s0, saved_var() - v0
     del loss
-    assert saved() == s0
-    # per layer, plain: matmul keeps h (32x16 f64, 4096 B) and w (2048 B), gelu
-    # its input (4096 B); checkpointed: the node keeps h, w and b (128 B)
-    assert plain == 6 * (4096 + 2048 + 4096) + 4096
-    assert ck == 6 * (4096 + 2048 + 128) + 4096
+    assert (saved(), saved_var()) == (s0, v0)
+    # per layer, plain: matmul keeps h (32x16 f64, 4096 B; layer 1's is the
+    # Var x) and w (2048 B, a Var), gelu its input (4096 B); checkpointed:
+    # the node keeps h, w and b (128 B, a Var); the loss's sqr its input
+    assert plain == (5 * 4096 + 6 * 4096 + 4096, 4096 + 6 * 2048)
+    assert ck == (5 * 4096 + 4096, 4096 + 6 * (2048 + 128))
 
 
 @pytest.mark.parametrize("n_layers", [4, 6, 35])
@@ -497,12 +521,13 @@ def test_checkpoint_of_a_block_reading_more_vars_than_a_node_has_inputs(n_layers
         return h
 
     g0 = many(x).sqr().sum().backward()
-    s0 = saved()
+    s0, v0 = saved(), saved_var()
     loss = ad.checkpoint(many, x).sqr().sum()
     ops = [n.op for n in loss.sorted_nodes()]
-    # x (kept by the block and by sqr), every Var once, each bundle's 0-d output
-    assert saved() - s0 == 2 * 5 * 6 * 8 + sum(8 * v.numel() for v in ws + bs) + \
-        8 * ops.count("checkpoint_vars")
+    # the block's output (kept by sqr) and each bundle's 0-d output; of the
+    # Vars, x (kept by the block) and every other Var once
+    assert saved() - s0 == 5 * 6 * 8 + 8 * ops.count("checkpoint_vars")
+    assert saved_var() - v0 == 5 * 6 * 8 + sum(8 * v.numel() for v in ws + bs)
     assert sum(op is not None and op.startswith("checkpoint(") for op in ops) == 1
     assert ("checkpoint_vars" in ops) == (2 * n_layers > 7)
     g1 = loss.backward()
@@ -513,7 +538,7 @@ def test_checkpoint_of_a_block_reading_more_vars_than_a_node_has_inputs(n_layers
     for v in ws + bs + [x]:
         np.testing.assert_array_equal(g0[v].numpy(), g2[v].numpy())
     del loss
-    assert saved() == s0
+    assert (saved(), saved_var()) == (s0, v0)
 
 
 def test_checkpoint_of_many_vars_of_two_dtypes():

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 6
+#define AD_ABI_MINOR 7
 
 /* cffi:begin */
 
@@ -495,7 +495,10 @@ AD_API int64_t ad_live_bytes(void);
    saved), counted once per node however many of those values view it.  A
    node recorded under AD_CHECKPOINT_BALANCED for a memory-bound op (ABI 1.4)
    counts all its inputs and not its output, and a value it did not keep
-   counts nothing in the nodes that read it. */
+   counts nothing in the nodes that read it.  From ABI 1.7 a Var's own buffer
+   (the Var or a view of it) is not in saved_bytes but in
+   ad_saved_var_bytes(), by the same rule: parameters are alive with or
+   without a graph, so saved_bytes is what the graphs hold beyond them. */
 typedef struct ad_memory_stats_t {
     int64_t live_bytes;
     int64_t peak_bytes;
@@ -504,6 +507,9 @@ typedef struct ad_memory_stats_t {
 AD_API void ad_memory_stats(ad_memory_stats_t *out);
 /* Sets peak_bytes to the current live_bytes. */
 AD_API void ad_reset_peak_memory(void);
+/* The Var buffers that live graphs read in backward, counted like
+   saved_bytes (ABI 1.7). */
+AD_API int64_t ad_saved_var_bytes(void);
 
 /* ---- graph introspection (ABI 1.3) --------------------------------------- */
 /* The inputs of t's recorded node: *n = its input count (0 for a tensor with

@@ -68,7 +68,7 @@ ad_status bw_custom(const ad_node *n, const ad_tensor *out, const ad_tensor *gra
 }
 
 void ad_node_finalize(ad_node *n) {
-    ad_uncount_saved(n->saved_bytes);
+    ad_uncount_saved(n);
     if (n->op != AD_OP_CUSTOM) return;
     int64_t *ia = node_iargs(n);
     fn_word fw = {.word = ia[CX_RELEASE]};
@@ -167,7 +167,7 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
     ia[CX_BACKWARD] = ((fn_word){.backward = backward}).word;
     ia[CX_RELEASE] = ((fn_word){.release = release}).word;
     put_ptr(&ia[CX_NAME], copy);
-    n->saved_bytes = ad_count_storages(saved, n_saved);
+    ad_count_storages(n, saved, n_saved);
     y->node = n;
     *out = y;
     return AD_OK;

@@ -100,6 +100,7 @@ static ad_status make_external(const char *op, void *data, int dtype, const int6
     e->base.inline_data = false;
     e->base.external = true;
     e->base.readonly = readonly != 0;
+    e->base.var_data = false;
     e->release = release;
     e->ctx = ctx;
     /* a prototype carrying only what ad_tensor_view reads (dtype, storage) */

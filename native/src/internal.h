@@ -49,10 +49,11 @@ void ad_node_count_saved(struct ad_node *n, const ad_tensor *out);
 /* Called on a node about to be freed: uncounts it, releases a custom op's
    context (custom.c). */
 void ad_node_finalize(struct ad_node *n);
-/* memory.c: counts the distinct storages of vals[0..k) as saved and
-   returns that amount; ad_uncount_saved takes an amount back. */
-int64_t ad_count_storages(const ad_tensor *const *vals, int k);
-void ad_uncount_saved(int64_t bytes);
+/* memory.c: counts the distinct storages of vals[0..k) as node n's saved
+   bytes (n->saved_bytes, and n->saved_var_bytes for Vars' own buffers);
+   ad_uncount_saved takes a node's amounts back. */
+void ad_count_storages(struct ad_node *n, const ad_tensor *const *vals, int k);
+void ad_uncount_saved(const struct ad_node *n);
 /* The forward of the CUSTOM row: a custom op is recorded, never called. */
 ad_status fwd_custom(const struct op_args *a, ad_tensor **out);
 
@@ -73,6 +74,8 @@ typedef struct ad_storage {
     bool inline_data; /* data lives right after this header */
     bool external;    /* memory not owned: external.c frees it (ad_external_free) */
     bool readonly;    /* external memory that must never be written */
+    bool var_data;    /* a Var's own buffer (ad_var_from_tensor): memory_stats
+                         counts what graphs keep of it apart (saved_var_bytes) */
     /* seqlock of in-place writes (odd while one is in progress): see
        ad_storage_write_begin */
     atomic_uint_least64_t seq;
@@ -142,6 +145,7 @@ struct ad_node {
     uint64_t out_version;
     const char *site;     /* anomaly mode: where the op was created */
     int64_t saved_bytes;  /* counted into memory_stats' saved_bytes (memory.c) */
+    int64_t saved_var_bytes; /* ... and into its saved_var_bytes */
     /* tail: ad_tensor *in[n_in]; uint64_t version[n_in];
              int64_t iargs[n_iargs]; double fargs[n_fargs] */
     uint64_t tail[];

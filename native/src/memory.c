@@ -7,13 +7,20 @@
  * nodes that keep the same storage both count it: the figure is what the
  * graph holds, node by node, not a deduplicated footprint.  The amount is
  * stored in the node when it is recorded and taken back when it is freed, so
- * the counter never depends on the order storages die in. */
+ * the counter never depends on the order storages die in.
+ *
+ * A Var's own buffer (and any view of it) is counted apart, in
+ * saved_var_bytes (ABI 1.7): the parameters are alive with or without a
+ * graph, so saved_bytes is what the graphs cost on top of them -- the
+ * activations and other intermediate values that freeing the graphs (or
+ * checkpointing) gives back. */
 #include <string.h>
 
 #include "internal.h"
 
 static atomic_llong peak_byte_count;
 static atomic_llong saved_byte_count;
+static atomic_llong saved_var_byte_count; /* Vars' own buffers: ad_saved_var_bytes */
 
 static void raise_peak(long long now) {
     long long peak = atomic_load_explicit(&peak_byte_count, memory_order_relaxed);
@@ -27,21 +34,27 @@ void ad_live_bytes_add(long long n) {
     raise_peak(atomic_fetch_add_explicit(&ad_live_byte_count, n, memory_order_relaxed) + n);
 }
 
-int64_t ad_count_storages(const ad_tensor *const *vals, int k) {
-    int64_t sum = 0;
+void ad_count_storages(ad_node *n, const ad_tensor *const *vals, int k) {
+    int64_t sum = 0, var_sum = 0;
     for (int i = 0; i < k; i++) {
         if (!vals[i]) continue;
-        if (!vals[i]->storage) continue; /* a shell: checkpointed, nothing held */
+        const ad_storage *s = vals[i]->storage;
+        if (!s) continue; /* a shell: checkpointed, nothing held */
         bool dup = false;
-        for (int j = 0; j < i && !dup; j++) dup = vals[j] && vals[j]->storage == vals[i]->storage;
-        if (!dup) sum += (int64_t)vals[i]->storage->nbytes;
+        for (int j = 0; j < i && !dup; j++) dup = vals[j] && vals[j]->storage == s;
+        if (dup) continue;
+        if (s->var_data) var_sum += (int64_t)s->nbytes;
+        else sum += (int64_t)s->nbytes;
     }
+    n->saved_bytes = sum;
+    n->saved_var_bytes = var_sum;
     atomic_fetch_add_explicit(&saved_byte_count, sum, memory_order_relaxed);
-    return sum;
+    atomic_fetch_add_explicit(&saved_var_byte_count, var_sum, memory_order_relaxed);
 }
 
-void ad_uncount_saved(int64_t bytes) {
-    atomic_fetch_sub_explicit(&saved_byte_count, bytes, memory_order_relaxed);
+void ad_uncount_saved(const ad_node *n) {
+    atomic_fetch_sub_explicit(&saved_byte_count, n->saved_bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&saved_var_byte_count, n->saved_var_bytes, memory_order_relaxed);
 }
 
 void ad_node_count_saved(ad_node *n, const ad_tensor *out) {
@@ -53,7 +66,7 @@ void ad_node_count_saved(ad_node *n, const ad_tensor *out) {
     for (int i = 0; i < n->n_in; i++)
         if ((n->recompute && in[i]) || (n->saved & (1u << i))) vals[k++] = in[i];
     if (n->saves_output && !n->recompute) vals[k++] = out;
-    n->saved_bytes = ad_count_storages(vals, k);
+    ad_count_storages(n, vals, k);
 }
 
 AD_API void ad_memory_stats(ad_memory_stats_t *out) {
@@ -64,6 +77,8 @@ AD_API void ad_memory_stats(ad_memory_stats_t *out) {
     /* a peak read before a concurrent allocation raised it */
     if (out->peak_bytes < out->live_bytes) out->peak_bytes = out->live_bytes;
 }
+
+AD_API int64_t ad_saved_var_bytes(void) { return atomic_load(&saved_var_byte_count); }
 
 AD_API void ad_reset_peak_memory(void) {
     atomic_store(&peak_byte_count, atomic_load(&ad_live_byte_count));

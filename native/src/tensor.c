@@ -68,7 +68,7 @@ static ad_storage *storage_new(size_t nbytes) {
     atomic_init(&s->version, 0);
     atomic_init(&s->seq, 0);
     s->nbytes = nbytes;
-    s->external = s->readonly = false;
+    s->external = s->readonly = s->var_data = false;
     return s;
 }
 
@@ -519,6 +519,7 @@ AD_API ad_status ad_var_from_tensor(const ad_tensor *t, ad_tensor **out) {
     if (st) return st;
     ad_copy_strided(t, v->storage->data);
     v->is_variable = 1;
+    v->storage->var_data = true;
     *out = v;
     return AD_OK;
 }
