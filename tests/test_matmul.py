@@ -95,7 +95,8 @@ DRIVER_N = [3, 4, 5, 8, 9, 12, 17, 24, 33, 48]
 def test_driver_paths_on_every_kernel(kernel, threads, dt):
     """The GEMM driver's paths on every kernel level: batches of small
     products (small_batch: A and B read in place, one macro-kernel call per
-    item, the partial last B panel packed per item), row-tail kernels,
+    item, the partial last B panel packed per item; at the AVX-512 level one
+    small-kernel call per item), row-tail kernels,
     half-width panels, a B shared over the batch, single products whose
     last rows take the tails, and on the AVX-512 level a batch whose B is
     exactly the AVX2 half kernel's width (n 8 float32, 4 float64), which
@@ -120,6 +121,58 @@ def test_driver_paths_on_every_kernel(kernel, threads, dt):
         a = rng.standard_normal((m, k)).astype(dt)
         b = rng.standard_normal((k, n)).astype(dt)
         _check(ad.from_numpy(a), ad.from_numpy(b), dt)
+
+
+# Small products whose A and B are read in place (small_fits in
+# gemm_dtype.h; at the AVX-512 level the small kernel, gemm_small_avx512.h):
+# m around the row tiles (4 and 8 rows, a last tile of up to 6 / 12 rows
+# taken whole, the AVX2 6-row and portable 4-row tiles), n around every
+# vector count of a column panel (1-4 vectors of 16 float32 / 8 float64
+# lanes, the last one masked), k from 1.
+SMALL_M = [2, 3, 5, 6, 7, 9, 11, 12, 13, 17, 25, 33, 70]
+SMALL_N = [2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 70]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_small_products_in_place(kernel, threads, dt):
+    """Against numpy: single products and batches, contiguous, with rows of A
+    and B further apart than their lengths (sliced), a B broadcast over the
+    batch, and transposed operands; the in-place result has the bits of the
+    same product with A packed (a column-major copy of A), and the same bits
+    at 1 and 2 threads."""
+    rng = np.random.default_rng(23)
+    for t, m in enumerate(SMALL_M):
+        for u, n in enumerate(SMALL_N):
+            k = (1, 5, 33, 70)[(t + u) % 4]
+            a = rng.standard_normal((3, m, k + 3)).astype(dt)
+            b = rng.standard_normal((3, k, n + 5)).astype(dt)
+            ac, bc = np.ascontiguousarray(a[:, :, :k]), np.ascontiguousarray(b[:, :, :n])
+            ta, tb = ad.from_numpy(a)[:, :, :k], ad.from_numpy(b)[:, :, :n]  # sliced rows
+            tac, tbc = ad.from_numpy(ac), ad.from_numpy(bc)
+            what = f"{m}x{k} @ {k}x{n}"
+            want = ac @ bc
+            got = np.asarray(tac @ tbc)
+            np.testing.assert_allclose(got, want, **TOL[dt], err_msg="batched " + what)
+            np.testing.assert_allclose(np.asarray(ta @ tb), want, **TOL[dt],
+                                       err_msg="sliced " + what)
+            np.testing.assert_allclose(np.asarray(tac[1] @ tbc[1]), want[1], **TOL[dt],
+                                       err_msg="single " + what)
+            np.testing.assert_allclose(np.asarray(ta @ tb[0]), ac @ bc[0], **TOL[dt],
+                                       err_msg="broadcast B " + what)
+            np.testing.assert_allclose(np.asarray(tbc.transpose(1, 2) @ tac.transpose(1, 2)),
+                                       want.transpose(0, 2, 1), **TOL[dt],
+                                       err_msg="transposed " + what)
+            if m * n * k <= 8 * 8 * 8:
+                continue  # GEMM_DIRECT_MAX_WORK: plain C loops, by any path
+            # A packed instead of read in place: the same FMA chain per element
+            tap = ad.from_numpy(np.ascontiguousarray(ac.transpose(0, 2, 1))).transpose(1, 2)
+            assert np.asarray(tap @ tbc).tobytes() == got.tobytes(), "packed A " + what
+            ad.set_num_threads(3 - threads)
+            try:
+                other = np.asarray(tac @ tbc)
+            finally:
+                ad.set_num_threads(threads)
+            assert other.tobytes() == got.tobytes(), "thread count " + what
 
 
 def test_gradients_through_both_kernels(kernel):

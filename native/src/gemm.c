@@ -11,7 +11,8 @@
    exactly that many rows (every kernel level has them), and a tile cut in n is stored through a
    column mask, by a half-width kernel when at most half of it is used. A
    row-major A or B whose packed copy would be reused only a few times is read
-   in place instead (small products skip packing altogether), and
+   in place instead (small products skip packing altogether: at the
+   AVX-512 level one gemm_small call per product, gemm_small_avx512.h), and
    matrix-vector products (m or n == 1) skip packing.
    Threads split the m x nc work of one B panel into a grid of row x column
    ranges (columns preferred: each thread packs and keeps its own B
@@ -162,6 +163,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define PACKBT_AVX2 gemm_packbt_f32_avx2
 #define TAILS_AVX512 gemm_tails_f32_avx512, gemm_tails_half_f32_avx512
 #define TAILS_AVX2 gemm_tails_f32_avx2, gemm_tails_half_f32_avx2
+#define SMALL_AVX512 gemm_small_f32_avx512
 #include "gemm_dtype.h"
 #undef T
 #undef S
@@ -171,6 +173,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
 #undef TAILS_AVX2
+#undef SMALL_AVX512
 
 #define T double
 #define S(name) name##_f64
@@ -180,6 +183,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define PACKBT_AVX2 gemm_packbt_f64_avx2
 #define TAILS_AVX512 gemm_tails_f64_avx512, gemm_tails_half_f64_avx512
 #define TAILS_AVX2 gemm_tails_f64_avx2, gemm_tails_half_f64_avx2
+#define SMALL_AVX512 gemm_small_f64_avx512
 #include "gemm_dtype.h"
 #undef T
 #undef S
@@ -189,3 +193,4 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
 #undef TAILS_AVX2
+#undef SMALL_AVX512

@@ -1,6 +1,7 @@
 /* gemm.c's per-dtype code: included once per dtype by gemm.c, which defines
    T (the element type), S(name) (the dtype suffix) and the ISA kernel lists
-   UKR_AVX512, UKR_AVX2, GEMV, PACKBT_AVX2, TAILS_AVX512, TAILS_AVX2 first.
+   UKR_AVX512, UKR_AVX2, GEMV, PACKBT_AVX2, TAILS_AVX512, TAILS_AVX2 and
+   SMALL_AVX512 first.
    No include guard: including it twice is the point. */
 /* Portable micro-kernels: an MR x NC tile in plain C the compiler vectorises
    for the baseline ISA, with the same family as the SIMD levels (full width,
@@ -67,6 +68,10 @@ struct S(kernel) {
     const S(ukr_fn) *tails; /* NULL, or tails[r]: a kernel for exactly r < mr rows */
     const S(ukr_fn) *half_tails; /* the same for the half kernel (NULL when tails is) */
     int apanels; /* > 0: a unit-row-stride A is packed row by row, this many panels at once */
+    int imr;     /* 0, or rows per tile (< mr) of an A read in place, by the tail kernels */
+    /* NULL, or a whole small row-major product read in place (gemm_small_avx512.h) */
+    void (*small)(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *,
+                  int64_t);
 };
 
 /* AVX-512 block sizes, measured on Zen 5 (L1 48 KiB, L2 1 MiB, L3 32 MiB)
@@ -113,12 +118,14 @@ static struct S(kernel) S(pick_kernel)(void)
 #if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
         return f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0}
+                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
+                                        SMALL_AVX512}
                    : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0};
+                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
+                                        SMALL_AVX512};
     if (sel == KSEL_AVX2) {
         struct S(kernel) kn = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2,
-                               GEMM_AVX2_APANELS};
+                               GEMM_AVX2_APANELS, 0, NULL};
         S(avx2_blocks)(kn.mr, kn.nr, &kn.kc, &kn.mc, &kn.nc);
         return kn;
     }
@@ -126,7 +133,7 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
                               2048, GEMV(portable), S(packbt_portable), S(tails_portable),
-                              S(tails_half_portable), 0};
+                              S(tails_half_portable), 0, 0, NULL};
 }
 
 /* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
@@ -272,6 +279,15 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
     }
 }
 
+/* The height of the next row tile with `rem` rows left, in tiles of th
+   rows: the last th + th / 2 rows or fewer (at most mr) are one tile, so no
+   tile of 1-3 rows (whose few accumulators leave the FMA pipe idle on
+   latency) follows a full one: th 8 tiles 34 rows 8 8 8 10. */
+static int64_t S(tile_rows)(int64_t th, int64_t mr, int64_t rem)
+{
+    return rem <= min64(th + th / 2, mr) ? rem : th;
+}
+
 /* Macro-kernel: C[mb, cols j0..j1 of the panel] (+)= A block @ packed B panel.
    The A block is packed (micro-panel i at ap + i*kb) or, when `inplace`, read
    in place from row-major A with row stride rsa, its last partial micro-panel
@@ -284,6 +300,8 @@ static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t
 {
     const int mr = kn->mr, nr = kn->nr;
     T tile[GEMM_MAX_TILE] __attribute__((aligned(GEMM_ALIGN)));
+    /* rows per full-width tile: mr, or kn->imr for an A read in place */
+    const int64_t th = inplace && kn->tails && kn->imr ? kn->imr : mr;
     for (int64_t j = j0; j < j1; j += nr) {
         int64_t jb = min64(nr, nb - j);
         /* B in place (full panels of a row-major B), else packed (a partial
@@ -291,8 +309,8 @@ static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t
         const T *bpj = bdir ? (jb == nr ? bdir + j : bp) : bp + j * kb;
         int64_t rsb = bdir && jb == nr ? rsbd : nr;
         int half = kn->half && 2 * jb <= nr;
-        for (int64_t i = 0; i < mb; i += mr) {
-            int64_t ib = min64(mr, mb - i);
+        for (int64_t i = 0, ib; i < mb; i += ib) {
+            ib = S(tile_rows)(half ? mr : th, mr, mb - i);
             T *cij = c + i * rsc + j * csc;
             S(ukr_fn) ukr = half ? (ib < mr && kn->half_tails ? kn->half_tails[ib] : kn->half)
                                  : (ib < mr && kn->tails ? kn->tails[ib] : kn->ukr);
@@ -620,10 +638,21 @@ struct S(batch_job) {
     const int64_t *a_off, *b_off, *c_off;
 };
 
-/* A batch of small products (one A block read in place, B read in place, k
-   within one panel; a kernel with row tails, as every level has) needs none of run_group's
-   blocking: one macro-kernel call per item, decided once for the batch.
-   Returns 0 when the shapes or layouts do not fit. */
+/* Whether a product is small enough for A and B read in place with none of
+   run_group's blocking (one A block, B's panel in place, k within one
+   panel; a kernel with row tails, as every level has). */
+static int S(small_fits)(const struct S(kernel) *kn, const struct S(prob) *pr)
+{
+    return kn->tails && kn->packbt && pr->csa == 1 && pr->csb == 1 && pr->m > 1 && pr->n > 1 &&
+           pr->m <= kn->mc && pr->k <= kn->kc && pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK &&
+           ceil_div(pr->n, kn->nr) <= GEMM_INPLACE_MAX_PANELS &&
+           ceil_div(pr->m, kn->mr) <= GEMM_BINPLACE_MAX_TILES;
+}
+
+/* A batch of small products (small_fits) needs none of run_group's
+   blocking: at the AVX-512 level one small-kernel call per item, elsewhere
+   one macro-kernel call, decided once for the batch.  Returns 0 when the
+   shapes or layouts do not fit. */
 static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
 {
     const struct S(prob) *pr = &bj->base;
@@ -636,7 +665,7 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
        batch of 32 x (64x32 @ 32x8) ran at 0.8x numpy's speed). */
     if (kernel_sel() == KSEL_AVX512 && pr->csa == 1 && pr->csb == 1 && pr->csc == 1 &&
         pr->m > 1 && pr->m <= kn.mc && pr->k <= kn.kc) {
-        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0};
+        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0, 0, NULL};
         if (k2.half && k2.half_tails && 2 * pr->n == k2.nr) {
             for (int64_t i = i0; i < i1; i++) {
                 const T *a = pr->a + bj->a_off[i], *b = pr->b + bj->b_off[i];
@@ -652,11 +681,14 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
         }
     }
 #endif
-    if (!kn.tails || !kn.packbt || pr->csa != 1 || pr->csb != 1 || pr->m == 1 || pr->n == 1 ||
-        pr->m > kn.mc || pr->k > kn.kc || pr->m * pr->n * pr->k <= GEMM_DIRECT_MAX_WORK ||
-        ceil_div(pr->n, kn.nr) > GEMM_INPLACE_MAX_PANELS ||
-        ceil_div(pr->m, kn.mr) > GEMM_BINPLACE_MAX_TILES)
+    if (!S(small_fits)(&kn, pr))
         return 0;
+    if (kn.small && pr->csc == 1) {
+        for (int64_t i = i0; i < i1; i++)
+            kn.small(pr->m, pr->n, pr->k, pr->a + bj->a_off[i], pr->rsa, pr->b + bj->b_off[i],
+                     pr->rsb, pr->c + bj->c_off[i], pr->rsc);
+        return 1;
+    }
     int64_t full = pr->n / kn.nr * kn.nr; /* a partial last panel is packed, per item */
     T *bp = NULL;
     if (full < pr->n && !(bp = packbuf_get(1, (size_t)(kn.nr * pr->k) * sizeof(T))))
@@ -722,6 +754,12 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
         pr.a += a_off[0];
         pr.b += b_off[0];
         pr.c += c_off[0];
+        /* a small single product: the small kernel where the level has one */
+        struct S(kernel) kn = S(pick_kernel)();
+        if (!inner && kn.small && pr.csc == 1 && S(small_fits)(&kn, &pr)) {
+            kn.small(pr.m, pr.n, pr.k, pr.a, pr.rsa, pr.b, pr.rsb, pr.c, pr.rsc);
+            return;
+        }
         S(run_group)(&pr, inner ? threads : 1);
         return;
     }

@@ -9,7 +9,8 @@
    the main tile is PMR rows x 2 vectors (32 zmm registers hold the 12 x 2
    accumulators plus the B row and a broadcast A element); the half-width one
    (x 1 vector) serves a last micro-panel at most half full. B is loaded
-   unaligned: it may be read in place from a row-major operand. */
+   unaligned: it may be read in place from a row-major operand. Then
+   gemm_small_avx512.h, whole small products read in place. */
 
 #define UKR_TILE__(mr, nv, sfx) ukr##mr##x##nv##_##sfx
 #define UKR_TILE_(mr, nv, sfx) UKR_TILE__(mr, nv, sfx)
@@ -26,6 +27,9 @@
 #define UKR_MAIN UKR_CAT(gemm_ukrh, SFX)
 #define UKR_TAILS UKR_CAT(gemm_tails_half, SFX)
 #include "gemm_ukr_width_avx512.h"
+
+/* the small-product kernel (whole products, no packing) */
+#include "gemm_small_avx512.h"
 
 #undef UKR_CAT
 #undef UKR_CAT_
