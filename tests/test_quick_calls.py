@@ -114,6 +114,45 @@ def test_unary_and_scalar_match_the_ordinary_call(dtype, shape):
                                           err_msg=info.name)
 
 
+def test_per_op_quick_calls_are_the_generic_ones():
+    # bindings/build_cffi.py makes lib._ad_uq_<name>(x) for every unary op
+    # without float arguments and lib._ad_bq_<name>(a, b) for every binary
+    # and comparison op, from ops.def: one per registry row, each the generic
+    # quick call of its own op (same bits, the same declines)
+    unary = ops_of(lib.AD_FAMILY_UNARY, 1)
+    binary = ops_of(lib.AD_FAMILY_BINARY, 2) + ops_of(lib.AD_FAMILY_COMPARE, 2)
+    assert {n[7:] for n in dir(lib) if n.startswith("_ad_uq_")} == {i.name for i in unary}
+    assert {n[7:] for n in dir(lib) if n.startswith("_ad_bq_")} == {i.name for i in binary}
+    n = ad.live_tensors()
+    for dtype in ("float32", "float64", "int32", "bool"):
+        a = ad.from_numpy(sample(dtype, (4, 6), 1))
+        b = ad.from_numpy(sample(dtype, (4, 6), 2))
+        pairs = [(a, b), (a, ad.from_numpy(sample(dtype, (6,), 3))), (a[:, ::2], a[:, 1::2])]
+        for info in unary:
+            for x in (a, a.t()):
+                got = quick(lambda _, h: getattr(lib, "_ad_uq_" + info.name)(h), 0, x)
+                want = quick(lib.ad_unary_quick, info.kind, x)
+                assert (got is None) == (want is None), (info.name, dtype)
+                if got is not None:
+                    np.testing.assert_array_equal(bits(got), bits(want), err_msg=info.name)
+        for info in binary:
+            for x, y in pairs:
+                got = quick(lambda _, g, h: getattr(lib, "_ad_bq_" + info.name)(g, h), 0, x, y)
+                want = quick(lib.ad_binary_quick, info.kind, x, y)
+                assert (got is None) == (want is None), (info.name, dtype)
+                if got is not None:
+                    assert got.dtype == want.dtype, info.name
+                    np.testing.assert_array_equal(bits(got), bits(want), err_msg=info.name)
+    del a, b, pairs, x, y
+    assert ad.live_tensors() == n
+    # the generated methods and the operators hold their op's own call
+    for name, fn in (("exp", ad.Tensor.exp), ("tanh", ad.Tensor.tanh)):
+        assert getattr(lib, "_ad_uq_" + name) in [c.cell_contents for c in fn.__closure__]
+    for name, fn in (("add", ad.Tensor.__add__), ("sub", ad.Tensor.__rsub__),
+                     ("mul", ad.Tensor.__mul__), ("div", ad.Tensor.__truediv__)):
+        assert getattr(lib, "_ad_bq_" + name) in [c.cell_contents for c in fn.__closure__]
+
+
 def test_declines_what_the_ordinary_path_handles():
     a = ad.from_numpy(sample("float32", (4, 6), 1))
     add, exp = lib.AD_OP_ADD, lib.AD_OP_EXP
