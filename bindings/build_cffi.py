@@ -81,6 +81,46 @@ static void _ad_pyobject_release(void *obj) {
 """
 
 
+# Per-op forms of the quick calls, one C function each in this module (not
+# in the library's ABI): _ad_uq_<name>(x) for each no-argument UNARY row of
+# native/src/ops.def, _ad_bq_<name>(a, b) for each BINARY and COMPARE row.
+# A wrapper of one argument is a METH_O builtin, called without the argument
+# tuple that cffi builds and unpacks for two or more (PyArg_UnpackTuple), and
+# neither converts the op number: about 300 of the 9100 instructions of a
+# 1000-element exp, 75 of an add (callgrind).  They keep the GIL as the calls
+# they forward to (KEEP_GIL below).
+OPS_DEF = os.path.join(ROOT, "native", "src", "ops.def")
+
+
+def quick_op_rows(path=OPS_DEF):
+    """(kind, NAME, name) of the rows that get a per-op quick call: kind "u"
+    for a UNARY row without float arguments, "b" for BINARY and COMPARE."""
+    rows = []
+    for m in re.finditer(r'^(UNARY|BINARY|COMPARE)\((\w+), \d+, "(\w+)",\s*(\d+)?',
+                         open(path).read(), flags=re.M):
+        family, ident, name, n_fargs = m.groups()
+        if family != "UNARY":
+            rows.append(("b", ident, name))
+        elif n_fargs == "0":
+            rows.append(("u", ident, name))
+    return rows
+
+
+def quick_op_cdef(rows):
+    return "".join(f"ad_tensor *_ad_uq_{n}(const ad_tensor *x);\n" if k == "u" else
+                   f"ad_tensor *_ad_bq_{n}(const ad_tensor *a, const ad_tensor *b);\n"
+                   for k, _, n in rows)
+
+
+def quick_op_source(rows):
+    return "".join(
+        f"static ad_tensor *_ad_uq_{n}(const ad_tensor *x) "
+        f"{{ return ad_unary_quick(AD_OP_{i}, x); }}\n" if k == "u" else
+        f"static ad_tensor *_ad_bq_{n}(const ad_tensor *a, const ad_tensor *b) "
+        f"{{ return ad_binary_quick(AD_OP_{i}, a, b); }}\n"
+        for k, i, n in rows)
+
+
 # The calls whose wrappers keep the GIL.  cffi gives up the GIL around every
 # call, and the two switches (a lock handed over and back) cost about as much
 # as the native work of an op on a few hundred elements.  These calls bound
@@ -89,7 +129,12 @@ static void _ad_pyobject_release(void *obj) {
 # generated wrapper's Py_BEGIN/END_ALLOW_THREADS become a check of the
 # enclosing function's name, made once per wrapper.  A cffi that stopped
 # using those macros would release the GIL as before: slower, never wrong.
-KEEP_GIL = ("ad_binary_quick", "ad_unary_quick", "ad_scalar_quick", "ad_tensor_release_quick")
+# These wrappers also skip cffi's errno save and restore around the call
+# (ffi.errno): nothing reads errno after them, and the pair with its two
+# thread-local lookups was about 120 of the 7000 instructions of a
+# 1000-element add (callgrind), the quick call and the release counted.
+KEEP_GIL = ("ad_binary_quick", "ad_unary_quick", "ad_scalar_quick", "ad_tensor_release_quick",
+            *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 
 def keep_gil_source(names=KEEP_GIL):
@@ -117,6 +162,13 @@ static int _ad_keeps_gil(const char *fn) {
 #define Py_END_ALLOW_THREADS                                                      \
         if (_save) PyEval_RestoreThread(_save);                                   \
     }
+/* the errno pair, called only inside the block above (where _ad_k is known) */
+static void _ad_restore_errno(void) { _cffi_restore_errno(); }
+static void _ad_save_errno(void) { _cffi_save_errno(); }
+#undef _cffi_restore_errno
+#undef _cffi_save_errno
+#define _cffi_restore_errno() (_ad_k ? (void)0 : _ad_restore_errno())
+#define _cffi_save_errno() (_ad_k ? (void)0 : _ad_save_errno())
 """ % listed
 
 
@@ -126,6 +178,8 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
     # Python side of the anomaly-mode site callback (pyautodiff/anomaly.py)
     ffi.cdef('extern "Python" const char *_ad_site_callback(void);')
     ffi.cdef(PY_HELPERS_CDEF)
+    rows = quick_op_rows()
+    ffi.cdef(quick_op_cdef(rows))
     # Python side of ad.Function's nodes (pyautodiff/function.py)
     ffi.cdef('extern "Python" ad_status _ad_custom_backward(void *, const ad_tensor *, '
              'const ad_tensor *, ad_tensor **, int);')
@@ -135,7 +189,7 @@ def make_ffi(extra_compile_args=(), extra_link_args=()):
              'const ad_tensor *);')
     ffi.set_source(
         "pyautodiff._cffi",
-        '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE + keep_gil_source(),
+        '#define AD_TESTING\n#include "pyautodiff.h"\n' + PY_HELPERS_SOURCE + quick_op_source(rows) + keep_gil_source(),
         include_dirs=[os.path.dirname(HEADER)],
         library_dirs=[PKG],
         libraries=["pyautodiff"],

@@ -61,15 +61,19 @@ def float_params(info: OpInfo) -> Optional[Tuple[Tuple[str, float], ...]]:
 # The generated methods try the quick call first (pyautodiff.h: small
 # contiguous operands, the handle returned) and build the Tensor inline: at a
 # few hundred elements a Python call more is a tenth of the op.  Their globals
-# are tensor.py's (`env`): _uq/_sq the quick calls, _new and Tensor to build
-# the result, _unary_call/_scalar_call the ordinary path (which also raises).
-_UNARY_SRC = """def {name}(self):
-    h = _uq({kind}, self._h)
-    if h:
-        t = _new(Tensor)
-        t._h = h
-        return t
-    return _unary_call({kind}, self)
+# are tensor.py's (`env`): _sq the quick call, _new and Tensor to build the
+# result, _unary_call/_scalar_call the ordinary path (which also raises).  A
+# unary method calls its op's own quick call (_q: lib._ad_uq_<name>,
+# bindings/build_cffi.py), a builtin of one argument, held by the closure.
+_UNARY_SRC = """def _make(_q):
+    def {name}(self):
+        h = _q(self._h)
+        if h:
+            t = _new(Tensor)
+            t._h = h
+            return t
+        return _unary_call({kind}, self)
+    return {name}
 """
 _SCALAR_SRC = """def {name}(self, {pname}={default!r}):
     if type({pname}) is float:
@@ -85,6 +89,7 @@ _SCALAR_SRC = """def {name}(self, {pname}={default!r}):
 def _method(info: OpInfo, env: dict) -> Optional[Callable]:
     if info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs:
         src = _UNARY_SRC.format(name=info.name, kind=info.kind)
+        quick = getattr(lib, "_ad_uq_" + info.name)  # every such row has one
     elif (info.family == lib.AD_FAMILY_SCALAR and info.n_fargs == 1 and not info.n_iargs
           and (params := float_params(info))):
         # a real signature (help(), inspect, keyword calls): the parameter
@@ -98,7 +103,7 @@ def _method(info: OpInfo, env: dict) -> Optional[Callable]:
     ns: dict = {}
     # compiled as this file's code: anomaly mode's site skips the package's frames
     exec(compile(src, __file__, "exec"), env, ns)
-    method = ns[info.name]
+    method = ns["_make"](quick) if "_make" in ns else ns[info.name]
     method.__qualname__ = "Tensor." + info.name
     method.__doc__ = info.doc
     return method

@@ -345,12 +345,14 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
     0-d int64 tensor to the binary op.  Its name and docstring come from the
     binary op's registry name."""
     fn = _op_name(scalar_op)
+    name = _op_name(op)
+    bq = getattr(lib, "_ad_bq_" + name)  # the op's own quick call (bindings/build_cffi.py)
 
     def method(self: Tensor, o: Operand) -> Tensor:
         # the quick calls first (a Tensor, or a Python float or int with a
         # float tensor); the rest below also raises their errors
         if isinstance(o, Tensor):
-            h = _bq(op, o._h, self._h) if reflected else _bq(op, self._h, o._h)
+            h = bq(o._h, self._h) if reflected else bq(self._h, o._h)
             if h:
                 t = _new(Tensor)
                 t._h = h
@@ -386,7 +388,6 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
             return _result(_ad_binary(op, o._h, self._h, out), out)
         return _result(_ad_binary(op, self._h, o._h, out), out)
 
-    name = _op_name(op)
     sym = _OPERATOR_SYMBOL[name]
     expr = f"o {sym} self" if reflected else f"self {sym} o"
     method.__name__ = f"__{'r' if reflected else ''}{_OPERATOR_DUNDER[name]}__"

@@ -114,6 +114,45 @@ def test_unary_and_scalar_match_the_ordinary_call(dtype, shape):
                                           err_msg=info.name)
 
 
+def test_per_op_quick_calls_are_the_generic_ones():
+    # bindings/build_cffi.py makes lib._ad_uq_<name>(x) for every unary op
+    # without float arguments and lib._ad_bq_<name>(a, b) for every binary
+    # and comparison op, from ops.def: one per registry row, each the generic
+    # quick call of its own op (same bits, the same declines)
+    unary = ops_of(lib.AD_FAMILY_UNARY, 1)
+    binary = ops_of(lib.AD_FAMILY_BINARY, 2) + ops_of(lib.AD_FAMILY_COMPARE, 2)
+    assert {n[7:] for n in dir(lib) if n.startswith("_ad_uq_")} == {i.name for i in unary}
+    assert {n[7:] for n in dir(lib) if n.startswith("_ad_bq_")} == {i.name for i in binary}
+    n = ad.live_tensors()
+    for dtype in ("float32", "float64", "int32", "bool"):
+        a = ad.from_numpy(sample(dtype, (4, 6), 1))
+        b = ad.from_numpy(sample(dtype, (4, 6), 2))
+        pairs = [(a, b), (a, ad.from_numpy(sample(dtype, (6,), 3))), (a[:, ::2], a[:, 1::2])]
+        for info in unary:
+            for x in (a, a.t()):
+                got = quick(lambda _, h: getattr(lib, "_ad_uq_" + info.name)(h), 0, x)
+                want = quick(lib.ad_unary_quick, info.kind, x)
+                assert (got is None) == (want is None), (info.name, dtype)
+                if got is not None:
+                    np.testing.assert_array_equal(bits(got), bits(want), err_msg=info.name)
+        for info in binary:
+            for x, y in pairs:
+                got = quick(lambda _, g, h: getattr(lib, "_ad_bq_" + info.name)(g, h), 0, x, y)
+                want = quick(lib.ad_binary_quick, info.kind, x, y)
+                assert (got is None) == (want is None), (info.name, dtype)
+                if got is not None:
+                    assert got.dtype == want.dtype, info.name
+                    np.testing.assert_array_equal(bits(got), bits(want), err_msg=info.name)
+    del a, b, pairs, x, y
+    assert ad.live_tensors() == n
+    # the generated methods and the operators hold their op's own call
+    for name, fn in (("exp", ad.Tensor.exp), ("tanh", ad.Tensor.tanh)):
+        assert getattr(lib, "_ad_uq_" + name) in [c.cell_contents for c in fn.__closure__]
+    for name, fn in (("add", ad.Tensor.__add__), ("sub", ad.Tensor.__rsub__),
+                     ("mul", ad.Tensor.__mul__), ("div", ad.Tensor.__truediv__)):
+        assert getattr(lib, "_ad_bq_" + name) in [c.cell_contents for c in fn.__closure__]
+
+
 def test_declines_what_the_ordinary_path_handles():
     a = ad.from_numpy(sample("float32", (4, 6), 1))
     add, exp = lib.AD_OP_ADD, lib.AD_OP_EXP
@@ -307,10 +346,10 @@ def test_size_bounds_and_bits_on_both_sides(op, dtype, limit):
 
 
 # ---- storages with inline data and the per-thread free lists (alloc.c) -----------
-# float32 sizes around the bounds: 228 elements (912 bytes, an allocation of
-# 1024: glibc's), 229 (the first of ad_small_alloc's classes), 1024 (4096
-# bytes, the last inline size), 1025 (data in its own block); float64 and
-# uint8 sizes in between
+# float32 sizes around the bounds: 228 and 229 elements (an allocation of
+# 1024 and of 1088 bytes: two of ad_small_alloc's 64-byte classes), 1024
+# (4096 bytes, the last inline size), 1025 (data in its own block); float64
+# and uint8 sizes in between
 SMALL_SIZES = [("float32", n) for n in (64, 65, 228, 229, 230, 245, 246, 1000, 1023, 1024, 1025)]
 SMALL_SIZES += [("float64", n) for n in (114, 115, 300, 512, 513)]
 SMALL_SIZES += [("uint8", n) for n in (911, 912, 913, 4095, 4096, 4097)]
@@ -340,6 +379,27 @@ def test_inline_storages_of_every_class_live_side_by_side():
                 np.testing.assert_array_equal(item[0].numpy(), item[1])
         del live, x, y, item
     assert ad.live_tensors() == n0 and ad.live_bytes() == b0
+
+
+def test_tensor_headers_of_every_rank_live_side_by_side():
+    # a tensor's header (48 bytes and 16 a dim) comes from the free lists too,
+    # one class per 64 bytes: views of every rank up to 16 held at once,
+    # half of them freed in a shuffled order and made again, keep their own
+    # shapes, strides and values (a header from a smaller class would not)
+    rng = np.random.default_rng(1)
+    n0 = ad.live_tensors()
+    x = ad.from_numpy(sample("float32", (6,), 0))
+    shapes = [(1,) * (nd - 1) + (6,) for nd in range(1, 17)] + [(2, 3), (3, 1, 2)]
+    live = [(x.reshape(shape), shape) for shape in shapes for _ in range(10)]
+    for rnd in range(3):
+        for i in rng.permutation(len(live))[: len(live) // 2]:
+            live[i] = (x.reshape(live[i][1]), live[i][1])
+        for t, shape in live:
+            assert t.shape == shape and t.ndim == len(shape)
+            assert t.strides == tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+            np.testing.assert_array_equal(t.numpy().reshape(-1), x.numpy())
+    del live, t, x
+    assert ad.live_tensors() == n0
 
 
 def test_inline_storages_freed_by_another_thread_and_at_thread_exit():

@@ -220,6 +220,35 @@ def test_released_tensor_keeps_its_class_and_names_what_was_used():
         ad.tensor([1.0]).no_such
 
 
+def test_a_tensor_resurrected_after_its_finalizer_is_released():
+    # the collector finalizes a whole unreachable group before it looks for
+    # resurrections: a tensor whose __del__ ran (its handle freed) can come
+    # back through another member's __del__.  It must read as released, as
+    # after an explicit t.__del__(): Tensor.__del__ marks every tensor it
+    # frees, because inside __del__ a dying tensor and one whose __del__ is
+    # called explicitly look alike (the same reference count)
+    saved = []
+
+    class Keeper:
+        def __del__(self):
+            saved.append(self.t)
+
+    n = ad.live_tensors()
+    k = Keeper()
+    k.t, k.me = ad.tensor([1.0, 2.0]), k  # a cycle: only the collector frees it
+    del k
+    gc.collect()
+    (t,) = saved
+    assert ad.live_tensors() == n and gc.is_finalized(t)
+    assert isinstance(t, ad.Tensor) and type(t) is not ad.Tensor
+    with pytest.raises(ad.GraphError, match="released.*: exp cannot be used"):
+        t.exp()
+    saved.clear()
+    del t  # dies for good: finalized once already, nothing is freed twice
+    gc.collect()
+    assert ad.live_tensors() == n
+
+
 def test_release_of_a_subclass_that_refuses_its_released_form_still_frees():
     # the released form is a subclass made with type(): a user class whose
     # __init_subclass__ raises gets no such form; its handle is freed all the

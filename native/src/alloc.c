@@ -41,16 +41,16 @@ void ad_mfree(void *p) { free(p); }
  * as a storage holding a 1000-element float32 tensor's data inline
  * (tensor.c), went through its arena's bins: about 450 instructions for a
  * malloc and free pair (callgrind), a third of a 1000-element add's native
- * work.  Blocks of SMALL_MIN - SMALL_MAX bytes a thread frees are kept on
- * that thread's lists, one per 64-byte class, SMALL_KEEP each (at most
- * about 1.2 MiB per thread), and handed out again by class; a thread's lists are freed
- * when it exits.  The blocks are plain malloc blocks of the class's size, so
- * any thread may take or free any of them.  Every thread's lists are also
- * linked from small_all, a global: LeakSanitizer does not look into
- * thread-local storage (.ci/run: use_tls=0), and would call the kept blocks
- * leaked. */
-enum { SMALL_MIN = 1024, SMALL_MAX = 4096 + 512, SMALL_CLASSES = (SMALL_MAX - SMALL_MIN) / 64,
-       SMALL_KEEP = 8 };
+ * work.  Even from glibc's cache a pair costs about 130 (free's checks), so
+ * the tensor headers and the small storages come from here too.  Blocks of
+ * at most SMALL_MAX bytes a thread frees are kept on that thread's lists,
+ * one per 64-byte class, SMALL_KEEP each (at most about 1.3 MiB per thread),
+ * and handed out again by class; a thread's lists are freed when it exits.
+ * The blocks are plain malloc blocks of the class's size, so any thread may
+ * take or free any of them.  Every thread's lists are also linked from
+ * small_all, a global: LeakSanitizer does not look into thread-local
+ * storage (.ci/run: use_tls=0), and would call the kept blocks leaked. */
+enum { SMALL_MAX = 4096 + 512, SMALL_CLASSES = SMALL_MAX / 64, SMALL_KEEP = 8 };
 
 typedef struct small_lists {
     void *head[SMALL_CLASSES]; /* each block's first word links the next */
@@ -113,9 +113,7 @@ static small_lists *small_lists_new(void) {
 }
 
 /* the class of an n-byte block, -1 outside the kept sizes */
-static int small_class(size_t n) {
-    return n > SMALL_MIN && n <= SMALL_MAX ? (int)((n - SMALL_MIN - 1) / 64) : -1;
-}
+static int small_class(size_t n) { return n && n <= SMALL_MAX ? (int)((n - 1) / 64) : -1; }
 
 void *ad_small_alloc(size_t n) {
     if (injected_failure()) return NULL;
@@ -128,7 +126,7 @@ void *ad_small_alloc(size_t n) {
         l->n[c]--;
         return p;
     }
-    return malloc(SMALL_MIN + 64 * (size_t)(c + 1));
+    return malloc(64 * (size_t)(c + 1));
 }
 
 void ad_small_free(void *p, size_t n) {

@@ -25,8 +25,9 @@ void *ad_malloc(size_t n);
 void *ad_calloc(size_t n);
 void ad_mfree(void *p);
 /* ad_malloc / ad_mfree for blocks whose size the caller knows again when it
-   frees them (a storage with inline data): sizes glibc's per-thread cache
-   does not keep come from per-thread free lists. */
+   frees them (a tensor, a storage with inline data): blocks of at most 4.5
+   KiB come from per-thread free lists (alloc.c).  A block from one must go
+   back through the other (a list's blocks are of their class's size). */
 void *ad_small_alloc(size_t n);
 void ad_small_free(void *p, size_t n);
 /* Whether the test hook ad_testing_fail_alloc_after is counting down: the

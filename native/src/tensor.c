@@ -134,8 +134,15 @@ ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dty
     return AD_OK;
 }
 
+/* a tensor's allocation: the header and its dims (ad_small_alloc's) */
+static size_t tensor_size(int ndim) {
+    return sizeof(ad_tensor) + 2 * (size_t)ndim * sizeof(int64_t);
+}
+
+static void tensor_free(ad_tensor *t) { ad_small_free(t, tensor_size(t->ndim)); }
+
 static ad_tensor *tensor_alloc(int ndim) {
-    ad_tensor *t = ad_malloc(sizeof *t + 2 * (size_t)ndim * sizeof(int64_t));
+    ad_tensor *t = ad_small_alloc(tensor_size(ndim));
     if (!t) return NULL;
     atomic_init(&t->refs, 1);
     t->ndim = (uint8_t)ndim;
@@ -164,7 +171,7 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
     if (!t) return ad_fail_nomem("tensor");
     t->storage = storage_new((size_t)numel * ad_dtype_size_(dtype));
     if (!t->storage) {
-        ad_mfree(t);
+        tensor_free(t);
         atomic_fetch_sub(&ad_live_tensor_count, 1);
         return ad_fail(AD_ERR_NOMEM, "out of memory allocating %s of %s",
                        ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype));
@@ -185,7 +192,7 @@ ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like) {
     if (!t) return NULL;
     t->storage = storage_new((size_t)like->numel * ad_dtype_size_(dtype));
     if (!t->storage) {
-        ad_mfree(t);
+        tensor_free(t);
         atomic_fetch_sub(&ad_live_tensor_count, 1);
         return NULL;
     }
@@ -258,7 +265,7 @@ AD_API void ad_tensor_release(ad_tensor *t) {
             ad_mfree((void *)n->site);
             ad_mfree(n);
         }
-        ad_mfree(x);
+        tensor_free(x);
         atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
     }
 }
@@ -307,7 +314,7 @@ AD_API int ad_tensor_release_quick(ad_tensor *t) {
         ad_mfree(n);
     }
     storage_release(t->storage);
-    ad_mfree(t);
+    tensor_free(t);
     atomic_fetch_sub_explicit(&ad_live_tensor_count, 1, memory_order_relaxed);
     return 1;
 }
