@@ -107,6 +107,16 @@ extern const gemm_ukr_f64 gemm_tails_f64_avx2[];
 extern const gemm_ukr_f32 gemm_tails_half_f32_avx2[];
 extern const gemm_ukr_f64 gemm_tails_half_f64_avx2[];
 
+/* The height of the next row tile with `rem` rows left, in tiles of th
+   rows: the last th + th / 2 rows or fewer (at most cap) are one tile, so no
+   tile of 1-3 rows (whose few accumulators leave the FMA pipe idle on
+   latency) follows a full one: th 8 tiles 34 rows 8 8 8 10.  The driver's
+   macro-kernel (gemm_dtype.h) and the small-product kernel tile by it. */
+static inline int64_t gemm_tile_rows(int64_t th, int64_t cap, int64_t rem) {
+    int64_t last = th + th / 2 < cap ? th + th / 2 : cap;
+    return rem <= last ? rem : th;
+}
+
 /* A whole small product at the AVX-512 level, C[m,n] = A[m,k] @ B[k,n] with
    A, B and C row-major (unit column strides; row strides rsa, rsb, rsc),
    read and written in place (gemm_small_avx512.h); C is overwritten. */

@@ -279,15 +279,6 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
     }
 }
 
-/* The height of the next row tile with `rem` rows left, in tiles of th
-   rows: the last th + th / 2 rows or fewer (at most mr) are one tile, so no
-   tile of 1-3 rows (whose few accumulators leave the FMA pipe idle on
-   latency) follows a full one: th 8 tiles 34 rows 8 8 8 10. */
-static int64_t S(tile_rows)(int64_t th, int64_t mr, int64_t rem)
-{
-    return rem <= min64(th + th / 2, mr) ? rem : th;
-}
-
 /* Macro-kernel: C[mb, cols j0..j1 of the panel] (+)= A block @ packed B panel.
    The A block is packed (micro-panel i at ap + i*kb) or, when `inplace`, read
    in place from row-major A with row stride rsa, its last partial micro-panel
@@ -310,7 +301,7 @@ static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t
         int64_t rsb = bdir && jb == nr ? rsbd : nr;
         int half = kn->half && 2 * jb <= nr;
         for (int64_t i = 0, ib; i < mb; i += ib) {
-            ib = S(tile_rows)(half ? mr : th, mr, mb - i);
+            ib = gemm_tile_rows(half ? mr : th, mr, mb - i);
             T *cij = c + i * rsc + j * csc;
             S(ukr_fn) ukr = half ? (ib < mr && kn->half_tails ? kn->half_tails[ib] : kn->half)
                                  : (ib < mr && kn->tails ? kn->tails[ib] : kn->ukr);

@@ -60,7 +60,7 @@ void SMALL_S(gemm_small)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rs
         int last = (int)(w - (nv - 1) * VL), masked = last < VL;
         int64_t th = nv > 1 ? 4 : 8;
         for (int64_t i = 0, ib; i < m; i += ib) {
-            ib = m - i <= th + th / 2 ? m - i : th;
+            ib = gemm_tile_rows(th, th + th / 2, m - i);
             const T *ai = a + i * rsa, *bj = b + j;
             T *cij = c + i * rsc + j;
 #define SMALL_CASE_(MR, NV)                                                                 \
