@@ -21,15 +21,19 @@ fixed per child process (numpy's OpenBLAS, PyTorch and pyautodiff alike): each
 thread setting runs in its own process started by this script.
 
 OPENBLAS_L2_SIZE, which some environments set for old OpenBLAS builds, is
-unset in the children. OPENBLAS_CORETYPE is unset too, so numpy runs its best
-kernel, except when PYAUTODIFF_ISA caps pyautodiff's level: then it is passed
-through, so that an AVX2 machine can be emulated on an AVX-512 one kernel
-against kernel:
+unset in the children. OPENBLAS_CORETYPE and NPY_DISABLE_CPU_FEATURES are unset
+too, so numpy runs its best kernels, except when PYAUTODIFF_ISA caps
+pyautodiff's level: then they are passed through, so that an AVX2 machine can
+be emulated on an AVX-512 one kernel against kernel, OpenBLAS's Haswell GEMM
+and numpy's own AVX2 (X86_V3) ufunc loops against our AVX2 kernels:
 
-    PYAUTODIFF_ISA=avx2 OPENBLAS_CORETYPE=Haswell python3 tools/bench.py --only matmul
+    PYAUTODIFF_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 \
+        NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" python3 tools/bench.py --quick
 
-The header prints the kernel numpy's OpenBLAS reports (threadpoolctl), and
-warns when it is not the OPENBLAS_CORETYPE asked for.
+The header prints the kernel numpy's OpenBLAS reports (threadpoolctl) and the
+SIMD targets numpy's ufuncs dispatch to, and warns when the OpenBLAS kernel is
+not the OPENBLAS_CORETYPE asked for or when numpy's ufuncs still run AVX-512
+under an AVX2 cap.
 """
 import argparse
 import gc
@@ -777,12 +781,14 @@ def main():
 # ---------------------------------------------------------------------------- environment
 def bench_env(environ):
     """The children's environment: OPENBLAS_L2_SIZE unset; OPENBLAS_CORETYPE
-    kept only under PYAUTODIFF_ISA (emulating a smaller machine, where numpy
-    must run the matching OpenBLAS kernels), else unset so numpy runs its best.
-    OpenBLAS reads it when it loads, so it has to be in the child's
-    environment before numpy is imported, as it is here."""
+    and NPY_DISABLE_CPU_FEATURES kept only under PYAUTODIFF_ISA (emulating a
+    smaller machine, where numpy must run the matching OpenBLAS kernels and
+    ufunc loops), else unset so numpy runs its best.  Both are read when
+    numpy loads, so they have to be in the child's environment before numpy
+    is imported, as they are here."""
     emulate = bool(environ.get("PYAUTODIFF_ISA"))
-    drop = {"OPENBLAS_L2_SIZE"} | (set() if emulate else {"OPENBLAS_CORETYPE"})
+    drop = {"OPENBLAS_L2_SIZE"} | (
+        set() if emulate else {"OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES"})
     return {k: v for k, v in environ.items() if k not in drop}
 
 
@@ -797,6 +803,11 @@ import numpy
 from pyautodiff._lib import ffi, lib
 info = {"isa": ffi.string(lib.ad_gemm_kernel()).decode(), "cpus": os.cpu_count(),
         "cap": os.environ.get("PYAUTODIFF_ISA", "")}
+try:  # the SIMD targets numpy's ufunc loops dispatch to on this CPU
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    info["npy_simd"] = [k for k in __cpu_dispatch__ if __cpu_features__.get(k)]
+except ImportError:
+    pass
 try:
     import torch
     info["torch"] = torch.__version__
@@ -847,6 +858,18 @@ print(json.dumps(info))
             elif info["cap"]:
                 print(f"  note: PYAUTODIFF_ISA={info['cap']} without OPENBLAS_CORETYPE: numpy "
                       f"runs its {arch or 'default'} kernel, not one of the capped level")
+    if "npy_simd" in info:
+        simd = info["npy_simd"]
+        off = env.get("NPY_DISABLE_CPU_FEATURES", "")
+        print(f"  numpy ufuncs: SIMD dispatch {' '.join(simd) or 'baseline only'}"
+              + (f" (NPY_DISABLE_CPU_FEATURES={off})" if off else ""))
+        if not off and os.environ.get("NPY_DISABLE_CPU_FEATURES"):
+            print("  NPY_DISABLE_CPU_FEATURES is unset for the children (it is kept only with "
+                  "PYAUTODIFF_ISA, to emulate a smaller machine)")
+        if info["cap"] and info["cap"] != "avx512" and any("512" in t or t == "X86_V4"
+                                                          for t in simd):
+            print(f"  note: numpy's ufuncs still run AVX-512 under PYAUTODIFF_ISA={info['cap']}; "
+                  f'NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" gives an AVX2 machine\'s loops')
     if "numpy_blas" in info:
         print("numpy BLAS:", info["numpy_blas"], "(pip install threadpoolctl for more)")
     if "torch" in info:
