@@ -1,8 +1,10 @@
 """Correctness of the elementwise and reduction fast paths: threads above the
 size threshold (1 and 2 threads), vector loops with odd tails, strided and
 broadcast layouts, the float32 exp/tanh approximations, the large-buffer
-cache, and the portable kernels (PYAUTODIFF_PORTABLE=1, in a subprocess).
+cache and its huge-page advice, and the portable kernels
+(PYAUTODIFF_PORTABLE=1, in a subprocess).
 No timings here: speed is tools/bench.py's business."""
+import json
 import os
 import pickle
 import subprocess
@@ -337,6 +339,58 @@ def test_buffer_cache_respects_failure_injection():
     assert sweep_alloc_failures(lambda: [(a + a).numpy().copy(), a[::2].exp().numpy().copy()]) >= 4
     m = ad.from_numpy(f32(1000, 300, seed=19))  # sum over the first dim: partial rows
     assert sweep_alloc_failures(lambda: [m.sum(0).numpy().copy()]) >= 3
+
+
+HUGE_SCRIPT = r"""
+import json, numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+out = {}
+for name, n in (("large", 3 << 20), ("small", 1 << 18)):  # 12 MiB and 1 MiB of float32
+    t = ad.from_numpy(np.full(n, 1.5, np.float32))
+    addr = int(ffi.cast("uintptr_t", lib.ad_tensor_data(t._h)))
+    eligible = None
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "THPeligible:":
+                eligible = int(line.split()[1])
+    assert float((t * 2.0).numpy()[-1]) == 3.0
+    out[name] = {"aligned": addr % (2 << 20) == 0, "eligible": eligible}
+print(json.dumps(out))
+"""
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return None
+
+
+@pytest.mark.parametrize("setting", ["default", "0"])
+def test_large_blocks_are_advised_huge_pages(setting):
+    # a fresh data block of 4 MiB or more is 2 MiB-aligned and advised
+    # MADV_HUGEPAGE (alloc.c), unless PYAUTODIFF_HUGEPAGES=0; with the
+    # kernel's THP in "madvise" mode only the advice makes its mapping eligible
+    env = dict(os.environ)
+    env.pop("PYAUTODIFF_HUGEPAGES", None)
+    if setting != "default":
+        env["PYAUTODIFF_HUGEPAGES"] = setting
+    r = subprocess.run([sys.executable, "-c", HUGE_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    on = setting == "default"
+    if "asan" not in env.get("LD_PRELOAD", ""):  # ASan's allocator aligns its own way
+        assert got["large"]["aligned"] == on
+    if _thp_mode() == "madvise" and got["large"]["eligible"] is not None:
+        assert got["large"]["eligible"] == int(on)
+        assert got["small"]["eligible"] == 0
 
 
 # ---- the portable kernels ----------------------------------------------------------------
