@@ -205,6 +205,42 @@ def test_sum(dtype, layout):
     close(x.sum_all(), np.sum(a).astype(dtype if dtype in FLOATS else "int64"))
 
 
+def x_bits(v):
+    return np.asarray(v).tobytes()
+
+
+def _lane_sum(x):
+    """The float sums' order (reduce_kernels.h): blocks of 1024 elements of
+    the first n - n % 32, each as 32 lanes adding their terms in order, the
+    lanes folded pairwise (lane l += lane l + w, w = 16 .. 1) in the dtype, the
+    block totals and then the last n % 32 elements added in float64."""
+    total = np.float64(0)
+    nv = len(x) // 32 * 32
+    for b in range(0, nv, 1024):
+        lane = np.zeros(32, x.dtype)
+        for row in x[b:min(b + 1024, nv)].reshape(-1, 32):
+            lane += row
+        for w in (16, 8, 4, 2, 1):
+            lane[:w] += lane[w:2 * w]
+        total += np.float64(lane[0])
+    for v in x[nv:]:
+        total += np.float64(v)
+    return x.dtype.type(total)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sum_order_bits(dtype):
+    # a contiguous sum's bits are those of its documented order, at every ISA
+    # level (the lanes are vectors of any width, folded as one array)
+    rng = np.random.default_rng(12)
+    for n in (1, 31, 32, 33, 95, 1024, 1056, 2048 + 31, 5000):
+        a = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
+        assert x_bits(ad.tensor(a).sum()) == x_bits(_lane_sum(a)), n
+        m = np.stack([a, a[::-1].copy(), -a])
+        got = ad.tensor(m).sum(1).numpy()
+        assert [x_bits(v) for v in got] == [x_bits(_lane_sum(r)) for r in m], n
+
+
 def test_sum_bool_counts():
     a = np.array([[True, False, True], [True, True, False]])
     close(ad.tensor(a).sum(), np.int64(4))

@@ -7,21 +7,39 @@
 #define RED_K(name) RED_CAT(S(name), RED_ISA)
 
 /* Sum of x[0..n), n a multiple of 32: 32 lanes (several vector accumulators,
-   no dependency chain), each block of 1024 folded pairwise and added to the
-   total in ACC. */
+   no dependency chain), each block of 1024 folded pairwise (lane l += lane
+   l + w for w = 16, 8, ..., 1) and added to the total in ACC.  The lanes are
+   RED_NV vectors of 32 bytes (GCC vector types: SSE pairs at the baseline),
+   so the fold's wide steps are vector adds and only the last steps within a
+   vector are scalar: as a plain loop over a lane array, GCC spilled the
+   array and folded it lane by lane, a quarter of a 1024-wide row's sum. */
+#define RED_VL ((int)(32 / sizeof(T)))
+#define RED_NV (32 / RED_VL)
+typedef T RED_K(vec) __attribute__((vector_size(32)));
 RED_ATTR __attribute__((unused)) static ACC RED_K(sum_lanes)(const T *x, int64_t n) {
     ACC total = 0;
     for (int64_t i = 0; i < n;) {
-        T lane[32] = {0};
+        RED_K(vec) acc[RED_NV];
+        _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) acc[v] = (RED_K(vec)){0};
         int64_t end = i + 1024 < n ? i + 1024 : n;
         for (; i < end; i += 32)
-            for (int l = 0; l < 32; l++) lane[l] += x[i + l];
-        for (int w = 16; w >= 1; w /= 2)
-            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+            _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) {
+                RED_K(vec) t;
+                memcpy(&t, x + i + v * RED_VL, sizeof t);
+                acc[v] += t;
+            }
+        _Pragma("GCC unroll 3") for (int w = RED_NV / 2; w >= 1; w /= 2)
+            _Pragma("GCC unroll 4") for (int v = 0; v < w; v++) acc[v] += acc[v + w];
+        T lane[RED_VL];
+        memcpy(lane, &acc[0], sizeof lane);
+        _Pragma("GCC unroll 3") for (int w = RED_VL / 2; w >= 1; w /= 2)
+            _Pragma("GCC unroll 4") for (int l = 0; l < w; l++) lane[l] += lane[l + w];
         total += (ACC)lane[0];
     }
     return total;
 }
+#undef RED_VL
+#undef RED_NV
 
 /* Sum over the outer dim of a 2-d iteration into a contiguous output row:
    columns [c0, c1), four input rows folded per pass over the output row. */
