@@ -1394,6 +1394,19 @@ class Var(Tensor):
         return _result(lib.ad_tensor_detach(self._h, out), out)
 
 
+# Tensor.__del__ also runs as a C finalizer for these classes when they die
+# (bindings/build_cffi.py, _ad_tensor_finalize: the same steps without the
+# Python frame); explicit t.__del__() calls and user subclasses run the
+# method above.  Their released forms exist first, as the C form needs them.
+# PYAUTODIFF_PYTHON_FINALIZER=1 keeps the Python finalizer (the tests run
+# both).
+_FAST_FINALIZE = (Tensor, Var)
+for _cls in _FAST_FINALIZE:
+    _released_class(_cls)
+if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
+    lib._ad_install_finalizer()
+
+
 # ---- creation ---------------------------------------------------------------------------
 def _check_np_dtype(arr, dtype):
     if dtype is not None:

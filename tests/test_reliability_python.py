@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -247,6 +248,70 @@ def test_a_tensor_resurrected_after_its_finalizer_is_released():
     del t  # dies for good: finalized once already, nothing is freed twice
     gc.collect()
     assert ad.live_tensors() == n
+
+
+def test_finalizer_in_c_is_installed_and_keeps_a_pending_exception():
+    # Tensor and Var die through the C form of Tensor.__del__
+    # (bindings/build_cffi.py) unless PYAUTODIFF_PYTHON_FINALIZER=1; a tensor
+    # dying while an exception propagates leaves the exception as it was
+    from pyautodiff._lib import lib
+    _t = sys.modules["pyautodiff.tensor"]  # (ad.tensor is the function)
+    if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
+        assert lib._ad_install_finalizer() == 0  # installed at import: a no-op now
+    assert all(c in _t._RELEASED for c in _t._FAST_FINALIZE)
+    n = ad.live_tensors()
+    w = ad.Var([1.0, 2.0])
+
+    def fail():
+        a = ad.tensor([1.0, 2.0, 3.0]) * 2.0
+        b = (w * 3.0).sum()  # a graph node: released by ad_tensor_release
+        assert a.shape and b.shape == ()
+        raise ValueError("kept")
+
+    with pytest.raises(ValueError, match="^kept$"):
+        fail()
+    zero = 0
+    for _ in range(3):  # the temporaries die on the stack while ZeroDivisionError is set
+        with pytest.raises(ZeroDivisionError):
+            max(ad.tensor([1.0]) * 2.0, (w * 3.0).sum(), 1 / zero)
+    del w
+    assert ad.live_tensors() == n
+
+
+def test_finalizer_threads_and_cycles_release_everything():
+    n = ad.live_tensors()
+
+    def work():
+        for i in range(300):
+            v = ad.Var([float(i), 1.0])
+            y = (v * v + 1.0).sum()
+            if i % 3 == 0:
+                box = [y]
+                box.append(box)  # a cycle: freed by the collector
+            del v, y
+
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    gc.collect()
+    assert ad.live_tensors() == n
+
+
+FINALIZER_SUITE = ("test_reliability_python.py", "test_quick_calls.py", "test_semantics.py",
+                   "test_checkpointing.py")
+
+
+def test_python_finalizer_path_passes_the_release_tests():
+    # the Python finalizer stays the reference: the release tests pass with it
+    env = dict(os.environ, PYAUTODIFF_PYTHON_FINALIZER="1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-k", "not python_finalizer_path",
+                        *[os.path.join(here, f) for f in FINALIZER_SUITE]],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=here)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 def test_release_of_a_subclass_that_refuses_its_released_form_still_frees():
