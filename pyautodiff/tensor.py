@@ -1403,6 +1403,7 @@ class Var(Tensor):
 _FAST_FINALIZE = (Tensor, Var)
 for _cls in _FAST_FINALIZE:
     _released_class(_cls)
+del _cls
 if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
     lib._ad_install_finalizer()
 
