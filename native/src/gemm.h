@@ -147,7 +147,7 @@ GEMM_GEMV_DECLARE(f64_avx512, double)
 
 /* Transposing pack of a unit-row-stride B into NR-wide micro-panels, or of a
    row-major A into MR-tall ones (AVX2; also used at the AVX-512 level).
-   nr must be even. */
+   nr is 6 or a multiple of 4 (float), even (double). */
 void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, int nr);
 void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp, int nr);
 

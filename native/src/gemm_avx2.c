@@ -61,7 +61,8 @@ static const int64_t mask_pd[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
    is not amortised (the G @ W^T product of an MLP's backward); the same
    transpose packs a row-major A into MR-tall micro-panels (6 rows at this
    level, where packing element by element cost 11% of a 128^3 product). nr
-   must be even; the k tail is copied element by element. */
+   is 6 or a multiple of 4 (float) or of 2 (double); the k tail is copied
+   element by element. */
 static inline void transpose8_ps(__m256 r[8])
 {
     __m256 t[8], u[8];
@@ -81,8 +82,39 @@ static inline void transpose8_ps(__m256 r[8])
     }
 }
 
+/* A 6-row panel of a row-major A (the AVX2 MR), 8 columns at a time: the six
+   rows transposed as eight (rows 6 and 7 repeat 4 and 5), each column stored
+   as a whole vector in order, its two extra lanes overwritten by the next
+   column's store; the last column of the run is stored as 4 + 2 lanes, so
+   nothing is written past the 48 elements. 0.29 against 0.65 cycles an
+   element for 4 x 4 transposes and 2-lane stores (Zen 4, 128 x 128 in L2). */
+static void packbt6_f32(int64_t kb, const float *src, int64_t ld, float *ap)
+{
+    int64_t p = 0;
+    for (; p + 8 <= kb; p += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 6; i++)
+            r[i] = _mm256_loadu_ps(src + i * ld + p);
+        r[6] = r[4];
+        r[7] = r[5];
+        transpose8_ps(r);
+        float *d = ap + p * 6;
+        for (int q = 0; q < 7; q++)
+            _mm256_storeu_ps(d + q * 6, r[q]);
+        _mm_storeu_ps(d + 42, _mm256_castps256_ps128(r[7]));
+        _mm_storel_pi((__m64 *)(d + 46), _mm256_extractf128_ps(r[7], 1));
+    }
+    for (; p < kb; p++)
+        for (int i = 0; i < 6; i++)
+            ap[p * 6 + i] = src[i * ld + p];
+}
+
 void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, int nr)
 {
+    if (nr == 6) {
+        packbt6_f32(kb, src, csb, bp);
+        return;
+    }
     int64_t p = 0;
     for (; p + 8 <= kb; p += 8) {
         int j = 0;
@@ -106,23 +138,6 @@ void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, 
                 _mm_storeu_ps(bp + (p + h + 2) * nr + j, r2);
                 _mm_storeu_ps(bp + (p + h + 3) * nr + j, r3);
             }
-        if (j < nr) { /* a 2-wide tail (nr = 6: rows 4 and 5 of an A panel) */
-            __m256 r0 = _mm256_loadu_ps(src + j * csb + p);
-            __m256 r1 = _mm256_loadu_ps(src + (j + 1) * csb + p);
-            /* lo: pairs of columns 0, 1 | 4, 5; hi: 2, 3 | 6, 7 */
-            __m256 lo = _mm256_unpacklo_ps(r0, r1), hi = _mm256_unpackhi_ps(r0, r1);
-            __m128 l0 = _mm256_castps256_ps128(lo), l1 = _mm256_extractf128_ps(lo, 1);
-            __m128 h0 = _mm256_castps256_ps128(hi), h1 = _mm256_extractf128_ps(hi, 1);
-            float *d = bp + p * nr + j;
-            _mm_storel_pi((__m64 *)d, l0);
-            _mm_storeh_pi((__m64 *)(d + nr), l0);
-            _mm_storel_pi((__m64 *)(d + 2 * nr), h0);
-            _mm_storeh_pi((__m64 *)(d + 3 * nr), h0);
-            _mm_storel_pi((__m64 *)(d + 4 * nr), l1);
-            _mm_storeh_pi((__m64 *)(d + 5 * nr), l1);
-            _mm_storel_pi((__m64 *)(d + 6 * nr), h1);
-            _mm_storeh_pi((__m64 *)(d + 7 * nr), h1);
-        }
     }
     for (; p < kb; p++)
         for (int j = 0; j < nr; j++)

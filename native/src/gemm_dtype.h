@@ -72,7 +72,24 @@ struct S(kernel) {
     /* NULL, or a whole small row-major product read in place (gemm_small_avx512.h) */
     void (*small)(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *,
                   int64_t);
+    /* 1: the kernels read a packed A panel's column stride at run time, so a
+       block's row tiles need not be mr tall (S(block_rows)) */
+    int split;
 };
+
+/* Rows of the tile at the start of the last `rem` rows of a block, and with
+   A packed, of its panel (a panel of h rows: column p at p * h, so the panel
+   of row i starts at i * kb): gemm_tile_rows with tiles and cap of mr rows,
+   except that with kn->split the last mr + 1 .. mr + 3 rows are two near-equal
+   tiles, not mr and 1-3 rows, whose 2-6 accumulators (AVX2, 6 x 16) leave the
+   two FMA pipes idle on latency: 128 rows as 20 x 6 + 4 + 4, not 21 x 6 + 2.
+   PYAUTODIFF_ISA=avx2, Zen 4, float32, 1 thread: (128x784)@(784x512) +3.9%,
+   (128x512)@(512x784) +4.2%, 128^3 +1.3%. */
+static int64_t S(block_rows)(const struct S(kernel) *kn, int64_t rem)
+{
+    int64_t mr = kn->mr;
+    return kn->split && rem > mr && rem < mr + 4 ? (rem + 1) / 2 : gemm_tile_rows(mr, mr, rem);
+}
 
 /* AVX-512 block sizes, measured on Zen 5 (L1 48 KiB, L2 1 MiB, L3 32 MiB)
    against numpy's AVX-512 OpenBLAS. A long kc (fewer passes over C) won over
@@ -119,13 +136,13 @@ static struct S(kernel) S(pick_kernel)(void)
     if (sel == KSEL_AVX512)
         return f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS, GEMV(avx512),
                                         PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
-                                        SMALL_AVX512}
+                                        SMALL_AVX512, 0}
                    : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS, GEMV(avx512),
                                         PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
-                                        SMALL_AVX512};
+                                        SMALL_AVX512, 0};
     if (sel == KSEL_AVX2) {
         struct S(kernel) kn = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2,
-                               GEMM_AVX2_APANELS, 0, NULL};
+                               GEMM_AVX2_APANELS, 0, NULL, 1};
         S(avx2_blocks)(kn.mr, kn.nr, &kn.kc, &kn.mc, &kn.nc);
         return kn;
     }
@@ -133,7 +150,7 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
                               2048, GEMV(portable), S(packbt_portable), S(tails_portable),
-                              S(tails_half_portable), 0, 0, NULL};
+                              S(tails_half_portable), 0, 0, NULL, 1};
 }
 
 /* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
@@ -205,41 +222,46 @@ static void S(pack_rows)(int w, int g, int64_t panels, int64_t kb, const T *src,
     }
 }
 
-/* A[mb, kb] -> MR-tall micro-panels, column p of a panel contiguous. */
+/* A[mb, kb] -> micro-panels of the block's row tiles (S(block_rows)), column
+   p of a panel contiguous; a panel of fewer than mr rows is zero-padded to mr
+   unless kn->split. */
 static void S(pack_a)(const struct S(kernel) *kn, int64_t mb, int64_t kb, const T *a,
                       int64_t rsa, int64_t csa, T *ap)
 {
     const int mr = kn->mr;
     if (rsa == 1 && kn->apanels > 0 && mb >= mr) {
         int64_t full = mb / mr;
+        if (S(block_rows)(kn, mb - (full - 1) * mr) < mr) /* the last one split with the rest */
+            full--;
         S(pack_rows)(mr, kn->apanels, full, kb, a, csa, ap);
         a += full * mr;
         ap += full * mr * kb;
         mb -= full * mr;
     }
-    for (int64_t i0 = 0; i0 < mb; i0 += mr) {
-        int64_t ib = min64(mr, mb - i0);
+    for (int64_t i0 = 0, ib; i0 < mb; i0 += ib) {
+        ib = S(block_rows)(kn, mb - i0);
+        const int64_t h = kn->split ? ib : mr; /* the panel's height */
         const T *src = a + i0 * rsa;
-        if (ib == mr && rsa == 1) {
-            S(copy_runs)(kb, src, csa, ap, mr);
-        } else if (ib == mr && csa == 1 && kn->packbt && mr % 2 == 0) {
-            kn->packbt(kb, src, rsa, ap, mr);
-        } else if (ib == mr && csa == 1) {
-            for (int i = 0; i < mr; i++) {
+        if (ib == h && rsa == 1) {
+            S(copy_runs)(kb, src, csa, ap, (int)h);
+        } else if (ib == h && csa == 1 && kn->packbt && (h == mr || h % 4 == 0)) {
+            kn->packbt(kb, src, rsa, ap, (int)h);
+        } else if (ib == h && csa == 1) {
+            for (int64_t i = 0; i < h; i++) {
                 const T *row = src + i * rsa;
                 for (int64_t p = 0; p < kb; p++)
-                    ap[p * mr + i] = row[p];
+                    ap[p * h + i] = row[p];
             }
         } else {
             for (int64_t p = 0; p < kb; p++) {
                 int64_t i = 0;
                 for (; i < ib; i++)
-                    ap[p * mr + i] = src[i * rsa + p * csa];
-                for (; i < mr; i++)
-                    ap[p * mr + i] = 0;
+                    ap[p * h + i] = src[i * rsa + p * csa];
+                for (; i < h; i++)
+                    ap[p * h + i] = 0;
             }
         }
-        ap += (int64_t)mr * kb;
+        ap += h * kb;
     }
 }
 
@@ -301,13 +323,13 @@ static void S(macro)(const struct S(kernel) *kn, int64_t mb, int64_t nb, int64_t
         int64_t rsb = bdir && jb == nr ? rsbd : nr;
         int half = kn->half && 2 * jb <= nr;
         for (int64_t i = 0, ib; i < mb; i += ib) {
-            ib = gemm_tile_rows(half ? mr : th, mr, mb - i);
+            ib = half || th == mr ? S(block_rows)(kn, mb - i) : gemm_tile_rows(th, mr, mb - i);
             T *cij = c + i * rsc + j * csc;
             S(ukr_fn) ukr = half ? (ib < mr && kn->half_tails ? kn->half_tails[ib] : kn->half)
                                  : (ib < mr && kn->tails ? kn->tails[ib] : kn->ukr);
             int direct = inplace && (ib == mr || kn->tails);
             const T *ai = direct ? a + i * rsa : inplace ? ap : ap + i * kb;
-            int64_t ars = direct ? rsa : 1, acs = direct ? 1 : mr;
+            int64_t ars = direct ? rsa : 1, acs = direct ? 1 : kn->split ? ib : mr;
             if (csc == 1) {
                 ukr(kb, ai, ars, acs, bpj, rsb, cij, rsc, ib, jb, accum);
                 continue;
@@ -656,7 +678,8 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
        batch of 32 x (64x32 @ 32x8) ran at 0.8x numpy's speed). */
     if (kernel_sel() == KSEL_AVX512 && pr->csa == 1 && pr->csb == 1 && pr->csc == 1 &&
         pr->m > 1 && pr->m <= kn.mc && pr->k <= kn.kc) {
-        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0, 0, NULL};
+        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0, 0, NULL,
+                               1};
         if (k2.half && k2.half_tails && 2 * pr->n == k2.nr) {
             for (int64_t i = i0; i < i1; i++) {
                 const T *a = pr->a + bj->a_off[i], *b = pr->b + bj->b_off[i];
