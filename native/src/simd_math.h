@@ -46,12 +46,25 @@
 /* e^r - 1 - r for |r| <= ln2 / 2 as r^2 P(r): P of degree 4, fitted (minimax
    in the relative error of e^r = 1 + r + r^2 P(r), float32 coefficients) to
    3.1e-9, so the result carries only the arithmetic's rounding (~0.5 ulp). */
+#define EXP_P4 V_SET1(1.3814612757e-3f)
+#define EXP_P3 V_SET1(8.3687100559e-3f)
+#define EXP_P2 V_SET1(4.1668388993e-2f)
+#define EXP_P1 V_SET1(1.6666521132e-1f)
+#define EXP_P0 V_SET1(4.9999994040e-1f)
 static inline V exp_p(V r) {
-    V p = V_SET1(1.3814612757e-3f);
-    p = V_FMADD(p, r, V_SET1(8.3687100559e-3f));
-    p = V_FMADD(p, r, V_SET1(4.1668388993e-2f));
-    p = V_FMADD(p, r, V_SET1(1.6666521132e-1f));
-    return V_FMADD(p, r, V_SET1(4.9999994040e-1f));
+    V p = EXP_P4;
+    p = V_FMADD(p, r, EXP_P3);
+    p = V_FMADD(p, r, EXP_P2);
+    p = V_FMADD(p, r, EXP_P1);
+    return V_FMADD(p, r, EXP_P0);
+}
+
+/* the same P in Estrin's form from r and r2 = r^2: three FMAs in sequence
+   instead of four (tanh: a shorter dependency chain keeps fewer operations
+   waiting in the scheduler) */
+static inline V exp_p_estrin(V r, V r2) {
+    V hi = V_FMADD(EXP_P4, r2, V_FMADD(EXP_P3, r, EXP_P2));
+    return V_FMADD(hi, r2, V_FMADD(EXP_P1, r, EXP_P0));
 }
 
 static inline V exp_poly(V r) { /* e^r = 1 + r (1 + r P(r)), Horner */
@@ -144,15 +157,18 @@ static inline V exp_f(V x, int fast) {
    cycle): z = -|x| - |x| on the adders, n = round(z log2 e) by the 1.5 2^23
    add (n in t's low bits, 2^n from them: n is in [-29, 0]), r = z - n ln2 with
    ln2 in one part (its error, n 1.9e-9, moves tanh by at most 0.05 ulp: e^z
-   enters tanh scaled by 2 e^z / (1 - e^2z)). */
+   enters tanh scaled by 2 e^z / (1 - e^2z)).  A shorter dependency chain
+   (measured faster: fewer operations wait in the scheduler): t from |x|
+   (|x| (-2 log2 e) is z log2 e exactly) beside z, P in Estrin's form. */
 static inline V v_tanh(V x) {
     const V sign = V_SET1(-0.0f), one = V_SET1(1.0f), magic = V_SET1(12582912.0f);
     V ax = V_MIN(V_SET1(10.0f), V_ANDNOT(sign, x)); /* NaN stays NaN */
     V z = V_SUB(V_SUB(V_ZERO(), ax), ax);
-    V t = V_FMADD(z, V_SET1(1.44269504088896341f), magic);
+    V t = V_FMADD(ax, V_SET1(-2.88539008177792682f), magic);
     V n = V_SUB(t, magic);
     V r = V_FNMADD(n, V_SET1(0.693147182464599609375f), z);
-    V q = V_FMADD(exp_p(r), V_MUL(r, r), r);
+    V r2 = V_MUL(r, r);
+    V q = V_FMADD(exp_p_estrin(r, r2), r2, r);
     V s = V_FROMBITS(VI_ADD(VI_SLLI(V_BITS(t), 23), VI_SET1(0x3f800000))); /* 2^n */
     V w = V_FNMADD(s, q, V_SUB(one, s));
     V d = V_FMADD(s, q, V_ADD(one, s));
