@@ -56,6 +56,8 @@ static inline __m256 ldexp_avx2(__m256 p, __m256 n) {
     return _mm256_mul_ps(_mm256_mul_ps(p, pow2_bits(n1)), pow2_bits(_mm256_sub_epi32(ni, n1)));
 }
 #define V_LDEXP ldexp_avx2
+#define V_TAB8 _mm256_loadu_ps /* an 8-entry table, looked up by index bits 0-2 */
+#define V_LOOKUP8(tab, i) _mm256_permutevar8x32_ps((tab), (i))
 
 /* the softmax rows' layer (simd_math.h) */
 #define VW 8

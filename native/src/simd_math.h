@@ -9,17 +9,23 @@
  *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
  *   V_CMP(a, b, _CMP_*) -> M, V_SELECT(m, t, f), M_AND, M_ALL;
+ *   V_TAB8(const float t[8]) a table, V_LOOKUP8(tab, i) t[i & 7] per lane;
  *   V_LDEXP(p, n): p 2^n in one rounding for 1/16 <= |p| < 4 and n
  *   integer-valued, |n| <= 250 (AVX-512: scalef; AVX2: an exponent-field add
  *   when the result is surely normal, else two exact power-of-two factors;
  *   the same bits).
  *
- * exp: n = round(x log2 e), r = x - n ln2 (two-part ln2, FMA), e^r from a
- * degree-6 minimax polynomial (Horner, 6 FMAs), V_LDEXP by n, so denormal
- * results and overflow to inf come out of one final rounding.  The input is
- * clamped to [-104, 89] with the bound as min / max's first operand, which
- * lets a NaN through.  tanh: (1 - e^(-2|x|)) / (1 + e^(-2|x|)) with both
- * parts formed from expm1's pieces (no cancellation near 0), sign restored.
+ * exp: k = round(8 x log2 e), r = x - k ln2/8 (two-part ln2/8, FMA), e^x =
+ * 2^(k >> 3) 2^((k & 7)/8) e^r with 2^(j/8) from an 8-entry table (hi + lo)
+ * and e^r from a degree-4 polynomial, so the mantissa p carries one rounding
+ * (0.59 ulp at most over the floats, measured); p 2^(k >> 3) by an
+ * exponent-field add when every lane's result is normal (|x| <= 87, one
+ * check per vector or per block of vectors), else by V_LDEXP, so denormal
+ * results and overflow to inf come out of one final rounding (the same bits
+ * where both apply).  The input is then clamped to [-104, 89] with the bound
+ * as min / max's first operand, which lets a NaN through.
+ * tanh: (1 - e^(-2|x|)) / (1 + e^(-2|x|)) with both parts formed from
+ * expm1's pieces (no cancellation near 0), sign restored.
  * NaN propagates; +-inf give 0 / inf and +-1.
  * sigmoid, silu (from e^-|x|) and the tanh-form gelu as x / (1 + e^(-2u)),
  * u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u) without its
@@ -40,12 +46,25 @@
 /* e^r - 1 - r for |r| <= ln2 / 2 as r^2 P(r): P of degree 4, fitted (minimax
    in the relative error of e^r = 1 + r + r^2 P(r), float32 coefficients) to
    3.1e-9, so the result carries only the arithmetic's rounding (~0.5 ulp). */
+#define EXP_P4 V_SET1(1.3814612757e-3f)
+#define EXP_P3 V_SET1(8.3687100559e-3f)
+#define EXP_P2 V_SET1(4.1668388993e-2f)
+#define EXP_P1 V_SET1(1.6666521132e-1f)
+#define EXP_P0 V_SET1(4.9999994040e-1f)
 static inline V exp_p(V r) {
-    V p = V_SET1(1.3814612757e-3f);
-    p = V_FMADD(p, r, V_SET1(8.3687100559e-3f));
-    p = V_FMADD(p, r, V_SET1(4.1668388993e-2f));
-    p = V_FMADD(p, r, V_SET1(1.6666521132e-1f));
-    return V_FMADD(p, r, V_SET1(4.9999994040e-1f));
+    V p = EXP_P4;
+    p = V_FMADD(p, r, EXP_P3);
+    p = V_FMADD(p, r, EXP_P2);
+    p = V_FMADD(p, r, EXP_P1);
+    return V_FMADD(p, r, EXP_P0);
+}
+
+/* the same P in Estrin's form from r and r2 = r^2: three FMAs in sequence
+   instead of four (tanh: a shorter dependency chain keeps fewer operations
+   waiting in the scheduler) */
+static inline V exp_p_estrin(V r, V r2) {
+    V hi = V_FMADD(EXP_P4, r2, V_FMADD(EXP_P3, r, EXP_P2));
+    return V_FMADD(hi, r2, V_FMADD(EXP_P1, r, EXP_P0));
 }
 
 static inline V exp_poly(V r) { /* e^r = 1 + r (1 + r P(r)), Horner */
@@ -53,19 +72,57 @@ static inline V exp_poly(V r) { /* e^r = 1 + r (1 + r P(r)), Horner */
     return V_FMADD(V_FMADD(exp_p(r), r, one), r, one);
 }
 
-/* n = round(x log2 e), r = x - n ln2 with ln2 in two parts (n ln2_hi and the
-   first difference are exact for |n| <= 2^14) */
-static inline V exp_reduce(V x, V *n) {
-    *n = V_ROUND(V_MUL(x, V_SET1(1.44269504088896341f)));
-    V r = V_FNMADD(*n, V_SET1(0.693359375f), x);
-    return V_FNMADD(*n, V_SET1(-2.12194440e-4f), r);
+/* 2^(j/8) for j = 0..7 in two parts: hi the nearest float32, lo the rest */
+static const float EXP_TAB_HI[8] = {1.0f,           1.090507746e+00f, 1.189207077e+00f,
+                                    1.296839595e+00f, 1.414213538e+00f, 1.542210817e+00f,
+                                    1.681792855e+00f, 1.834008098e+00f};
+static const float EXP_TAB_LO[8] = {0.0f,            -1.307753994e-08f, 3.797635273e-08f,
+                                    -4.018999533e-08f, 2.420323497e-08f,  8.070904833e-09f,
+                                    -2.475532668e-08f, -1.123927795e-08f};
+
+/* e^x = p 2^m for -104 <= x <= 89 or NaN: k = round(8 x log2 e) by the
+   1.5 2^23 add (k in t's low bits, exact: |k| < 2^22), r = x - k ln2/8 with
+   ln2/8 in two parts (the first difference exact), |r| <= ln2/16; j = k mod 8
+   picks 2^(j/8) = hi + lo from the tables and e^r - 1 = r + r^2 (1/2 + c3 r +
+   c4 r^2) (minimax in the relative error of e^r, 1.7e-10), so p = 2^(j/8) e^r
+   = hi + (hi (e^r - 1) + lo), in [0.95, 1.92], carries one rounding and
+   little else (a degree-3 polynomial's 2.6e-8 would be 0.44 ulp of a result
+   near 2^(n+1)).  *e = m << 23, m = floor(k / 8). */
+static inline V exp_tab(V x, VI *e) {
+    const V magic = V_SET1(12582912.0f);
+    V t = V_FMADD(x, V_SET1(1.154156017e+01f), magic);
+    V k = V_SUB(t, magic);
+    V r = V_FNMADD(k, V_SET1(0.086669921875f), x);
+    r = V_FNMADD(k, V_SET1(-2.652430521e-05f), r);
+    V c = V_FMADD(V_SET1(4.1660394520e-02f), r, V_SET1(1.6668038070e-01f));
+    V q = V_FMADD(V_FMADD(c, r, V_SET1(0.5f)), V_MUL(r, r), r);
+    VI b = V_BITS(t);
+    V hi = V_LOOKUP8(V_TAB8(EXP_TAB_HI), b), lo = V_LOOKUP8(V_TAB8(EXP_TAB_LO), b);
+    *e = VI_AND(VI_SLLI(b, 20), VI_SET1(-8388608)); /* 0xff800000 */
+    return V_ADD(hi, V_FMADD(hi, q, lo));
 }
 
-/* e^x for -104 <= x <= 89 or NaN: e^r 2^n in one rounding (V_LDEXP), so
-   denormal results and the overflow to inf are rounded once. */
+/* e^x for -87 <= x <= 87 (e^x normal): p 2^m by an exponent-field add, the
+   bits exp_core gives there */
+static inline V exp_fast(V x) {
+    VI e;
+    V p = exp_tab(x, &e);
+    return V_FROMBITS(VI_ADD(V_BITS(p), e));
+}
+
+/* e^x for -104 <= x <= 89 or NaN: p 2^m in one rounding (V_LDEXP), so
+   denormal results and the overflow to inf are rounded once.  m is made NaN
+   in NaN lanes (xc 0 is 0 or NaN): AVX2's V_LDEXP adds an in-range m to the
+   exponent field, which would turn a NaN p into a number. */
 static inline V exp_core(V xc) {
-    V n, r = exp_reduce(xc, &n);
-    return V_LDEXP(exp_poly(r), n);
+    VI e;
+    V p = exp_tab(xc, &e);
+    return V_LDEXP(p, V_ADD(V_FROMI(VI_SRAI(e, 23)), V_MUL(xc, V_ZERO())));
+}
+
+/* every lane's |v| below bound (NaN: no), for the exp_fast paths */
+static inline int all_below(V v, float bound) {
+    return M_ALL(V_CMP(V_ANDNOT(V_SET1(-0.0f), v), V_SET1(bound), _CMP_LT_OQ));
 }
 
 /* Underflow: an Intel core takes a microcode assist (~150 cycles) for every
@@ -83,7 +140,8 @@ static inline V exp_core_z(V xc, M z) {
 /* e^x: 0 for x <= -104 (e^-104 is below half the smallest denormal), x
    capped at 89 (inf from there); x86's min returns its second operand when
    either is NaN: with the bound first, a NaN input propagates. */
-static inline V v_exp(V x) {
+static inline V exp_f(V x, int fast) {
+    if (fast || all_below(x, 87.0f)) return exp_fast(x);
     return exp_core_z(V_MIN(V_SET1(89.0f), x), V_CMP(x, V_SET1(-104.0f), _CMP_LE_OQ));
 }
 
@@ -94,13 +152,24 @@ static inline V v_exp(V x) {
    half an ulp of the result): no cancellation as |x| -> 0 (n = 0 gives
    -q / (2 + q)), 1.95 ulp at most (measured over the floats), no branch, so a
    vector of mixed small and large inputs costs one path.  |x| is capped at 10
-   (tanh is 1.0f from 9.01 on), the sign restored last (tanh(-0) = -0). */
+   (tanh is 1.0f from 9.01 on), the sign restored last (tanh(-0) = -0).
+   Fewer FMA-pipe operations (the bottleneck; Zen 4 runs a 512-bit one per
+   cycle): z = -|x| - |x| on the adders, n = round(z log2 e) by the 1.5 2^23
+   add (n in t's low bits, 2^n from them: n is in [-29, 0]), r = z - n ln2 with
+   ln2 in one part (its error, n 1.9e-9, moves tanh by at most 0.05 ulp: e^z
+   enters tanh scaled by 2 e^z / (1 - e^2z)).  A shorter dependency chain
+   (measured faster: fewer operations wait in the scheduler): t from |x|
+   (|x| (-2 log2 e) is z log2 e exactly) beside z, P in Estrin's form. */
 static inline V v_tanh(V x) {
-    const V sign = V_SET1(-0.0f), one = V_SET1(1.0f);
+    const V sign = V_SET1(-0.0f), one = V_SET1(1.0f), magic = V_SET1(12582912.0f);
     V ax = V_MIN(V_SET1(10.0f), V_ANDNOT(sign, x)); /* NaN stays NaN */
-    V n, r = exp_reduce(V_MUL(ax, V_SET1(-2.0f)), &n);
-    V q = V_FMADD(exp_p(r), V_MUL(r, r), r);
-    V s = V_LDEXP(one, n);
+    V z = V_SUB(V_SUB(V_ZERO(), ax), ax);
+    V t = V_FMADD(ax, V_SET1(-2.88539008177792682f), magic);
+    V n = V_SUB(t, magic);
+    V r = V_FNMADD(n, V_SET1(0.693147182464599609375f), z);
+    V r2 = V_MUL(r, r);
+    V q = V_FMADD(exp_p_estrin(r, r2), r2, r);
+    V s = V_FROMBITS(VI_ADD(VI_SLLI(V_BITS(t), 23), VI_SET1(0x3f800000))); /* 2^n */
     V w = V_FNMADD(s, q, V_SUB(one, s));
     V d = V_FMADD(s, q, V_ADD(one, s));
     return V_OR(V_DIV(w, d), V_AND(x, sign));
@@ -147,8 +216,10 @@ static inline V v_log(V x) {
 
 /* num / (1 + e^w); e^w is taken as 0 from w <= -17 on (e^-17 < 2^-24: 1 + e^w
    rounds to 1 anyway), so it never underflows */
-static inline V logistic_div(V num, V w) {
-    V e = exp_core_z(V_MIN(V_SET1(89.0f), w), V_CMP(w, V_SET1(-17.0f), _CMP_LE_OQ));
+static inline V logistic_div(V num, V w, int fast) {
+    V e = fast || all_below(w, 17.0f)
+              ? exp_fast(w)
+              : exp_core_z(V_MIN(V_SET1(89.0f), w), V_CMP(w, V_SET1(-17.0f), _CMP_LE_OQ));
     return V_DIV(num, V_ADD(V_SET1(1.0f), e));
 }
 
@@ -161,19 +232,20 @@ static inline V sigmoid_num(V x, V for_pos, V for_neg, V e) {
 
 /* e^-|x| (only the lower bound of v_exp's clamp applies), taken as 0 from
    x >= 20 on, where 1 + e^-x is 1 and it only enters as that sum */
-static inline V exp_negabs(V x) {
+static inline V exp_negabs(V x, int fast) {
     V t = V_OR(x, V_SET1(-0.0f));
+    if (fast || all_below(x, 20.0f)) return exp_fast(t);
     return exp_core_z(t, M_OR(V_CMP(t, V_SET1(-104.0f), _CMP_LE_OQ),
                               V_CMP(x, V_SET1(20.0f), _CMP_GE_OQ)));
 }
 
-static inline V v_sigmoid(V x) {
-    V e = exp_negabs(x);
+static inline V sigmoid_f(V x, int fast) {
+    V e = exp_negabs(x, fast);
     return sigmoid_num(x, V_SET1(1.0f), e, e);
 }
 
-static inline V v_silu(V x) {
-    V e = exp_negabs(x);
+static inline V silu_f(V x, int fast) {
+    V e = exp_negabs(x, fast);
     /* a NaN x and its e differ in sign: which one x e returns depends on the
        compiler's operand order, so NaN is returned as x itself */
     return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x, sigmoid_num(x, x, V_MUL(x, e), e));
@@ -183,10 +255,25 @@ static inline V v_silu(V x) {
 #define GELU_M2C_F (-1.5957691216057308f)
 #define GELU_M2CK_F (-0.07135481627260025f)
 
-static inline V v_gelu(V x) { /* -2u = x (-2c - 2ck x^2) */
+static inline V gelu_f(V x, int fast) { /* -2u = x (-2c - 2ck x^2) */
     V w = V_FMADD(V_MUL(x, x), V_SET1(GELU_M2CK_F), V_SET1(GELU_M2C_F));
-    return logistic_div(x, V_MUL(w, x));
+    return logistic_div(x, V_MUL(w, x), fast);
 }
+
+/* The maps with an exp_fast form: v_OP checks each vector (OP_f(x, 0)),
+   v_OP_fast(x) is OP_f(x, 1), for vectors whose every |x| is below
+   OP_FAST_BOUND (where v_OP takes exp_fast as well: the same bits); a map
+   may check a block of vectors at once (simd_avx512.c).  The other maps'
+   bound is 0 (no fast form). */
+#define DEF_FAST(OP, BOUND)                                                \
+    static inline V v_##OP(V x) { return OP##_f(x, 0); }                   \
+    static inline V v_##OP##_fast(V x) { return OP##_f(x, 1); }            \
+    enum { OP##_FAST_BOUND = BOUND };
+DEF_FAST(exp, 87)
+DEF_FAST(sigmoid, 20)
+DEF_FAST(silu, 20)
+DEF_FAST(gelu, 5) /* |x| < 5: |2u| < 16.9 */
+#undef DEF_FAST
 
 /* f e^(a + b) for -111 <= a <= 0, -1.5 <= b <= 0 and f in [0.1, 2], without
    rounding a + b: n = round((a + b) log2 e), r = (a - n ln2) + b, where
@@ -303,6 +390,16 @@ static inline V v_gelu_erf(V x) {
     return gelu_erf_fix(x, y);
 }
 
+/* the maps without a fast form */
+#define NO_FAST(OP)                                                        \
+    static inline V v_##OP##_fast(V x) { return v_##OP(x); }               \
+    enum { OP##_FAST_BOUND = 0 };
+NO_FAST(tanh)
+NO_FAST(log)
+NO_FAST(erf)
+NO_FAST(gelu_erf)
+#undef NO_FAST
+
 /* ---- softmax rows ---------------------------------------------------------------
  * One contiguous lane of the softmax family in three passes that stay in
  * vector registers: the maximum m; the terms e^(x - m), with x - m split into
@@ -418,7 +515,7 @@ static inline V gelu_erf_grad_e(V x, V g, V e) {
     /* e^(-x^2/2) as 0 from x >= 7 on as well (x phi(x) < 2^-33, P = 1: the sum is 1) */
     V a = V_MUL(V_MUL(x, x), V_SET1(-0.5f));
     M z = M_OR(V_CMP(a, V_SET1(-104.0f), _CMP_LE_OQ), V_CMP(x, V_SET1(7.0f), _CMP_GE_OQ));
-    V ph = V_MUL(exp_core_z(a, z), V_SET1(0.3989422804014327f));
+    V ph = V_MUL(all_below(x, 7.0f) ? exp_fast(a) : exp_core_z(a, z), V_SET1(0.3989422804014327f));
     return V_MUL(g, V_FMADD(x, ph, P));
 }
 
