@@ -30,7 +30,9 @@ def cdef_from_header(path=HEADER):
 # C helpers that need the Python C API (pyautodiff/interop.py): the DLPack
 # capsule destructor, and the release callback of a tensor sharing a Python
 # object's memory.  They run without Python code, so they are safe in any
-# thread and during interpreter shutdown.
+# thread and during interpreter shutdown.  Also the C form of Tensor's
+# finalizer (pyautodiff/tensor.py), which does call Python and runs, as every
+# finalizer, with the GIL.
 PY_HELPERS_CDEF = """
 int _ad_install_finalizer(void);
 void _ad_custom_release_guarded(void *ctx);
@@ -72,11 +74,14 @@ static void _ad_capsule_destructor(void *capsule) {
 
 /* Tensor.__del__ as the finalizer of Tensor and Var, in C: the same steps
    (pyautodiff/tensor.py) without the Python frame: a 1000-element add with
-   its result's release took 7240 instructions with the Python finalizer,
-   5780 with this one (callgrind), 615 -> 475 ns (thread time).  A tensor whose _h slot is empty is released already; else it
-   takes its class's released form from tensor._RELEASED (as __class__
-   assignment does it for these layout-identical heap types) and its handle
-   goes to ad_tensor_release_quick, then ad_tensor_release when that declines,
+   its result's release took about 7200 instructions with the Python
+   finalizer, 5800 with this one (callgrind), 615 -> 475 ns (thread time).
+   Unlike the helpers above it runs Python code (the cffi calls below) and
+   needs the GIL, which a finalizer always holds.  A tensor whose _h slot is
+   empty is released already; else it takes its class's released form from
+   tensor._RELEASED (as __class__ assignment does it for these
+   layout-identical heap types) and its handle goes to
+   ad_tensor_release_quick, then ad_tensor_release when that declines,
    through the same cffi functions the Python code calls.  A class without a
    released form yet takes the Python __del__.  Explicit t.__del__() calls
    still run the Python method.  tensor.py installs it through
