@@ -88,10 +88,17 @@ static const float EXP_TAB_LO[8] = {0.0f,            -1.307753994e-08f, 3.797635
    = hi + (hi (e^r - 1) + lo), in [0.95, 1.92], carries one rounding and
    little else (a degree-3 polynomial's 2.6e-8 would be 0.44 ulp of a result
    near 2^(n+1)).  *e = m << 23, m = floor(k / 8). */
-static inline V exp_tab(V x, VI *e) {
+/* round(x c) for |x c| < 2^22 by the 1.5 2^23 add: the integer comes back as
+   a float (*k) and in the low bits of the returned sum's mantissa */
+static inline V round_by_magic(V x, float c, V *k) {
     const V magic = V_SET1(12582912.0f);
-    V t = V_FMADD(x, V_SET1(1.154156017e+01f), magic);
-    V k = V_SUB(t, magic);
+    V t = V_FMADD(x, V_SET1(c), magic);
+    *k = V_SUB(t, magic);
+    return t;
+}
+
+static inline V exp_tab(V x, VI *e) {
+    V k, t = round_by_magic(x, 1.154156017e+01f, &k);
     V r = V_FNMADD(k, V_SET1(0.086669921875f), x);
     r = V_FNMADD(k, V_SET1(-2.652430521e-05f), r);
     V c = V_FMADD(V_SET1(4.1660394520e-02f), r, V_SET1(1.6668038070e-01f));
@@ -161,11 +168,10 @@ static inline V exp_f(V x, int fast) {
    (measured faster: fewer operations wait in the scheduler): t from |x|
    (|x| (-2 log2 e) is z log2 e exactly) beside z, P in Estrin's form. */
 static inline V v_tanh(V x) {
-    const V sign = V_SET1(-0.0f), one = V_SET1(1.0f), magic = V_SET1(12582912.0f);
+    const V sign = V_SET1(-0.0f), one = V_SET1(1.0f);
     V ax = V_MIN(V_SET1(10.0f), V_ANDNOT(sign, x)); /* NaN stays NaN */
     V z = V_SUB(V_SUB(V_ZERO(), ax), ax);
-    V t = V_FMADD(ax, V_SET1(-2.88539008177792682f), magic);
-    V n = V_SUB(t, magic);
+    V n, t = round_by_magic(ax, -2.88539008177792682f, &n);
     V r = V_FNMADD(n, V_SET1(0.693147182464599609375f), z);
     V r2 = V_MUL(r, r);
     V q = V_FMADD(exp_p_estrin(r, r2), r2, r);
