@@ -83,29 +83,23 @@ static inline __attribute__((always_inline)) void SMALL_S(pair_tile)(
     const __m512i xlo = _mm512_loadu_si512(ilo), xhi = _mm512_loadu_si512(ihi),
                   xdup = _mm512_loadu_si512(idup);
     T buf[12 * 2 * SMALL_KCH] __attribute__((aligned(64)));
-    const T *ar[12][2];
-    _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) {
-        ar[q][0] = a + 2 * q * rsa;
-        ar[q][1] = 2 * q + 1 < rows ? ar[q][0] + rsa : ar[q][0];
-    }
     V acc[12];
     _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) acc[q] = ZERO();
     for (int64_t p0 = 0; p0 < k; p0 += SMALL_KCH) {
         int64_t kc = k - p0 < SMALL_KCH ? k - p0 : SMALL_KCH;
-        for (int64_t p = 0; p < kc; p += VL) {
-            int cnt = kc - p < VL ? (int)(kc - p) : VL;
-            _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) {
-                V x, y;
-                if (cnt == VL) {
-                    x = LOADU(ar[q][0] + p0 + p);
-                    y = LOADU(ar[q][1] + p0 + p);
-                } else {
-                    x = MLOAD(ar[q][0] + p0 + p, cnt);
-                    y = MLOAD(ar[q][1] + p0 + p, cnt);
-                }
-                T *o = buf + (q * SMALL_KCH + p) * 2;
-                STOREU(o, PERMX2(x, xlo, y));
-                STOREU(o + VL, PERMX2(x, xhi, y));
+        _Pragma("GCC unroll 1") for (int q = 0; q < P; q++) {
+            const T *x0 = a + 2 * q * rsa + p0, *y0 = 2 * q + 1 < rows ? x0 + rsa : x0;
+            T *o = buf + q * SMALL_KCH * 2;
+            int64_t p = 0;
+            for (; p + VL <= kc; p += VL) {
+                V x = LOADU(x0 + p), y = LOADU(y0 + p);
+                STOREU(o + 2 * p, PERMX2(x, xlo, y));
+                STOREU(o + 2 * p + VL, PERMX2(x, xhi, y));
+            }
+            if (p < kc) {
+                V x = MLOAD(x0 + p, (int)(kc - p)), y = MLOAD(y0 + p, (int)(kc - p));
+                STOREU(o + 2 * p, PERMX2(x, xlo, y));
+                STOREU(o + 2 * p + VL, PERMX2(x, xhi, y));
             }
         }
         const T *bp = b + p0 * rsb;
