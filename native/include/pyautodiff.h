@@ -603,6 +603,9 @@ AD_API int ad_tensor_release_quick(ad_tensor *t);
 /* cffi-testing:begin */
 /* Makes the n-th native allocation from now fail (n >= 1); 0 disarms. */
 AD_API void ad_testing_fail_alloc_after(int64_t n);
+/* Fills every new small or header block with `byte` (0-255) until called
+   with -1, so that a field left uninitialised shows. */
+AD_API void ad_testing_poison_allocs(int byte);
 /* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
    restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. */
 AD_API ad_status ad_gemm_set_kernel(const char *name);

@@ -26,9 +26,25 @@ bool ad_alloc_failure_armed(void) {
     return atomic_load_explicit(&fail_countdown, memory_order_relaxed) > 0;
 }
 
+/* ad_testing_poison_allocs: the byte new blocks of ad_malloc and
+   ad_small_alloc are filled with, or -1 (off), so that a test sees a field
+   left uninitialised (an external storage's seqlock once started odd in
+   reused memory, and its first write waited forever) */
+static atomic_int poison_byte = -1;
+
+AD_API void ad_testing_poison_allocs(int byte) {
+    atomic_store_explicit(&poison_byte, byte < 0 ? -1 : byte & 0xff, memory_order_relaxed);
+}
+
+static void *poisoned(void *p, size_t n) {
+    int b = atomic_load_explicit(&poison_byte, memory_order_relaxed);
+    if (b >= 0 && p) memset(p, b, n);
+    return p;
+}
+
 void *ad_malloc(size_t n) {
     if (injected_failure()) return NULL;
-    return malloc(n ? n : 1);
+    return poisoned(malloc(n ? n : 1), n);
 }
 
 void *ad_calloc(size_t n) {
@@ -120,15 +136,15 @@ static int small_class(size_t n) { return n && n <= SMALL_MAX ? (int)((n - 1) / 
 void *ad_small_alloc(size_t n) {
     if (injected_failure()) return NULL;
     int c = small_class(n);
-    if (c < 0) return malloc(n ? n : 1);
+    if (c < 0) return poisoned(malloc(n ? n : 1), n);
     small_lists *l = tl_small;
     void *p = l ? l->head[c] : NULL;
     if (p) {
         l->head[c] = *(void **)p;
         l->n[c]--;
-        return p;
+        return poisoned(p, n);
     }
-    return malloc(64 * (size_t)(c + 1));
+    return poisoned(malloc(64 * (size_t)(c + 1)), n);
 }
 
 void ad_small_free(void *p, size_t n) {

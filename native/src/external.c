@@ -95,6 +95,7 @@ static ad_status make_external(const char *op, void *data, int dtype, const int6
     if (!e) return ad_fail_nomem(op);
     atomic_init(&e->base.refs, 0); /* the view below takes the only reference */
     atomic_init(&e->base.version, 0);
+    atomic_init(&e->base.seq, 0); /* even: no write in progress (ad_malloc does not zero) */
     e->base.nbytes = nbytes;
     e->base.data = base;
     e->base.inline_data = false;
