@@ -86,8 +86,19 @@ _SCALAR_SRC = """def {name}(self, {pname}={default!r}):
 """
 
 
+def _is_unary_method(info: OpInfo) -> bool:
+    return (info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs
+            and info.name.isidentifier())
+
+
+def unary_method_kinds() -> Dict[str, int]:
+    """name -> op number of the generated methods without arguments (t.exp()),
+    which tensor.py also gives C forms (its _FAST_METHODS)."""
+    return {info.name: info.kind for info in OPS.values() if _is_unary_method(info)}
+
+
 def _method(info: OpInfo, env: dict) -> Optional[Callable]:
-    if info.family == lib.AD_FAMILY_UNARY and info.n_inputs == 1 and not info.n_iargs:
+    if _is_unary_method(info):
         src = _UNARY_SRC.format(name=info.name, kind=info.kind)
         quick = getattr(lib, "_ad_uq_" + info.name)  # every such row has one
     elif (info.family == lib.AD_FAMILY_SCALAR and info.n_fargs == 1 and not info.n_iargs

@@ -27,6 +27,7 @@ import numpy as np
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from ._ops import tensor_methods as _tensor_methods
+from ._ops import unary_method_kinds as _ops_unary_kinds
 from .errors import (ArgumentTypeError, DTypeError, GraphError, InvalidArgumentError,
                      OutOfBoundsError, OutOfMemoryError, OutOfRangeError, ShapeError)
 
@@ -398,6 +399,19 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
         f"dtype's range raises OutOfBoundsError) or anything ad.tensor() accepts.  Raises "
         f"ShapeError when the shapes do not broadcast, DTypeError on mixed tensor dtypes.")
     return method
+
+
+# The arithmetic operators: name -> (op, scalar op, reflected, negate_scalar).
+_OPERATORS = {
+    "__add__": (lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR, False, False),
+    "__radd__": (lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR, True, False),
+    "__sub__": (lib.AD_OP_SUB, lib.AD_OP_ADD_SCALAR, False, True),
+    "__rsub__": (lib.AD_OP_SUB, lib.AD_OP_RSUB_SCALAR, True, False),
+    "__mul__": (lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR, False, False),
+    "__rmul__": (lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR, True, False),
+    "__truediv__": (lib.AD_OP_DIV, lib.AD_OP_DIV_SCALAR, False, False),
+    "__rtruediv__": (lib.AD_OP_DIV, lib.AD_OP_RDIV_SCALAR, True, False),
+}
 
 
 _COMPARISON_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -779,14 +793,8 @@ class Tensor:
         return _grad.GradStore._from_handle(out[0])
 
     # ---- operators ----------------------------------------------------------------
-    __add__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR)
-    __radd__ = _operator(lib.AD_OP_ADD, lib.AD_OP_ADD_SCALAR, reflected=True)
-    __sub__ = _operator(lib.AD_OP_SUB, lib.AD_OP_ADD_SCALAR, negate_scalar=True)
-    __rsub__ = _operator(lib.AD_OP_SUB, lib.AD_OP_RSUB_SCALAR, reflected=True)
-    __mul__ = _operator(lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR)
-    __rmul__ = _operator(lib.AD_OP_MUL, lib.AD_OP_MUL_SCALAR, reflected=True)
-    __truediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_DIV_SCALAR)
-    __rtruediv__ = _operator(lib.AD_OP_DIV, lib.AD_OP_RDIV_SCALAR, reflected=True)
+    # (op, scalar op, reflected, negate_scalar): see _operator
+    locals().update({name: _operator(*row) for name, row in _OPERATORS.items()})
 
     def __pow__(self, o: Operand) -> Tensor:
         """self ** o, elementwise: o is a Python number (pow by a scalar) or a tensor
@@ -1406,6 +1414,22 @@ for _cls in _FAST_FINALIZE:
 del _cls
 if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
     lib._ad_install_finalizer()
+
+# The hottest methods also have C forms (bindings/build_cffi.py,
+# _ad_install_fast_methods): each makes the quick call its Python method
+# makes first, and calls that method (its __wrapped__) whenever the quick call
+# is not taken; they read the handles of _FAST_FINALIZE's classes' own
+# instances only (not of subclasses, nor of released tensors).  Rows: (class, name, kind 0 unary / 1 binary, op, scalar op or
+# -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python
+# methods (the tests run both).
+_HANDLE_CTYPE = ffi.typeof("ad_tensor *")
+_FAST_METHODS = (
+    *((Tensor, name, 0, kind, -1, False, False)
+      for name, kind in {**_ops_unary_kinds(), "__neg__": lib.AD_OP_NEG}.items()),
+    *((Tensor, name, 1, *row) for name, row in _OPERATORS.items()),
+)
+if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
+    lib._ad_install_fast_methods()
 
 
 # ---- creation ---------------------------------------------------------------------------

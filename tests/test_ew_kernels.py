@@ -25,7 +25,8 @@ import numpy as np, pyautodiff as ad
 from pyautodiff._lib import ffi, lib
 rng = np.random.default_rng(11)
 outs = []
-for n in (1023, 1024, 4096, 70001):  # below, at and past a 4 KiB chunk; a ragged tail
+# below, at and past a 4 KiB chunk; a ragged tail; past the threads' threshold (2 blocks)
+for n in (1023, 1024, 4096, 70001, 300001):
     for dt in (np.float32, np.float64, np.int32):
         big = (rng.standard_normal(n + 40) * 50).astype(dt)
         other = (rng.standard_normal(n + 40) * 50).astype(dt)

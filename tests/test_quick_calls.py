@@ -4,6 +4,11 @@ call's result to the bit, record the same node, decline (NULL / 0, nothing
 changed) everything else, and hold up under threads.  The Tensor operators
 take them first, so the rest of the suite covers them too; these tests pin
 down what they accept and what they leave to the ordinary path."""
+import inspect
+import os
+import pickle
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -451,3 +456,138 @@ def test_failure_hook_reaches_the_free_lists():
     finally:
         lib.ad_testing_fail_alloc_after(0)
     np.testing.assert_array_equal((x + x).numpy(), x.numpy() * 2)
+
+
+# ---- the C forms of the hottest methods (tensor.py's _FAST_METHODS) ----------------
+_T = sys.modules["pyautodiff.tensor"]  # (ad.tensor is the function)
+FAST = {name: row for _, name, *row in _T._FAST_METHODS}
+PYTHON_METHODS = os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") not in ("", "0")
+
+
+def python_form(name):
+    m = vars(ad.Tensor)[name]
+    return m if PYTHON_METHODS else m.__wrapped__
+
+
+def outcome(fn, *args, **kw):
+    """(dtype, shape, bits) of a call's result, or (error class, message)."""
+    try:
+        r = fn(*args, **kw)
+    except Exception as e:
+        return type(e), str(e)
+    if not isinstance(r, ad.Tensor):
+        return "not a tensor", r
+    return type(r), r.dtype, r.shape, bits(r.numpy()).tobytes()
+
+
+def test_fast_methods_are_installed_and_read_as_the_python_methods():
+    assert {"__add__", "__rtruediv__", "__neg__", "exp", "tanh", "relu"} <= set(FAST)
+    for name in FAST:
+        m = vars(ad.Tensor)[name]
+        if PYTHON_METHODS:
+            assert inspect.isfunction(m), name
+            continue
+        assert lib._ad_install_fast_methods() == 0  # installed at import: a no-op now
+        f = m.__wrapped__
+        assert inspect.isfunction(f) and f.__name__ == name, name
+        assert m.__doc__ == f.__doc__ and m.__qualname__ == f.__qualname__ == "Tensor." + name
+        assert m.__module__ == f.__module__ and m.__annotations__ == f.__annotations__
+        assert inspect.signature(m) == inspect.signature(f)
+        t = ad.tensor([1.0])
+        assert inspect.signature(getattr(t, name)) == inspect.signature(f.__get__(t))
+        assert pickle.loads(pickle.dumps(m)) is m
+        assert ad.Var.__dict__.get(name) is None  # Var inherits them
+
+
+# operands of every kind the methods take: what the quick calls do, and what
+# they decline (other shapes, dtypes and layouts, tracked operands, numpy
+# scalars, ints past 2**53, bools, lists, wrong types)
+def _operands():
+    f32 = ad.from_numpy(sample("float32", (4, 4), 1))
+    yield from [
+        ad.from_numpy(sample("float32", (4, 4), 2)), ad.from_numpy(sample("float32", (4,), 3)),
+        ad.from_numpy(sample("float64", (4, 4), 4)), ad.from_numpy(sample("int64", (4, 4), 5)),
+        f32.T, ad.Var(sample("float32", (4, 4), 6)), 2.5, -3, 2 ** 53, 2 ** 53 + 1, 2 ** 70,
+        True, np.float32(1.5), np.int64(7), [1.0, 2.0, 3.0, 4.0], "text", None, float("nan"),
+    ]
+
+
+SELVES = [("float32", (4, 4)), ("float64", (4, 4)), ("int64", (4, 4)), ("bool", (4, 4)),
+          ("float32", ()), ("float32", (1000,)), ("float32", (200000,))]
+
+
+@pytest.mark.parametrize("dtype, shape", SELVES)
+def test_fast_methods_give_the_python_methods_results_and_errors(dtype, shape):
+    n = ad.live_tensors()
+    selves = [ad.from_numpy(sample(dtype, shape, 7))]
+    if shape == (4, 4):
+        selves.append(ad.Var(sample("float32", shape, 8)) if dtype == "float32" else selves[0].T)
+    for x in selves:
+        for name, (kind, *_) in FAST.items():
+            m, f = vars(ad.Tensor)[name], python_form(name)
+            if kind == 0:
+                assert outcome(m, x) == outcome(f, x), name
+                continue
+            for o in _operands():
+                if shape == (200000,) and isinstance(o, ad.Tensor):
+                    continue  # the shapes differ: both raise (checked at (4, 4))
+                got, want = outcome(m, x, o), outcome(f, x, o)
+                if got != want:
+                    pytest.fail(f"{name}({dtype}{shape}, {o!r}): {got[:2]} vs {want[:2]}")
+    del x, selves
+    assert ad.live_tensors() == n
+
+
+def test_fast_methods_hand_everything_else_to_the_python_methods():
+    x = ad.from_numpy(sample("float32", (3,), 1))
+    for name, (kind, *_) in FAST.items():
+        m, f = vars(ad.Tensor)[name], python_form(name)
+        calls = [(), (1,), (1, 2)] if kind == 0 else [(), (1, x), (x,), (x, x, x)]
+        for args in calls:  # a self that is no tensor, wrong argument counts
+            assert outcome(m, *args) == outcome(f, *args), (name, args)
+        if kind == 1:  # keywords go to the Python method
+            assert outcome(m, x, o=x) == outcome(f, x, o=x)
+    # released tensors, as self or as the other operand: their slot still holds
+    # the freed handle, which no method may reach (AddressSanitizer caught it)
+    released = [ad.from_numpy(sample("float32", (3,), i)) for i in range(20)]
+    released.append(ad.Var([1.0, 2.0, 3.0]))
+    for t in released:
+        t.__del__()
+        for name, (kind, *_) in FAST.items():
+            m = vars(ad.Tensor)[name]
+            for args in ([(t,)] if kind == 0 else [(t, x), (x, t), (t, 2.0)]):
+                with pytest.raises(_T._ReleasedError):
+                    m(*args)
+
+    class Sub(ad.Tensor):  # results are Tensors, as from the Python methods
+        __slots__ = ()
+
+    s = Sub([1.0, 2.0, 3.0])
+    for r in (s + x, x * s, s.exp(), -s, 2.0 - s, s / 2):
+        assert type(r) is ad.Tensor
+    w = ad.Var([1.0, 2.0, 3.0])  # tracked: recorded as before
+    g = ((w * x + 1.0) / 2.0 - w.exp()).sum().backward()
+    np.testing.assert_allclose(g[w].numpy(), x.numpy() / 2 - np.exp([1.0, 2.0, 3.0]), rtol=1e-6)
+
+
+def test_fast_methods_keep_reference_counts():
+    x, y = ad.from_numpy(sample("float32", (8,), 1)), ad.from_numpy(sample("float32", (8,), 2))
+    before = (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(x._h), ad.live_tensors())
+    for _ in range(1000):
+        x + y, x * 2.0, 3 - x, x.exp(), -x, x + [1.0] * 8
+        with pytest.raises(ad.ShapeError):
+            x + ad.zeros(3)
+    assert (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(x._h),
+            ad.live_tensors()) == before
+
+
+def test_python_methods_path_passes_the_quick_call_tests():
+    # the Python methods stay the reference: this file passes with them alone
+    env = dict(os.environ, PYAUTODIFF_PYTHON_METHODS="1")
+    if PYTHON_METHODS:
+        pytest.skip("running on the Python methods already")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-k", "not python_methods_path", os.path.abspath(__file__)],
+                       env=env, capture_output=True, text=True, timeout=600,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

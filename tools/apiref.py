@@ -98,6 +98,7 @@ def class_rows(prefix, cls, listed):
             raw = attr
             if isinstance(raw, (staticmethod, classmethod)):
                 raw = raw.__func__
+            raw = inspect.unwrap(raw)  # a C form of a method (tensor.py's _FAST_METHODS)
             if isinstance(raw, property):
                 rows.append((prefix + "." + name, "", "property: " + first_line(raw)))
             elif inspect.isfunction(raw):

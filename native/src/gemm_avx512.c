@@ -3,6 +3,7 @@
    vector accumulator tile plus the B row and a broadcast A element; the
    half-width kernels hold 12 x 1. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "gemm.h"
 
@@ -11,6 +12,19 @@
 #define MSTORE_PS(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (v))
 #define MLOAD_PD(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1), (p))
 #define MSTORE_PD(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1), (v))
+
+/* two consecutive elements at p broadcast to every pair of lanes (a 64-bit,
+   or 128-bit, broadcast load) */
+static inline __m512 BCAST2_PS(const float *p)
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    return _mm512_castpd_ps(_mm512_set1_pd(d));
+}
+static inline __m512d BCAST2_PD(const double *p)
+{
+    return _mm512_broadcast_f64x2(_mm_loadu_pd(p));
+}
 
 /* The kernels, main and row tails, full and half width: gemm_ukr_avx512.h once per dtype. */
 #define T float
@@ -27,6 +41,10 @@
 #define ZERO _mm512_setzero_ps
 #define MLOAD MLOAD_PS
 #define MSTORE MSTORE_PS
+#define ITYPE int32_t
+#define PERMX _mm512_permutexvar_ps
+#define PERMX2 _mm512_permutex2var_ps
+#define BCAST2 BCAST2_PS
 #include "gemm_ukr_avx512.h"
 
 #define T double
@@ -43,6 +61,10 @@
 #define ZERO _mm512_setzero_pd
 #define MLOAD MLOAD_PD
 #define MSTORE MSTORE_PD
+#define ITYPE int64_t
+#define PERMX _mm512_permutexvar_pd
+#define PERMX2 _mm512_permutex2var_pd
+#define BCAST2 BCAST2_PD
 #include "gemm_ukr_avx512.h"
 
 #define T float

@@ -673,31 +673,6 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
 {
     const struct S(prob) *pr = &bj->base;
     struct S(kernel) kn = S(pick_kernel)();
-#if defined(__x86_64__) || defined(__i386__)
-    /* A B exactly as wide as the AVX2 half kernel (8 floats, 4 doubles) on the
-       AVX-512 level, whose narrowest kernel is twice that: the AVX2 one fits
-       it with no padded columns and reads B in place (the AVX-512 path packed
-       B per item into a zero-padded panel and did twice the products: the
-       batch of 32 x (64x32 @ 32x8) ran at 0.8x numpy's speed). */
-    if (kernel_sel() == KSEL_AVX512 && pr->csa == 1 && pr->csb == 1 && pr->csc == 1 &&
-        pr->m > 1 && pr->m <= kn.mc && pr->k <= kn.kc) {
-        struct S(kernel) k2 = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2, 0,
-                               GEMM_AVX2_BPANELS, 0, NULL, 1};
-        if (k2.half && k2.half_tails && 2 * pr->n == k2.nr) {
-            for (int64_t i = i0; i < i1; i++) {
-                const T *a = pr->a + bj->a_off[i], *b = pr->b + bj->b_off[i];
-                T *c = pr->c + bj->c_off[i];
-                for (int64_t r = 0; r < pr->m; r += k2.mr) {
-                    int64_t ib = min64(k2.mr, pr->m - r);
-                    S(ukr_fn) f = ib < k2.mr ? k2.half_tails[ib] : k2.half;
-                    f(pr->k, a + r * pr->rsa, pr->rsa, 1, b, pr->rsb, c + r * pr->rsc, pr->rsc,
-                      ib, pr->n, 0);
-                }
-            }
-            return 1;
-        }
-    }
-#endif
     if (!S(small_fits)(&kn, pr))
         return 0;
     if (kn.small && pr->csc == 1) {

@@ -1,7 +1,9 @@
 /* gemm_avx512.c's micro-kernels: included once per dtype by gemm_avx512.c,
    which defines T, V (the vector type), VL (its lanes), SFX (the name
    suffix), UKR_FN (its kernel pointer type), PMR (the packed panel height),
-   LOADU, STOREU, SET1, FMA, ADD, ZERO, MLOAD and MSTORE first. No include
+   LOADU, STOREU, SET1, FMA, ADD, ZERO, MLOAD, MSTORE, and ITYPE (an index
+   lane), PERMX, PERMX2 (one- and two-source lane permutes) and BCAST2 (two
+   elements broadcast to every pair of lanes) first. No include
    guard: including it twice is the point; it undefines its parameters at the
    end.
 
@@ -50,3 +52,7 @@
 #undef ZERO
 #undef MLOAD
 #undef MSTORE
+#undef ITYPE
+#undef PERMX
+#undef PERMX2
+#undef BCAST2
