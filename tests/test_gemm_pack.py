@@ -83,15 +83,17 @@ def test_transposed_a_packed_row_by_row(kernel, threads, dt):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_row_major_b_packed_row_by_row(kernel, threads, dt):
-    # a row-major B is packed a row at a time, 32 NR-wide micro-panels at once
-    # (NR = 8 / 16 / 32 floats, 8 / 8 / 16 doubles at the portable, AVX2 and
-    # AVX-512 levels): n runs through 1 .. 17, around whole panels and around
-    # whole groups of 32 panels of every level (and nc at AVX-512, 1024), with
-    # a partial last panel packed alone; m is past the rows for which B is
-    # read in place; k crosses the AVX2 level's kc on machines with L1 up to
-    # 48 KiB; B's rows may be further apart than n (a sliced view)
+    # a row-major B is packed a row at a time, a group of NR-wide micro-panels
+    # at once (NR = 8 / 16 / 32 floats, 8 / 8 / 16 doubles at the portable,
+    # AVX2 and AVX-512 levels; groups of 8 panels at the AVX2 level, 32
+    # elsewhere): n runs through 1 .. 17, around whole panels and around whole
+    # groups of every level (AVX2: 64 doubles, 128 floats; and nc at AVX-512,
+    # 1024), with a partial last panel packed alone; m is past the rows for
+    # which B is read in place; k crosses the AVX2 level's kc on machines with
+    # L1 up to 48 KiB; B's rows may be further apart than n (a sliced view)
     rng = np.random.default_rng(37)
-    ns = list(range(1, 18)) + [31, 32, 33, 255, 256, 257, 263, 511, 512, 513, 1023, 1025]
+    ns = list(range(1, 18)) + [31, 32, 33, 63, 64, 65, 127, 128, 129, 135, 255, 256, 257, 263,
+                               511, 512, 513, 1023, 1025]
     for n in ns:
         for m, k in ((200, 3), (200, 530), (7, 40)):
             if n > 300 and k > 100 and dt == np.float64:

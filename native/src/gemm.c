@@ -51,8 +51,9 @@
    packed copy to pay for it: batches of small products, n = 32 .. 128). */
 #define GEMM_INPLACE_MAX_PANELS 4
 /* A row-major B is packed a row at a time into this many micro-panels at
-   once (gemm_dtype.h pack_rows): a whole row of a float32 B panel at the
-   AVX-512 level (nc / NR = 32), runs of 2-4 KiB of a row otherwise. */
+   once (gemm_dtype.h pack_rows) at the AVX-512 and portable levels: a whole
+   row of a float32 B panel at the AVX-512 level (nc / NR = 32); the AVX2
+   level packs GEMM_AVX2_BPANELS (gemm.h). */
 #define GEMM_BROWS_PANELS 32
 /* A row-major B is read in place instead of packed when it is small (L2) and
    each of its micro-panels would feed at most this many row tiles. */

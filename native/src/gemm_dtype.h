@@ -68,6 +68,7 @@ struct S(kernel) {
     const S(ukr_fn) *tails; /* NULL, or tails[r]: a kernel for exactly r < mr rows */
     const S(ukr_fn) *half_tails; /* the same for the half kernel (NULL when tails is) */
     int apanels; /* > 0: a unit-row-stride A is packed row by row, this many panels at once */
+    int bpanels; /* a row-major B is packed row by row, this many panels at once */
     int imr;     /* 0, or rows per tile (< mr) of an A read in place, by the tail kernels */
     /* NULL, or a whole small row-major product read in place (gemm_small_avx512.h) */
     void (*small)(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *,
@@ -135,14 +136,16 @@ static struct S(kernel) S(pick_kernel)(void)
 #if defined(__x86_64__) || defined(__i386__)
     if (sel == KSEL_AVX512)
         return f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
+                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_BROWS_PANELS,
+                                        GEMM_AVX512_IMR,
                                         SMALL_AVX512, 0}
                    : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_AVX512_IMR,
+                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_BROWS_PANELS,
+                                        GEMM_AVX512_IMR,
                                         SMALL_AVX512, 0};
     if (sel == KSEL_AVX2) {
         struct S(kernel) kn = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2,
-                               GEMM_AVX2_APANELS, 0, NULL, 1};
+                               GEMM_AVX2_APANELS, GEMM_AVX2_BPANELS, 0, NULL, 1};
         S(avx2_blocks)(kn.mr, kn.nr, &kn.kc, &kn.mc, &kn.nc);
         return kn;
     }
@@ -150,7 +153,7 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
                               2048, GEMV(portable), S(packbt_portable), S(tails_portable),
-                              S(tails_half_portable), 0, 0, NULL, 1};
+                              S(tails_half_portable), 0, GEMM_BROWS_PANELS, 0, NULL, 1};
 }
 
 /* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
@@ -272,7 +275,7 @@ static void S(pack_b)(const struct S(kernel) *kn, int64_t kb, int64_t nb, const 
     const int nr = kn->nr;
     if (csb == 1 && nb >= nr) { /* the full panels of a row-major B, row by row */
         int64_t full = nb / nr;
-        S(pack_rows)(nr, GEMM_BROWS_PANELS, full, kb, b, rsb, bp);
+        S(pack_rows)(nr, kn->bpanels, full, kb, b, rsb, bp);
         b += full * nr;
         bp += full * nr * kb;
         nb -= full * nr;
