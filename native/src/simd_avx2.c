@@ -110,18 +110,11 @@ static inline float fold8_ps(__m256 v) {
 }
 #define V_FOLD16(a) fold8_ps(_mm256_add_ps((a)[0], (a)[1]))
 
-/* gelu_erf_grad_map (simd_math.h) takes erf(x / sqrt 2) a block at a time from
-   erf_contig, the gathered map below */
-enum { GE_BLOCK = 512 };
-static int64_t erf_contig(int64_t n, const float *x, float *y);
-#define ERF_CONTIG erf_contig
-
-#include "simd_math.h"
-
-/* AVX2 has no compress / expand: a lane permutation from a table does it.
-   lane_pick[t] for an 8-lane mask t: 3 bits a lane, the lanes set in t in
-   order (the compress: set lanes first), the count in bits 24-31;
-   lane_rank[t]: for each lane set in t its rank among them (the expand). */
+/* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED): AVX2 has no compress
+   / expand, so a lane permutation from a table does it.  lane_pick[t] for an
+   8-lane mask t: 3 bits a lane, the lanes set in t in order (the compress:
+   set lanes first), the count in bits 24-31; lane_rank[t]: for each lane set
+   in t its rank among them (the expand). */
 static uint32_t lane_pick[256], lane_rank[256];
 static pthread_once_t lane_tables_once = PTHREAD_ONCE_INIT;
 
@@ -150,47 +143,14 @@ static inline __m256 lanes_set(uint32_t t) { /* all ones in the lanes set in t *
     return _mm256_castsi256_ps(
         _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)t), bit), bit));
 }
+#define GATHER_INIT() pthread_once(&lane_tables_once, lane_tables_init)
+#define M_BITS(m) ((unsigned)_mm256_movemask_ps(m))
+#define V_COMPRESS(t, v) _mm256_permutevar8x32_ps((v), lane_indices(lane_pick[t]))
+#define V_EXPAND(old, t, v) \
+    _mm256_blendv_ps((old), _mm256_permutevar8x32_ps((v), lane_indices(lane_rank[t])), lanes_set(t))
+#define LANE_COUNT(t) (lane_pick[t] >> 24)
 
-/* gelu_erf and erf over whole vectors of a contiguous x, a block at a time,
-   as simd_avx512.c's: the polynomial (MID) for every lane, the other lanes
-   of the block (not in LANES) compressed into a buffer and run through the
-   erfc form (TAIL) densely, expanded back, FIX last.  In N(0, 1) data a
-   third of gelu_erf's lanes need TAIL, but 96% of 8-lane vectors have one.
-   Each lane's result is the one-vector form's, bit for bit.  Returns the
-   elements done (a multiple of 8); y may be x. */
-#define DEF_GATHERED(NAME, LANES, MID, TAIL, FIX)                                           \
-    static int64_t NAME(int64_t n, const float *x, float *y) {                              \
-        float buf[GE_BLOCK + 8];                                                            \
-        uint8_t tails[GE_BLOCK / 8];                                                        \
-        __m256 xs[GE_BLOCK / 8]; /* the block's x (y may be x) */                            \
-        int64_t done = n & ~(int64_t)7;                                                     \
-        pthread_once(&lane_tables_once, lane_tables_init);                                  \
-        for (int64_t b = 0; b < done; b += GE_BLOCK) {                                      \
-            int64_t m = done - b < GE_BLOCK ? done - b : GE_BLOCK;                          \
-            uint32_t k = 0;                                                                 \
-            for (int64_t i = 0; i < m; i += 8) {                                            \
-                __m256 v = xs[i / 8] = _mm256_loadu_ps(x + b + i);                          \
-                uint32_t t = ~(uint32_t)_mm256_movemask_ps(LANES(v)) & 0xff, p = lane_pick[t]; \
-                tails[i / 8] = (uint8_t)t;                                                  \
-                _mm256_storeu_ps(buf + k, _mm256_permutevar8x32_ps(v, lane_indices(p)));    \
-                _mm256_storeu_ps(y + b + i, MID(v));                                        \
-                k += p >> 24;                                                               \
-            }                                                                               \
-            _mm256_storeu_ps(buf + k, _mm256_setzero_ps()); /* the last vector's rest */    \
-            for (uint32_t j = 0; j < k; j += 8) _mm256_storeu_ps(buf + j, TAIL(_mm256_loadu_ps(buf + j))); \
-            k = 0;                                                                          \
-            for (int64_t i = 0; i < m; i += 8) {                                            \
-                uint32_t t = tails[i / 8];                                                  \
-                __m256 e = _mm256_permutevar8x32_ps(_mm256_loadu_ps(buf + k), lane_indices(lane_rank[t])); \
-                __m256 yt = _mm256_blendv_ps(_mm256_loadu_ps(y + b + i), e, lanes_set(t));  \
-                k += lane_pick[t] >> 24;                                                    \
-                _mm256_storeu_ps(y + b + i, FIX(xs[i / 8], yt));                            \
-            }                                                                               \
-        }                                                                                   \
-        return done;                                                                        \
-    }
-DEF_GATHERED(gelu_erf_contig, gelu_erf_mid_lanes, gelu_erf_mid, gelu_erf_tail, gelu_erf_fix)
-DEF_GATHERED(erf_contig, erf_mid_lanes, erf_mid, erf_tail, erf_fix)
+#include "simd_math.h"
 
 #define DEF_MAP(NAME, F)                                                            \
     void NAME(int64_t n, const float *x, int64_t sx, float *y) {                    \

@@ -87,54 +87,14 @@ static inline float fold8_ps(__m256 v) {
 #define V_FOLD16(a) \
     fold8_ps(_mm256_add_ps(_mm512_castps512_ps256((a)[0]), _mm512_extractf32x8_ps((a)[0], 1)))
 
-/* gelu_erf_grad_map (simd_math.h) takes erf(x / sqrt 2) a block at a time from
-   erf_contig, the gathered map below */
-enum { GE_BLOCK = 512 };
-static int64_t erf_contig(int64_t n, const float *x, float *y);
-#define ERF_CONTIG erf_contig
+/* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED) by compress / expand */
+#define GATHER_INIT() ((void)0)
+#define M_BITS(m) ((unsigned)(m))
+#define V_COMPRESS(t, v) _mm512_maskz_compress_ps((__mmask16)(t), (v))
+#define V_EXPAND(old, t, v) _mm512_mask_expand_ps((old), (__mmask16)(t), (v))
+#define LANE_COUNT(t) ((unsigned)__builtin_popcount(t))
 
 #include "simd_math.h"
-
-/* gelu_erf and erf over whole vectors of a contiguous x, a block at a time:
-   the polynomial (MID) for every lane, the other lanes of the block (not in
-   LANES) compressed into a buffer and run through the erfc form (TAIL)
-   densely, expanded back, FIX last.  In N(0, 1) data a third of gelu_erf's
-   lanes need TAIL, but nearly every vector has one, so the one-vector form
-   (v_gelu_erf) runs both on nearly all.  Each lane's result is the
-   one-vector form's, bit for bit.  Returns the elements done (a multiple of
-   16); y may be x. */
-#define DEF_GATHERED(NAME, LANES, MID, TAIL, FIX)                                          \
-    static int64_t NAME(int64_t n, const float *x, float *y) {                             \
-        float buf[GE_BLOCK + 16];                                                          \
-        __mmask16 tails[GE_BLOCK / 16];                                                    \
-        __m512 xs[GE_BLOCK / 16]; /* the block's x (y may be x) */                          \
-        int64_t done = n & ~(int64_t)15;                                                   \
-        for (int64_t b = 0; b < done; b += GE_BLOCK) {                                     \
-            int64_t m = done - b < GE_BLOCK ? done - b : GE_BLOCK;                         \
-            int k = 0;                                                                     \
-            for (int64_t i = 0; i < m; i += 16) {                                          \
-                __m512 v = xs[i / 16] = _mm512_loadu_ps(x + b + i);                        \
-                __mmask16 t = (__mmask16)~LANES(v);                                        \
-                tails[i / 16] = t;                                                         \
-                _mm512_storeu_ps(buf + k, _mm512_maskz_compress_ps(t, v));                 \
-                _mm512_storeu_ps(y + b + i, MID(v));                                       \
-                k += __builtin_popcount(t);                                                \
-            }                                                                              \
-            _mm512_storeu_ps(buf + k, _mm512_setzero_ps()); /* the last vector's rest */   \
-            for (int j = 0; j < k; j += 16) _mm512_storeu_ps(buf + j, TAIL(_mm512_loadu_ps(buf + j))); \
-            k = 0;                                                                         \
-            for (int64_t i = 0; i < m; i += 16) {                                          \
-                __mmask16 t = tails[i / 16];                                               \
-                __m512 yt = _mm512_mask_expand_ps(_mm512_loadu_ps(y + b + i), t,           \
-                                                  _mm512_loadu_ps(buf + k));               \
-                k += __builtin_popcount(t);                                                \
-                _mm512_storeu_ps(y + b + i, FIX(xs[i / 16], yt));                          \
-            }                                                                              \
-        }                                                                                  \
-        return done;                                                                       \
-    }
-DEF_GATHERED(gelu_erf_contig, gelu_erf_mid_lanes, gelu_erf_mid, gelu_erf_tail, gelu_erf_fix)
-DEF_GATHERED(erf_contig, erf_mid_lanes, erf_mid, erf_tail, erf_fix)
 
 /* Contiguous x: blocks of four vectors whose |x| are all below the op's
    OP_FAST_BOUND (simd_math.h; the largest |x| from the bits, so that NaN
