@@ -52,7 +52,7 @@ setup(
     install_requires=["cffi>=1.15", "numpy"],
     setup_requires=["cffi>=1.15"],
     extras_require={
-        "test": ["pytest", "hypothesis", "safetensors"],
+        "test": ["pytest", "hypothesis", "safetensors", "mypy"],
         "examples": ["tqdm", "matplotlib", "scikit-learn"],
         "mpi": ["mpi4py", "mpich"],
     },

@@ -793,8 +793,15 @@ class Tensor:
         return _grad.GradStore._from_handle(out[0])
 
     # ---- operators ----------------------------------------------------------------
-    # (op, scalar op, reflected, negate_scalar): see _operator
-    locals().update({name: _operator(*row) for name, row in _OPERATORS.items()})
+    # named one by one, so that type checkers see them (rows: _OPERATORS)
+    __add__ = _operator(*_OPERATORS["__add__"])
+    __radd__ = _operator(*_OPERATORS["__radd__"])
+    __sub__ = _operator(*_OPERATORS["__sub__"])
+    __rsub__ = _operator(*_OPERATORS["__rsub__"])
+    __mul__ = _operator(*_OPERATORS["__mul__"])
+    __rmul__ = _operator(*_OPERATORS["__rmul__"])
+    __truediv__ = _operator(*_OPERATORS["__truediv__"])
+    __rtruediv__ = _operator(*_OPERATORS["__rtruediv__"])
 
     def __pow__(self, o: Operand) -> Tensor:
         """self ** o, elementwise: o is a Python number (pow by a scalar) or a tensor
@@ -1419,9 +1426,10 @@ if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
 # _ad_install_fast_methods): each makes the quick call its Python method
 # makes first, and calls that method (its __wrapped__) whenever the quick call
 # is not taken; they read the handles of _FAST_FINALIZE's classes' own
-# instances only (not of subclasses, nor of released tensors).  Rows: (class, name, kind 0 unary / 1 binary, op, scalar op or
-# -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python
-# methods (the tests run both).
+# instances only (not of subclasses, nor of released tensors).  Rows: (class,
+# name, kind 0 unary / 1 binary, op, scalar op or -1, reflected,
+# negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python methods (the
+# tests run both).
 _HANDLE_CTYPE = ffi.typeof("ad_tensor *")
 _FAST_METHODS = (
     *((Tensor, name, 0, kind, -1, False, False)
