@@ -577,6 +577,11 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     /* n in equal column panels of at most nc (1536 = 768 + 768, not 1024 + 512) */
     int64_t npanels = ceil_div(pr->n, kn.nc);
     kn.nc = ceil_div(ceil_div(pr->n, npanels), kn.nr) * kn.nr;
+    /* k in equal passes of at most kc, rounded up to 8 (AVX2 on Zen 3, kc
+       336: 1024 = 4 x 256, not 3 x 336 + a 16-deep pass that reads and
+       writes all of C for almost no work) */
+    int64_t kpasses = ceil_div(pr->k, kn.kc);
+    kn.kc = ceil_div(ceil_div(pr->k, kpasses), 8) * 8;
     int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
     int64_t kcb = min64(kn.kc, pr->k);
     /* A row-major B reused by only a few row tiles is read in place (its full
