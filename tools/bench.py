@@ -50,10 +50,24 @@ SECTIONS = ("matmul", "skinny", "elementwise", "overhead", "chain", "train", "mo
 
 # ---------------------------------------------------------------------------- child side
 # With more than one thread, a library's idle workers keep spinning for a
-# while after its call returns (OpenBLAS, OpenMP, our pool) and would steal
-# the cores from whichever library runs next; each block of calls therefore
-# starts after the others have gone quiet.
-SETTLE = 0.0
+# while after its call returns and would steal the cores from whichever
+# library runs next: OpenBLAS's for about 110 ms (2^28 TSC ticks), ours and
+# OpenMP's for well under 10 ms. Each block of calls therefore starts once
+# the process has gone quiet: settle() waits until a 10 ms window passes
+# with under 1 ms of the process's CPU time (a fixed 50 ms sleep, as before,
+# left OpenBLAS spinning through the first half of the next block).
+SETTLE = False
+
+
+def settle(limit=0.5):
+    """Sleep until no thread of this process is spinning (at most `limit` s)."""
+    c0 = time.process_time()
+    for _ in range(int(limit / 0.01)):
+        time.sleep(0.01)
+        c = time.process_time()
+        if c - c0 < 0.001:
+            return
+        c0 = c
 
 
 BUDGET = 0.05  # seconds per sample (--quick: less)
@@ -77,7 +91,7 @@ def timeit(fns, repeat, number=None, budget=None):
         for i in order[r % len(order):] + order[:r % len(order)]:
             f = fns[i]
             if SETTLE:
-                time.sleep(SETTLE)
+                settle()
                 f()  # wake this library's workers
             t0 = time.perf_counter()
             for _ in range(number):
@@ -113,7 +127,7 @@ def child(args):
         torch = None
     ad.set_num_threads(args.threads)
     global SETTLE
-    SETTLE = (0.05 if args.quick else 0.2) if args.threads > 1 else 0.0
+    SETTLE = args.threads > 1
     quick = args.quick
     rep = 3 if quick else 11
     global BUDGET
