@@ -377,6 +377,8 @@ with np.errstate(all="ignore"):
     v, w = ad.Var(mixed), ad.Var(alone)
     outs["gelu_erf_grad"] = (v.gelu_erf().sum().backward()[v].numpy()[5::16],
                              w.gelu_erf().sum().backward()[w].numpy()[::16])
+    outs["gelu_grad"] = (v.gelu().sum().backward()[v].numpy()[5::16],
+                         w.gelu().sum().backward()[w].numpy()[::16])
 pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), x, outs), sys.stdout.buffer)
 """
 
@@ -411,6 +413,8 @@ def test_flushed_lanes():
             g = o["gelu_erf_grad"][0]
             fin = np.isfinite(x)  # x phi(x) is inf * 0 at +-inf: NaN
             assert (g[fin & (x >= 7)] == 1).all() and (g[fin & (x <= -14.5)] == 0).all()
+            g = o["gelu_grad"][0]
+            assert (g[x >= 10] == 1).all() and (g[x <= -10] == 0).all() and np.isnan(g[np.isnan(x)]).all()
     if len(outs) == 2:
         for name in outs["avx512"]:
             for a, b in zip(outs["avx512"][name], outs["avx2"][name]):

@@ -1,6 +1,6 @@
-"""gelu_erf's one-pass backward and layer_norm's vectorised rows.
+"""gelu_erf's and gelu's one-pass backwards and layer_norm's vectorised rows.
 
-Without create_graph, d gelu_erf and layer_norm's backward (dx, dweight,
+Without create_graph, d gelu_erf, d gelu (the tanh form) and layer_norm's backward (dx, dweight,
 dbias) run as native passes: float32 through the SIMD kernels at AVX2 and
 AVX-512, in double at the portable level and for float64.  Each level runs
 in its own process (PYAUTODIFF_ISA is read once per process) and is checked
@@ -48,6 +48,15 @@ with np.errstate(all="ignore"):
         # a sum's gradient: one value for every element (read once, not copied)
         d1 = np.asarray(xv.gelu_erf().sum().backward()[xv])
         close(f"gelu_erf grad of a sum n={n}", d1, ref / g64, 1e-5, 3e-6)
+        out += [dx.tobytes(), d1.tobytes()]
+        # gelu, the tanh form: 1 or 0 from |x| >= 10 on, inf included
+        dx = np.asarray(((xv.gelu()) * ad.from_numpy(g)).sum().backward()[xv])
+        t = np.tanh(0.7978845608028654 * (x64 + 0.044715 * x64 ** 3))
+        d = 0.5 * (1 + t) + 0.5 * x64 * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x64 ** 2)
+        d = np.where(np.abs(x64) >= 10, (x64 > 0).astype(np.float64), d)
+        close(f"gelu grad n={n}", dx, g64 * d, 1e-5, 3e-6 * np.abs(g64).max())
+        d1 = np.asarray(xv.gelu().sum().backward()[xv])
+        close(f"gelu grad of a sum n={n}", d1, d, 1e-5, 3e-6)
         out += [dx.tobytes(), d1.tobytes()]
 
     for rows in (1, 3, 65, 130):
@@ -110,7 +119,7 @@ def _result(isa, nthreads):
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 @pytest.mark.parametrize("nthreads", ["1", "2"])
 def test_kernels_match_float64(isa, nthreads):
-    """float32 gelu_erf gradients and layer_norm forward / backward against
+    """float32 gelu_erf and gelu gradients and layer_norm forward / backward against
     float64 numpy at each ISA level (the script asserts)."""
     _result(isa, nthreads)
 
@@ -127,8 +136,8 @@ def test_same_bits_any_thread_count(isa):
 
 
 def test_same_bits_avx2_avx512():
-    """The row kernels fold their sums in one order and the gelu_erf
-    gradient works lane by lane: AVX2 and AVX-512 agree bit for bit."""
+    """The row kernels fold their sums in one order and the gelu_erf and
+    gelu gradients work lane by lane: AVX2 and AVX-512 agree bit for bit."""
     la, a = _result("avx512", "1")
     lb, b = _result("avx2", "1")
     if la == lb:
@@ -141,6 +150,11 @@ def test_same_bits_avx2_avx512():
 @pytest.mark.parametrize("name,base,make", layouts((3, 7)))
 def test_gelu_erf_gradcheck(name, base, make):
     check_grad(lambda x: x.gelu_erf(), [base], make=lambda i, t: make(t))
+
+
+@pytest.mark.parametrize("name,base,make", layouts((3, 7)))
+def test_gelu_gradcheck(name, base, make):
+    check_grad(lambda x: x.gelu(), [base], make=lambda i, t: make(t))
 
 
 @pytest.mark.parametrize("shape,k", [((1, 9), 1), ((4, 5), 1), ((2, 3, 4), 2), ((70, 3), 1)])
@@ -164,13 +178,14 @@ def test_layer_norm_gradcheck(shape, k, affine):
 @pytest.mark.parametrize("dtype", [ad.float32, ad.float64])
 def test_native_backward_matches_recorded_ops(dtype):
     """The one-pass backward (create_graph off) equals the recorded formula
-    (create_graph on) to rounding, for gelu_erf and layer_norm."""
+    (create_graph on) to rounding, for gelu_erf, gelu and layer_norm."""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((37, 19)) * 2
     w, b = rng.standard_normal(19), rng.standard_normal(19)
     g = ad.tensor(rng.standard_normal((37, 19)), dtype=dtype)
     tol = 1e-12 if dtype == ad.float64 else 2e-5
     for f in (lambda xv, wv, bv: xv.gelu_erf(),
+              lambda xv, wv, bv: xv.gelu(),
               lambda xv, wv, bv: ad.nn.layer_norm(xv, 19, wv, bv)):
         vs = [ad.Var(a, dtype=dtype) for a in (x, w, b)]
         loss = (f(*vs) * g).sum()

@@ -263,31 +263,40 @@ BACKWARD(cos) { GRAD(0, NEG(MUL(G, OP1(SIN, X(0))))); }
 /* d sigmoid(x) = g out (1 - out) */
 BACKWARD(sigmoid) { GRAD(0, MUL(MUL(G, Y), RSUB(1.0, Y))); }
 
-/* gelu(x) = x/2 (1 + t), t = tanh(c (x + k x^3)), c = sqrt(2/pi), k = 0.044715:
-   d = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 k x^2) */
-BACKWARD(gelu) {
-    const double c = 0.7978845608028654, k = 0.044715;
-    const ad_tensor *x = X(0);
-    const ad_tensor *t = OP1(TANH, SCALE(ADD(x, SCALE(OPS(POW_SCALAR, x, 3.0), k)), c));
-    GRAD(0, MUL(G, ADD(SCALE(ADDS(t, 1.0), 0.5),
-                       MUL(MUL(SCALE(x, 0.5 * c), RSUB(1.0, OP1(SQR, t))),
-                           ADDS(SCALE(OP1(SQR, x), 3.0 * k), 1.0)))));
+/* gelu's (the tanh form) and gelu_erf's gradients without create_graph: one
+   pass over x and g (fused_grad below), float32 through the SIMD kernels,
+   else in double by these, the recorded formulas of the BACKWARDs below.
+   gelu: d = s + x s (1 - s) 2c (1 + 3k x^2), s = sigmoid(2u) = (1 + tanh u) / 2,
+   u = c (x + k x^3), c = sqrt(2/pi), k = 0.044715 (1 or 0 from |x| >= 30 on,
+   where s is 1 or 0 in double and x s (1 - s) could be inf * 0);
+   gelu_erf: d = Phi(x) + x phi(x), Phi = (1 + erf(x/sqrt 2))/2,
+   phi = exp(-x^2/2) / sqrt(2 pi). */
+#define GELU_C 0.7978845608028654
+#define GELU_K 0.044715
+static double gelu_grad_d(double x) {
+    if (fabs(x) >= 30) return x > 0 ? 1.0 : 0.0;
+    double sg = 1 / (1 + exp(-2 * GELU_C * x * (1 + GELU_K * x * x)));
+    return sg + x * sg * (1 - sg) * 2 * GELU_C * (1 + 3 * GELU_K * x * x);
 }
 
-/* gelu_erf(x) = x Phi(x): d = Phi(x) + x phi(x), Phi = (1 + erf(x/sqrt 2))/2,
-   phi = exp(-x^2/2) / sqrt(2 pi) */
+static double gelu_erf_grad_d(double x) {
+    return 0.5 * (1.0 + erf(x * 0.7071067811865476)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+}
+
+typedef void (*grad_vec_fn)(int64_t, const float *, const float *, int64_t, float *);
 typedef struct {
     const void *x, *g;
     void *dx;
     int dt;
     int64_t n, sg; /* sg: g's element stride, 1 or 0 (one value, a sum's gradient) */
-    void (*vec)(int64_t, const float *, const float *, int64_t, float *);
-} gelu_grad_job;
+    grad_vec_fn vec;
+    double (*d)(double);
+} fused_grad_job;
 
-#define GELU_GRAD_CHUNK 8192
-static void gelu_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
-    const gelu_grad_job *j = ctx;
-    int64_t i0 = c0 * GELU_GRAD_CHUNK, i1 = c1 * GELU_GRAD_CHUNK < j->n ? c1 * GELU_GRAD_CHUNK : j->n;
+#define FUSED_GRAD_CHUNK 8192
+static void fused_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const fused_grad_job *j = ctx;
+    int64_t i0 = c0 * FUSED_GRAD_CHUNK, i1 = c1 * FUSED_GRAD_CHUNK < j->n ? c1 * FUSED_GRAD_CHUNK : j->n;
     if (j->vec) {
         j->vec(i1 - i0, (const float *)j->x + i0, (const float *)j->g + i0 * j->sg, j->sg,
                (float *)j->dx + i0);
@@ -297,8 +306,7 @@ static void gelu_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
         double x, g;
         if (j->dt == AD_FLOAT32) x = ((const float *)j->x)[i], g = ((const float *)j->g)[i * j->sg];
         else x = ((const double *)j->x)[i], g = ((const double *)j->g)[i * j->sg];
-        double d = g * (0.5 * (1.0 + erf(x * 0.7071067811865476)) +
-                        x * exp(-0.5 * x * x) * 0.3989422804014327);
+        double d = g * j->d(x);
         if (j->dt == AD_FLOAT32) ((float *)j->dx)[i] = (float)d;
         else ((double *)j->dx)[i] = d;
     }
@@ -310,10 +318,17 @@ static bool all_strides_zero(const ad_tensor *t) {
     return true;
 }
 
-/* The formula below in one pass over x and g (no create_graph): float32
-   through the SIMD kernel, else in double.  x and g in another layout are
-   copied first, except a g of one value (a sum's gradient), read once. */
-static ad_tensor *gelu_erf_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g) {
+/* g d(x) in one pass, when G has x's shape and dtype and no graph is being
+   recorded (else 0: the caller records its formula).  x and g in another
+   layout are copied first, except a g of one value (a sum's gradient), read
+   once.  vec2 / vec512: the float32 kernels at the AVX2 / AVX-512 levels. */
+static bool fused_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g, const char *op,
+                       grad_vec_fn vec2, grad_vec_fn vec512, double (*d)(double)) {
+    if (ad_grad_enabled || g->dtype != x->dtype || g->ndim != x->ndim ||
+        memcmp(T_SHAPE(g), T_SHAPE(x), (size_t)x->ndim * sizeof(int64_t)))
+        return false;
+    if (!TRACKED(0))
+        return true;
     ad_tensor *tx = NULL, *tg = NULL, *dx = NULL;
     const void *px, *pg;
     int64_t sg = 1;
@@ -321,30 +336,42 @@ static ad_tensor *gelu_erf_grad(bw_scope *s, const ad_tensor *x, const ad_tensor
     if (!st && all_strides_zero(g)) pg = ad_ptr(g), sg = 0;
     else if (!st) st = nn_contig(g, &tg, &pg);
     if (!st && !(dx = ad_tensor_new_like(x->dtype, x)))
-        st = ad_fail(AD_ERR_NOMEM, "gelu_erf backward: out of memory");
+        st = ad_fail(AD_ERR_NOMEM, "%s backward: out of memory", op);
     if (!st) {
         int isa = ad_cpu_isa();
-        gelu_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg,
-                           x->dtype != AD_FLOAT32 ? NULL
-                           : isa == AD_ISA_AVX512 ? ad_gelu_erf_grad_f32_avx512
-                           : isa == AD_ISA_AVX2 ? ad_gelu_erf_grad_f32_avx2 : NULL};
-        int64_t chunks = (x->numel + GELU_GRAD_CHUNK - 1) / GELU_GRAD_CHUNK;
-        if (chunks > 1 && par_num_threads() > 1) par_for(chunks, gelu_grad_chunks, &j);
-        else if (chunks > 0) gelu_grad_chunks(&j, 0, chunks);
+        fused_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg,
+                            x->dtype != AD_FLOAT32 ? NULL
+                            : isa == AD_ISA_AVX512 ? vec512
+                            : isa == AD_ISA_AVX2 ? vec2 : NULL, d};
+        int64_t chunks = (x->numel + FUSED_GRAD_CHUNK - 1) / FUSED_GRAD_CHUNK;
+        if (chunks > 1 && par_num_threads() > 1) par_for(chunks, fused_grad_chunks, &j);
+        else if (chunks > 0) fused_grad_chunks(&j, 0, chunks);
     }
     ad_tensor_release(tx);
     ad_tensor_release(tg);
-    return own(s, st, dx);
+    give(s, 0, own(s, st, dx));
+    return true;
 }
 
+/* gelu(x) = x/2 (1 + t), t = tanh(c (x + k x^3)):
+   d = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 k x^2) */
+BACKWARD(gelu) {
+    const ad_tensor *x = X(0);
+    if (fused_grad(s, x, G, "gelu", ad_gelu_grad_f32_avx2, ad_gelu_grad_f32_avx512, gelu_grad_d))
+        return;
+    const ad_tensor *t = OP1(TANH, SCALE(ADD(x, SCALE(OPS(POW_SCALAR, x, 3.0), GELU_K)), GELU_C));
+    GRAD(0, MUL(G, ADD(SCALE(ADDS(t, 1.0), 0.5),
+                       MUL(MUL(SCALE(x, 0.5 * GELU_C), RSUB(1.0, OP1(SQR, t))),
+                           ADDS(SCALE(OP1(SQR, x), 3.0 * GELU_K), 1.0)))));
+}
+
+/* gelu_erf(x) = x Phi(x): d = Phi(x) + x phi(x) */
 BACKWARD(gelu_erf) {
     const ad_tensor *x = X(0);
-    /* under create_graph the composite formula below records its ops */
-    if (!ad_grad_enabled && G->dtype == x->dtype && G->ndim == x->ndim &&
-        !memcmp(T_SHAPE(G), T_SHAPE(x), (size_t)x->ndim * sizeof(int64_t))) {
-        GRAD(0, gelu_erf_grad(s, x, G));
+    if (fused_grad(s, x, G, "gelu_erf", ad_gelu_erf_grad_f32_avx2, ad_gelu_erf_grad_f32_avx512,
+                   gelu_erf_grad_d))
         return;
-    }
+    /* under create_graph the composite formula below records its ops */
     const ad_tensor *Phi = SCALE(ADDS(OP1(ERF, SCALE(x, 0.7071067811865476)), 1.0), 0.5);
     const ad_tensor *phi = SCALE(OP1(EXP, SCALE(OP1(SQR, x), -0.5)), 0.3989422804014327);
     GRAD(0, MUL(G, ADD(Phi, MUL(x, phi))));

@@ -40,11 +40,14 @@ int ad_lse_row_f32_avx512(const float *x, int64_t len, double *lse);
 int ad_softmax_scaled_row_f32_avx2(const float *x, float *y, int64_t len, double s);
 int ad_softmax_scaled_row_f32_avx512(const float *x, float *y, int64_t len, double s);
 
-/* gelu_erf's gradient g (Phi(x) + x phi(x)) over n contiguous elements, g
-   contiguous (sg = 1) or one value (sg = 0) */
+/* gelu_erf's gradient g (Phi(x) + x phi(x)) and gelu's (the tanh form,
+   simd_math.h's v_gelu_grad) over n contiguous elements, g contiguous
+   (sg = 1) or one value (sg = 0) */
 void ad_gelu_erf_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
 void ad_gelu_erf_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg,
                                  float *dx);
+void ad_gelu_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
+void ad_gelu_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
 /* layer_norm over rows [r0, r1) of len contiguous elements (simd_math.h's
    row_layer_norm / row_layer_norm_grad; w, b, dw, db may be NULL; dw and db
    accumulate) */

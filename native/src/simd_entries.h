@@ -37,6 +37,10 @@ void SE_NAME(ad_gelu_erf_grad_f32)(int64_t n, const float *x, const float *g, in
     gelu_erf_grad_map(n, x, g, sg, dx);
 }
 
+void SE_NAME(ad_gelu_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg, float *dx) {
+    gelu_grad_map(n, x, g, sg, dx);
+}
+
 void SE_NAME(ad_layer_norm_rows_f32)(const float *x, const float *w, const float *b, float *y,
                                      int64_t r0, int64_t r1, int64_t len, double eps) {
     for (int64_t r = r0; r < r1; r++) row_layer_norm(x + r * len, w, b, y + r * len, len, eps);

@@ -555,7 +555,7 @@ static inline int row_softmax_scaled(const float *x, float *y, int64_t len, doub
     return 1;
 }
 
-/* ---- gelu_erf's gradient and layer_norm rows -------------------------------------
+/* ---- gelu_erf's and gelu's gradients and layer_norm rows -------------------------------------
  * d gelu_erf = g (Phi(x) + x phi(x)), the backward's composite formula
  * (Phi = (1 + erf(x / sqrt 2)) / 2, phi = e^(-x^2/2) / sqrt(2 pi)) in one
  * pass that reads x and g once.  layer_norm rows: sums in the 16 double
@@ -575,8 +575,41 @@ static inline V v_gelu_erf_grad(V x, V g) {
     return gelu_erf_grad_e(x, g, v_erf(V_MUL(x, V_SET1(0.70710678118654752f))));
 }
 
-/* g contiguous (sg = 1) or one value for every element (sg = 0: the
-   gradient of a sum) */
+/* d gelu (the tanh form) = g (s + x s (1 - s) 2c (1 + 3k x^2)), s = sigmoid(2u),
+   u = c (x + k x^3): the backward's formula (1 + t) / 2 + x / 2 (1 - t^2) c
+   (1 + 3k x^2), t = tanh u, with 1 + t = 2s and 1 - t^2 = 4 s (1 - s).  From
+   |x| >= 10 on (inf included) it is exactly 1 or 0: s rounds to 1 above 10,
+   |d| < 3e-36 below -10, and x s (1 - s) would be inf * 0 there. */
+static inline V v_gelu_grad(V x, V g) {
+    V xx = V_MUL(x, x);
+    V s = v_sigmoid(V_MUL(V_FNMADD(xx, V_SET1(GELU_M2CK_F), V_SET1(-GELU_M2C_F)), x));
+    V q = V_FNMADD(xx, V_SET1(3.0f * GELU_M2CK_F), V_SET1(-GELU_M2C_F));
+    V d = V_FMADD(V_MUL(x, V_MUL(s, V_SUB(V_SET1(1.0f), s))), q, s);
+    M big = V_CMP(V_ANDNOT(V_SET1(-0.0f), x), V_SET1(10.0f), _CMP_GE_OQ);
+    d = V_SELECT(big, V_SELECT(V_CMP(x, V_ZERO(), _CMP_GT_OQ), V_SET1(1.0f), V_ZERO()), d);
+    return V_MUL(g, d);
+}
+
+/* dx = GRAD(x, g) a vector at a time over n elements, g contiguous (sg = 1)
+   or one value for every element (sg = 0: the gradient of a sum) */
+#define DEF_GRAD_MAP(NAME, GRAD)                                                              \
+    static inline void NAME(int64_t n, const float *x, const float *g, int64_t sg, float *dx) { \
+        int64_t i = 0;                                                                        \
+        if (!sg) {                                                                            \
+            const V gv = V_SET1(*g);                                                          \
+            for (; i + VW <= n; i += VW) V_STOREU(dx + i, GRAD(V_LOADU(x + i), gv));          \
+            if (i < n) V_STORE_PART(dx + i, n - i, GRAD(V_LOAD_PART(x + i, n - i, 0.0f), gv)); \
+            return;                                                                           \
+        }                                                                                     \
+        for (; i + VW <= n; i += VW) V_STOREU(dx + i, GRAD(V_LOADU(x + i), V_LOADU(g + i)));  \
+        if (i < n)                                                                            \
+            V_STORE_PART(dx + i, n - i,                                                       \
+                         GRAD(V_LOAD_PART(x + i, n - i, 0.0f), V_LOAD_PART(g + i, n - i, 0.0f))); \
+    }
+DEF_GRAD_MAP(gelu_erf_grad_vectors, v_gelu_erf_grad)
+DEF_GRAD_MAP(gelu_grad_map, v_gelu_grad)
+#undef DEF_GRAD_MAP
+
 static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, int64_t sg,
                                      float *dx) {
     int64_t i = 0;
@@ -592,16 +625,7 @@ static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, 
                                                  sg ? V_LOADU(g + i + j) : V_SET1(*g),
                                                  V_LOADU(u + j)));
     }
-    if (!sg) {
-        const V gv = V_SET1(*g);
-        for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), gv));
-        if (i < n) V_STORE_PART(dx + i, n - i, v_gelu_erf_grad(V_LOAD_PART(x + i, n - i, 0.0f), gv));
-        return;
-    }
-    for (; i + VW <= n; i += VW) V_STOREU(dx + i, v_gelu_erf_grad(V_LOADU(x + i), V_LOADU(g + i)));
-    if (i < n)
-        V_STORE_PART(dx + i, n - i,
-                     v_gelu_erf_grad(V_LOAD_PART(x + i, n - i, 0.0f), V_LOAD_PART(g + i, n - i, 0.0f)));
+    gelu_erf_grad_vectors(n - i, x + i, g + i * sg, sg, dx + i);
 }
 
 /* 16 float32 partial sums, partial j taking the elements i = j (mod 16) in
