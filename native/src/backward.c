@@ -319,7 +319,7 @@ static bool all_strides_zero(const ad_tensor *t) {
 }
 
 /* g d(x) in one pass, when G has x's shape and dtype and no graph is being
-   recorded (else 0: the caller records its formula).  x and g in another
+   recorded (else false: the caller records its formula).  x and g in another
    layout are copied first, except a g of one value (a sum's gradient), read
    once.  vec2 / vec512: the float32 kernels at the AVX2 / AVX-512 levels. */
 static bool fused_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g, const char *op,
