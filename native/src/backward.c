@@ -296,7 +296,8 @@ typedef struct {
 #define FUSED_GRAD_CHUNK 8192
 static void fused_grad_chunks(void *ctx, int64_t c0, int64_t c1) {
     const fused_grad_job *j = ctx;
-    int64_t i0 = c0 * FUSED_GRAD_CHUNK, i1 = c1 * FUSED_GRAD_CHUNK < j->n ? c1 * FUSED_GRAD_CHUNK : j->n;
+    int64_t i0 = c0 * FUSED_GRAD_CHUNK;
+    int64_t i1 = c1 * FUSED_GRAD_CHUNK < j->n ? c1 * FUSED_GRAD_CHUNK : j->n;
     if (j->vec) {
         j->vec(i1 - i0, (const float *)j->x + i0, (const float *)j->g + i0 * j->sg, j->sg,
                (float *)j->dx + i0);

@@ -555,7 +555,7 @@ static inline int row_softmax_scaled(const float *x, float *y, int64_t len, doub
     return 1;
 }
 
-/* ---- gelu_erf's and gelu's gradients and layer_norm rows -------------------------------------
+/* ---- gelu_erf's and gelu's gradients and layer_norm rows ------------------------
  * d gelu_erf = g (Phi(x) + x phi(x)), the backward's composite formula
  * (Phi = (1 + erf(x / sqrt 2)) / 2, phi = e^(-x^2/2) / sqrt(2 pi)) in one
  * pass that reads x and g once.  layer_norm rows: sums in the 16 double
