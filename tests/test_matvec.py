@@ -167,15 +167,18 @@ def _skinny_views(a, rng):
 def test_skinny_products(kernel, threads, dt, tol):
     """2..8 rows of A times a B with unit-stride rows (matmul.c's skinny
     kernel at the SIMD levels, the GEMM elsewhere; 1 and 9 rows are its
-    neighbours): n around the vector widths and tiles, k across the 16-row
-    blocks of a B out of cache, A and B in every layout, against float64. At
-    the SIMD levels each element is one FMA chain over k, so a row alone (the
-    axpy form) and a column slice give the same bits."""
+    neighbours), and at the AVX-512 level 9..24 rows times a B past 256 KiB
+    (the tall form; 25 rows its neighbour): n around the vector widths and
+    tiles, k across the 16-row blocks of a B out of cache and the tall form's
+    512-row blocks, A and B in every layout, against float64. Where the
+    skinny kernel runs each element is one FMA chain over k, so a row alone
+    (the axpy form) and a column slice give the same bits."""
     rng = np.random.default_rng(7)
     npd = np.float32 if dt == ad.float32 else np.float64
     for m, k, n in [(2, 5, 7), (3, 1, 33), (4, 17, 65), (5, 33, 16), (6, 16, 100), (7, 9, 15),
                     (8, 70, 257), (1, 20, 40), (9, 20, 40), (8, 300, 600), (3, 1000, 131),
-                    (2, 64, 2049)]:
+                    (2, 64, 2049), (9, 600, 300), (12, 1100, 1000), (17, 230, 607),
+                    (24, 1030, 130), (25, 300, 600)]:
         a = rng.standard_normal((m, k)).astype(npd)
         b = rng.standard_normal((k, n)).astype(npd)
         for an, ta in _skinny_views(a, rng):
@@ -185,7 +188,8 @@ def test_skinny_products(kernel, threads, dt, tol):
                 ref, scale = av @ bv, np.abs(av) @ np.abs(bv) + 1
                 assert got.shape == (m, n)
                 assert np.all(np.abs(got - ref) <= tol * scale), (m, k, n, an, bn)
-                if kernel == "portable" or bn in ("transposed", "column-sliced"):
+                gemm = m > 8 and (m > 24 or kernel != "avx512" or k * n * b.itemsize <= 1 << 18)
+                if kernel == "portable" or gemm or bn in ("transposed", "column-sliced"):
                     continue
                 for i in {0, m - 1}:  # a row alone: the axpy form, the same FMA chain
                     assert np.asarray(ta[i] @ tb).tobytes() == got[i].tobytes(), (m, k, n, i)
@@ -202,7 +206,9 @@ def test_skinny_batched_and_thread_bits(kernel, dt):
     cases = [((3, 4, 50), (3, 50, 300)),   # a batch of 3, each item split
              ((8, 200), (6, 200, 130)),    # A broadcast over 6 items, items per thread
              ((2, 1, 5, 64), (3, 64, 96)),  # broadcast batch dims
-             ((8, 300), (300, 1100))]       # one product, its columns split
+             ((8, 300), (300, 1100)),       # one product, its columns split
+             ((3, 12, 300), (3, 300, 400)),  # the tall form (AVX-512): items per thread
+             ((20, 1100), (1100, 1000))]     # the tall form, 16-row blocks, columns split
     old = ad.get_num_threads()
     try:
         for sa, sb in cases:

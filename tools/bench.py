@@ -185,7 +185,8 @@ def child(args):
 
     if "skinny" in only:
         # matrix-vector and skinny products (issue 17 part 4): numpy's 1-d
-        # rules, n x 1 and 1 x n, a batch of 32 small products, tall/wide x 8
+        # rules, n x 1 and 1 x n, a batch of 32 small products, tall/wide x 8,
+        # 16 rows times a wide B (the skinny kernel's tall form at AVX-512)
         cases = []
         for n in ([256, 4096] if quick else [256, 1024, 4096]):
             mat = rng.standard_normal((n, n)).astype("float32")
@@ -201,7 +202,8 @@ def child(args):
         tall = rng.standard_normal((4096, 512)).astype("float32")
         thin = rng.standard_normal((512, 8)).astype("float32")
         cases += [("(4096x512) @ (512x8)", tall, thin),
-                  ("(8x512) @ (512x4096)", thin.T.copy(), tall.T.copy())]
+                  ("(8x512) @ (512x4096)", thin.T.copy(), tall.T.copy()),
+                  ("(16x512) @ (512x4096)", tall[:16].copy(), tall.T.copy())]
         for name, a, b in cases:
             ta, tb = ad.from_numpy(a), ad.from_numpy(b)
             flops = 2 * a.size * (b.shape[-1] if b.ndim > 1 else 1)

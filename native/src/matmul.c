@@ -147,6 +147,22 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define SKNV_avx2(mr) ((mr) <= 2 ? 4 : (mr) <= 4 ? 2 : 1)
 #define SKNV_avx512(mr) ((mr) <= 4 ? 4 : 2)
 #define SK_CACHED ((int64_t)256 << 10)
+/* The tall form of the skinny kernel (matmul_simd.h's sk_tall: 9 to
+   SK_TALL_MAX rows of A, B past SK_CACHED), at the AVX-512 level only: tiles
+   of 8 rows by 2 vectors, B read once in blocks of SK_TALL_KC rows (16 once
+   B is past SK_FAR, where it streams from memory), every row group taking
+   each tile of B from L1 in turn. Zen 4, against the packed GEMM, which
+   copies all of B for the few multiply-adds per element it feeds
+   (interleaved in one process, medians), 1 thread: float32 12x512x4096
+   1031 -> 701 us, 16x512x4096 1132 -> 860, 24x1024x1024 638 -> 503;
+   float64 12x512x4096 3838 -> 2820, 24x1024x1024 1793 -> 1567; 2 threads:
+   float32 16x512x4096 1446 -> 448. From 32 rows it was level or behind.
+   Under PYAUTODIFF_ISA=avx2 the AVX2 tiles (6 x 2, 4 x 3, 8 x 1 vectors)
+   lost to the packed GEMM at every size tried. */
+#define SK_MAX_M 8
+#define SK_TALL_MAX 24
+#define SK_TALL_KC 512
+#define SK_FAR ((int64_t)4 << 20)
 /* the kernels per level and dtype: matmul_simd.h */
 #define T float
 #define S(name) name##_f32_avx2
@@ -206,6 +222,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define SUM8 mv_sum8_f32_avx512
 #define RED1 mv_red1_f32
 #define SKNV SKNV_avx512
+#define SK_TALL_NV 2
 #define AXG 16
 #include "matmul_simd.h"
 #define T double
@@ -226,6 +243,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define SUM8 mv_sum8_f64_avx512
 #define RED1 mv_red1_f64
 #define SKNV SKNV_avx512
+#define SK_TALL_NV 2
 #define AXG 16
 #include "matmul_simd.h"
 #endif
@@ -243,27 +261,28 @@ typedef struct {
     int64_t short_k;
     mv_axpy_fn axpy;
     mv_skinny_fn skinny;
+    int64_t skinny_max; /* rows the skinny kernel takes (SK_TALL_MAX for a B past SK_CACHED) */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8, NULL},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4, NULL},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
     {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
-     (mv_skinny_fn)mv_skinny_f32_avx2},
+     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M},
     {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
-     (mv_skinny_fn)mv_skinny_f64_avx2},
+     (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M},
 };
 static const mv_kernels mv_avx512[2] = {
     {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
-     (mv_skinny_fn)mv_skinny_f32_avx512},
+     (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX},
     {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
-     (mv_skinny_fn)mv_skinny_f64_avx512},
+     (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX},
 };
 #endif
 
@@ -365,13 +384,12 @@ static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64
     return 1;
 }
 
-/* ---- skinny products: C = A B for a few rows of A (m <= SK_MAX_M), B row-major ----
+/* ---- skinny products: C = A B for a few rows of A (m <= skinny_max), B row-major ----
 
    Each tile of C (mr <= 8 rows by a few vectors of columns) is accumulated in
    registers over B's rows, read in place: the packed GEMM would copy all of
    B for the few multiply-adds per element it feeds. The SIMD levels only
    (matmul_simd.h); columns split over threads in grains of SK_GRAIN. */
-#define SK_MAX_M 8
 #define SK_GRAIN 256
 
 typedef struct {
@@ -401,17 +419,18 @@ static void sk_cols_task(void *ctx, int64_t g0, int64_t g1) {
     sk_range(j, j->item, g0 * SK_GRAIN, j1 < j->n ? j1 : j->n);
 }
 
-/* The batch of products of fwd_matmul when 2 <= m <= SK_MAX_M and B's rows
-   are unit-stride, at a level with the kernel; returns 0 (nothing done)
+/* The batch of products of fwd_matmul when 2 <= m <= SK_MAX_M (the level's
+   skinny_max for a B past SK_CACHED) and B's rows are unit-stride, at a level with the kernel; returns 0 (nothing done)
    otherwise. */
 static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
                         const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
                         int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
                         void *c) {
     const mv_kernels *mk = mv_pick(dtype);
-    if (m < 2 || m > SK_MAX_M || csb != 1 || !mk->skinny) return 0;
-    sk_job j = {mk->skinny, dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double), m, k, n, rsa,
-                csa, rsb, a, b, c, ao, bo, co, 0};
+    size_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    int64_t rows = k * n * (int64_t)es > SK_CACHED ? mk->skinny_max : SK_MAX_M;
+    if (m < 2 || m > rows || csb != 1 || !mk->skinny) return 0;
+    sk_job j = {mk->skinny, es, m, k, n, rsa, csa, rsb, a, b, c, ao, bo, co, 0};
     mv_run(batch, m * n * k, n, SK_GRAIN, sk_items_task, sk_cols_task, &j, &j.item);
     return 1;
 }

@@ -11,7 +11,9 @@
      SKNV(mr) (the skinny kernel's vectors of columns per tile of mr rows:
      as many accumulators as the level's registers hold beside B's vectors)
      and AXG (rows of M^T per pass of the axpy form over y, for an M of more
-     than AXPY_FAR bytes: 8 else).
+     than AXPY_FAR bytes: 8 else);
+     SK_TALL_NV, where the level has the tall form (sk_tall): its vectors of
+     columns per tile of 8 rows.
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
 
@@ -159,13 +161,66 @@ S(sk_rows)(const int mr, int64_t k, int64_t n, int64_t kc, const T *a, int64_t r
     }
 }
 
+#ifdef SK_TALL_NV
+/* sk_tile for a group of 1 .. 8 rows (rows a run-time count) */
+MV_ATTR static inline __attribute__((always_inline)) void
+S(sk_group)(const int nv, const int tail, MT mk, int first, int64_t rows, int64_t kb,
+            const T *a, int64_t rsa, int64_t csa, const T *b, int64_t rsb, T *c, int64_t ldc) {
+    switch (rows) {
+    case 1: S(sk_tile)(1, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 2: S(sk_tile)(2, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 3: S(sk_tile)(3, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 4: S(sk_tile)(4, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 5: S(sk_tile)(5, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 6: S(sk_tile)(6, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    case 7: S(sk_tile)(7, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    default: S(sk_tile)(8, nv, tail, mk, first, kb, a, rsa, csa, b, rsb, c, ldc); break;
+    }
+}
+
+/* The tall form, 9 or more rows (matmul.c's SK_TALL_MAX): per block of kc
+   rows of B, per tile of B's columns (SK_TALL_NV vectors, then single ones,
+   then the masked remainder), every group of 8 rows of A in turn, so B is
+   read from memory once and each tile from L1 by the groups after the
+   first. Each element of C is still one FMA chain over p. */
+MV_ATTR static void S(sk_tall)(int64_t m, int64_t k, int64_t n, int64_t kc, const T *a,
+                               int64_t rsa, int64_t csa, const T *b, int64_t rsb, T *c,
+                               int64_t ldc) {
+    const int nv = SK_TALL_NV;
+    const int64_t nfull = n / W * W;
+    const int tail = (int)(n - nfull);
+    const MT mk = MASK(tail), none = MASK(0);
+    for (int64_t pc = 0; pc < k; pc += kc) {
+        const int64_t kb = pc + kc < k ? kc : k - pc;
+        const T *ap = a + pc * csa, *bp = b + pc * rsb;
+        const int first = pc == 0;
+        int64_t j = 0;
+#define SK_GROUPS(NV, TAIL, MK)                                                               \
+    for (int64_t i = 0; i < m; i += 8)                                                        \
+        S(sk_group)(NV, TAIL, MK, first, m - i < 8 ? m - i : 8, kb, ap + i * rsa, rsa, csa,   \
+                    bp + j, rsb, c + i * ldc + j, ldc)
+        for (; j + nv * W <= nfull; j += nv * W) SK_GROUPS(nv, 0, none);
+        for (; j + W <= nfull; j += W) SK_GROUPS(1, 0, none);
+        if (tail) SK_GROUPS(1, 1, mk);
+#undef SK_GROUPS
+    }
+}
+#endif
+
 /* C[0:m, 0:n) = A B for m rows of A (any layout) and B's rows unit-stride,
    B and C already offset to the first column: groups of 8 rows, then the
    rest. Every element of C is one FMA chain over p = 0, 1, ..., k - 1 in
    its lane, whichever tile, vector width or column split computed it. */
 MV_ATTR static void S(mv_skinny)(int64_t m, int64_t k, int64_t n, const T *a, int64_t rsa,
                                  int64_t csa, const T *b, int64_t rsb, T *c, int64_t ldc) {
-    const int64_t kc = k * n * (int64_t)sizeof(T) <= SK_CACHED ? k : 16;
+    const int64_t bytes = k * n * (int64_t)sizeof(T);
+#ifdef SK_TALL_NV
+    if (m > 8) {
+        S(sk_tall)(m, k, n, bytes > SK_FAR ? 16 : SK_TALL_KC, a, rsa, csa, b, rsb, c, ldc);
+        return;
+    }
+#endif
+    const int64_t kc = bytes <= SK_CACHED ? k : 16;
     for (int64_t i = 0; i < m; i += 8) {
         const T *ai = a + i * rsa;
         T *ci = c + i * ldc;
@@ -186,6 +241,7 @@ MV_ATTR static void S(mv_skinny)(int64_t m, int64_t k, int64_t n, const T *a, in
 #undef S
 #undef MV_ATTR
 #undef SKNV
+#undef SK_TALL_NV
 #undef AXG
 #undef V
 #undef W
