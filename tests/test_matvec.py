@@ -229,9 +229,10 @@ def test_skinny_batched_and_thread_bits(kernel, dt):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_axpy_form_past_cache_same_bits(kernel, dt):
-    """x @ B for a B past AXPY_FAR (16 MiB: passes of 16 rows at AVX-512) has
-    the bits of the same product on column slices of B (small: passes of 8
-    rows), at 1 and 2 threads; k and n leave remainders of every pass."""
+    """x @ B for a B past AXPY_FAR (16 MiB: passes of 16 rows at AVX-512 at
+    1 thread, of 8 at 2) has the bits of the same product on column slices of
+    B (small: passes of 8 rows), at 1 and 2 threads; k and n leave remainders
+    of every pass."""
     rng = np.random.default_rng(9)
     k, n = 4100, (1030 if dt == np.float32 else 515)
     b = rng.standard_normal((k, n)).astype(dt)

@@ -11,7 +11,7 @@
      SKNV(mr) (the skinny kernel's vectors of columns per tile of mr rows:
      as many accumulators as the level's registers hold beside B's vectors)
      and AXG (rows of M^T per pass of the axpy form over y, for an M of more
-     than AXPY_FAR bytes: 8 else);
+     than AXPY_FAR bytes at one thread: 8 else);
      SK_TALL_NV, where the level has the tall form (sk_tall): its vectors of
      columns per tile of 8 rows.
    No include guard: including it twice is the point; it undefines its
@@ -83,7 +83,7 @@ MV_ATTR static void S(mv_axpy)(int64_t k, int64_t n, const T *x, int64_t incx, c
         return;
     }
     int64_t p = 0;
-    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR)
+    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR && par_num_threads() == 1)
         for (; p + AXG <= k; p += AXG)
             S(axpy_group)(AXG, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
     for (; p + 8 <= k; p += 8)
