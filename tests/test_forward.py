@@ -236,9 +236,15 @@ def test_sum_order_bits(dtype):
     for n in (1, 31, 32, 33, 95, 1024, 1056, 2048 + 31, 5000):
         a = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
         assert x_bits(ad.tensor(a).sum()) == x_bits(_lane_sum(a)), n
-        m = np.stack([a, a[::-1].copy(), -a])
-        got = ad.tensor(m).sum(1).numpy()
-        assert [x_bits(v) for v in got] == [x_bits(_lane_sum(r)) for r in m], n
+        # row sums (several rows per kernel call, reduce.c's run_rows): 9
+        # rows are groups and a rest at both dtypes; contiguous and with a
+        # row stride past the width
+        m = np.stack([a, a[::-1].copy(), -a, a * 3, a[::-1] * 0.5, -7 * a, a, 2 * a, -a])
+        wide = np.zeros((9, n + 5), dtype)
+        wide[:, 2:2 + n] = m
+        for t in (ad.tensor(m), ad.tensor(wide)[:, 2:2 + n]):
+            got = t.sum(1).numpy()
+            assert [x_bits(v) for v in got] == [x_bits(_lane_sum(r)) for r in m], n
 
 
 def test_sum_bool_counts():

@@ -180,6 +180,45 @@ static bool run_fold(const char *op, const nditer *it, char **base, int kind, in
     return true;
 }
 
+/* Sums over the inner dim of a 2-d iteration with contiguous rows and a kept
+   outer dim (a matrix's row sums): sum_rows takes several rows per call, each
+   row's sum in the order S(sum) gives a row alone, so the bits are those of
+   the row-by-row iteration; false when the iteration is not of that form.
+   Large ones split over threads in blocks of rows. */
+typedef void (*rows_fn)(char *, int64_t, const char *, int64_t, int64_t, int64_t);
+
+typedef struct {
+    rows_fn fn;
+    char *o;
+    const char *x;
+    int64_t os, rs, cols, unit, rows;
+    size_t es;
+} rows_job;
+
+static void rows_block(void *ctx, int64_t k) {
+    const rows_job *j = ctx;
+    int64_t r0 = k * j->unit, r1 = r0 + j->unit < j->rows ? r0 + j->unit : j->rows;
+    j->fn(j->o + r0 * j->os * (int64_t)j->es, j->os, j->x + r0 * j->rs * (int64_t)j->es, j->rs,
+          r1 - r0, j->cols);
+}
+
+static bool run_rows(const nditer *it, char **base, int kind, int dtype) {
+    rows_fn fn = dtype == AD_FLOAT32 ? sum_rows_f32 : dtype == AD_FLOAT64 ? sum_rows_f64
+                 : dtype == AD_INT64 ? sum_rows_i64 : NULL;
+    if (kind != R_SUM || !fn || it->ndim != 2 || it->strides[0][1] != 0 ||
+        it->strides[0][0] == 0 || it->strides[1][1] != 1)
+        return false;
+    rows_job j = {fn, base[0], base[1], it->strides[0][0], it->strides[1][0], it->shape[1],
+                  it->shape[0], it->shape[0], it->elsize[0]};
+    if (nditer_numel(it) >= ITER_PAR_MIN && it->shape[0] > 1) {
+        j.unit = (ITER_PAR_BLOCK + j.cols - 1) / j.cols;
+        par_blocks((j.rows + j.unit - 1) / j.unit, rows_block, &j);
+    } else {
+        rows_block(&j, 0);
+    }
+    return true;
+}
+
 /* ---- threads ------------------------------------------------------------------
  * A reduction that keeps some dim is split by nditer_run_par along a kept dim
  * (threads write disjoint outputs).  A large full reduction (one output
@@ -249,7 +288,8 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
     nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
     char *base[2] = {y->storage->data, ad_ptr(x)};
     inner_fn fn = red_table[kind][x->dtype];
-    if (!run_fold(OP_NAME(op), &it, base, kind, x->dtype, &st) && !run_full_par(&it, base, fn))
+    if (!run_fold(OP_NAME(op), &it, base, kind, x->dtype, &st) &&
+        !run_rows(&it, base, kind, x->dtype) && !run_full_par(&it, base, fn))
         nditer_run_par(&it, base, fn, NULL);
     if (st) {
         ad_tensor_release(y);

@@ -59,6 +59,11 @@ static int64_t S(arg_scan)(const arg_ctx *c, const char *x) {
 
 static inline ACC S(sum_lanes)(const T *x, int64_t n) { return RED_DISPATCH(S(sum_lanes), x, n); }
 
+static void S(sum_rows)(char *po, int64_t os, const char *px, int64_t rs, int64_t rows,
+                        int64_t n) {
+    RED_DISPATCH(S(sum_rows), (T *)po, os, (const T *)px, rs, rows, n);
+}
+
 static void S(fold)(char *po, const char *px, int64_t rows, int64_t row_bytes, int64_t c0,
                     int64_t c1) {
     RED_DISPATCH(S(fold), po, px, rows, row_bytes, c0, c1);

@@ -15,31 +15,71 @@
    array and folded it lane by lane, a quarter of a 1024-wide row's sum. */
 #define RED_VL ((int)(32 / sizeof(T)))
 #define RED_NV (32 / RED_VL)
+/* rows summed at once by sum_rows: 16 vector accumulators in all */
+#define RED_ROWS (16 / RED_NV)
 typedef T RED_K(vec) __attribute__((vector_size(32)));
-RED_ATTR __attribute__((unused)) static ACC RED_K(sum_lanes)(const T *x, int64_t n) {
-    ACC total = 0;
+/* The sums of R rows (R a constant in each inlined copy) of n elements, rs
+   apart, n a multiple of 32, each in exactly the order above; the rows'
+   dependency chains interleaved, so a short row's latency (its fold, its
+   chain of 1024 / 32 adds) overlaps the next rows'. */
+RED_ATTR static inline __attribute__((always_inline)) void
+RED_K(sum_lanes_rows)(const int R, const T *x, int64_t rs, int64_t n, ACC *total) {
+    for (int r = 0; r < R; r++) total[r] = 0;
     for (int64_t i = 0; i < n;) {
-        RED_K(vec) acc[RED_NV];
-        _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) acc[v] = (RED_K(vec)){0};
+        RED_K(vec) acc[RED_ROWS][RED_NV];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) acc[r][v] = (RED_K(vec)){0};
         int64_t end = i + 1024 < n ? i + 1024 : n;
         for (; i < end; i += 32)
-            _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) {
-                RED_K(vec) t;
-                memcpy(&t, x + i + v * RED_VL, sizeof t);
-                acc[v] += t;
-            }
-        _Pragma("GCC unroll 3") for (int w = RED_NV / 2; w >= 1; w /= 2)
-            _Pragma("GCC unroll 4") for (int v = 0; v < w; v++) acc[v] += acc[v + w];
-        T lane[RED_VL];
-        memcpy(lane, &acc[0], sizeof lane);
-        _Pragma("GCC unroll 3") for (int w = RED_VL / 2; w >= 1; w /= 2)
-            _Pragma("GCC unroll 4") for (int l = 0; l < w; l++) lane[l] += lane[l + w];
-        total += (ACC)lane[0];
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+                _Pragma("GCC unroll 8") for (int v = 0; v < RED_NV; v++) {
+                    RED_K(vec) t;
+                    memcpy(&t, x + r * rs + i + v * RED_VL, sizeof t);
+                    acc[r][v] += t;
+                }
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            _Pragma("GCC unroll 3") for (int w = RED_NV / 2; w >= 1; w /= 2)
+                _Pragma("GCC unroll 4") for (int v = 0; v < w; v++) acc[r][v] += acc[r][v + w];
+            T lane[RED_VL];
+            memcpy(lane, &acc[r][0], sizeof lane);
+            _Pragma("GCC unroll 3") for (int w = RED_VL / 2; w >= 1; w /= 2)
+                _Pragma("GCC unroll 4") for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+            total[r] += (ACC)lane[0];
+        }
     }
+}
+
+RED_ATTR __attribute__((unused)) static ACC RED_K(sum_lanes)(const T *x, int64_t n) {
+    ACC total;
+    RED_K(sum_lanes_rows)(1, x, 0, n, &total);
     return total;
+}
+
+/* o[r * os] += the sum of row r of x (rows rs apart, n elements each) for r
+   in [0, rows): RED_ROWS rows at a time through sum_lanes_rows, the last
+   n % 32 elements of each row added one by one in ACC, as S(sum) does for a
+   row alone, so each row's bits are its sum's alone. */
+RED_ATTR __attribute__((unused)) static void RED_K(sum_rows)(T *o, int64_t os, const T *x,
+                                                             int64_t rs, int64_t rows,
+                                                             int64_t n) {
+    const int64_t nv = n & ~(int64_t)31;
+    ACC total[RED_ROWS];
+    for (int64_t r = 0; r < rows;) {
+        int g = rows - r >= RED_ROWS ? RED_ROWS : 1;
+        if (g == RED_ROWS)
+            RED_K(sum_lanes_rows)(RED_ROWS, x + r * rs, rs, nv, total);
+        else
+            RED_K(sum_lanes_rows)(1, x + r * rs, rs, nv, total);
+        for (int q = 0; q < g; q++, r++) {
+            const T *xr = x + r * rs;
+            for (int64_t i = nv; i < n; i++) total[q] += (ACC)xr[i];
+            o[r * os] = (T)((ACC)o[r * os] + total[q]);
+        }
+    }
 }
 #undef RED_VL
 #undef RED_NV
+#undef RED_ROWS
 
 /* Sum over the outer dim of a 2-d iteration into a contiguous output row:
    columns [c0, c1), four input rows folded per pass over the output row. */
