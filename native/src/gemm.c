@@ -55,6 +55,19 @@
    row of a float32 B panel at the AVX-512 level (nc / NR = 32); the AVX2
    level packs GEMM_AVX2_BPANELS (gemm.h). */
 #define GEMM_BROWS_PANELS 32
+/* pack_rows prefetches the run it will copy GEMM_PACK_PF buffer rows ahead
+   when a row's run is at most GEMM_PACK_PF_RUN bytes (the AVX2 level's: 8
+   panels of B, 512 bytes; of A, 192): a run of a few lines, each a row
+   stride apart, waits on every row's first load (52% of (12x512) @
+   (512x4096) in the packing, the loads stalled), while the AVX-512 level's
+   4 KiB runs keep the hardware prefetcher streaming and lost 2-4% with it.
+   PYAUTODIFF_ISA=avx2, Zen 4, 1 thread, thread CPU time against numpy,
+   interleaved in one process: float32 (12x512) @ (512x4096) 0.56-0.62 ->
+   0.77-0.94x numpy's speed, (32x512) 0.70-0.72 -> 0.71-0.92, (64x512) 0.60-0.83
+   -> 0.71-0.83, X^T G (384x2048) @ (2048x128) 0.93 -> 1.08; 16 rows ahead
+   was no better, 4 a little worse. */
+#define GEMM_PACK_PF 8
+#define GEMM_PACK_PF_RUN 512
 /* A row-major B is read in place instead of packed when it is small (L2) and
    each of its micro-panels would feed at most this many row tiles. */
 #define GEMM_BINPLACE_MAX_TILES 16
