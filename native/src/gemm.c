@@ -60,12 +60,16 @@
    panels of B, 512 bytes; of A, 192): a run of a few lines, each a row
    stride apart, waits on every row's first load (52% of (12x512) @
    (512x4096) in the packing, the loads stalled), while the AVX-512 level's
-   4 KiB runs keep the hardware prefetcher streaming and lost 2-4% with it.
+   4 KiB runs keep the hardware prefetcher streaming (prefetched into L1 they
+   lost 2-4%; into L2, skinny products gained 5-10% but 512^3 and 2048^3
+   lost 2-4%, within the noise, so they are left alone).
    PYAUTODIFF_ISA=avx2, Zen 4, 1 thread, thread CPU time against numpy,
    interleaved in one process: float32 (12x512) @ (512x4096) 0.56-0.62 ->
    0.77-0.94x numpy's speed, (32x512) 0.70-0.72 -> 0.71-0.92, (64x512) 0.60-0.83
-   -> 0.71-0.83, X^T G (384x2048) @ (2048x128) 0.93 -> 1.08; 16 rows ahead
-   was no better, 4 a little worse. */
+   -> 0.71-0.83, X^T G (384x2048) @ (2048x128) 0.93 -> 1.08 (prefetched into
+   L1); into L2 (prefetcht1: the misses do not hold L1's fill buffers) 12 rows
+   0.92 -> 1.01x, 32 rows 0.90 -> 0.93-0.98, 64 rows 0.82 -> 0.90, the MLP
+   and square shapes level. 16 rows ahead was no better than 8, 4 worse. */
 #define GEMM_PACK_PF 8
 #define GEMM_PACK_PF_RUN 512
 /* A row-major B is read in place instead of packed when it is small (L2) and

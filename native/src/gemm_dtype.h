@@ -209,7 +209,7 @@ static inline __attribute__((always_inline)) void S(pack_rows_w)(int w, int g, i
         for (int64_t p = 0; p < kb; p++) {
             if (run <= GEMM_PACK_PF_RUN && p + GEMM_PACK_PF < kb) {
                 const char *f = (const char *)(s + (p + GEMM_PACK_PF) * ld);
-                for (int64_t l = 0; l < run; l += 64) __builtin_prefetch(f + l);
+                for (int64_t l = 0; l < run; l += 64) __builtin_prefetch(f + l, 0, 2); /* to L2 */
             }
             for (int64_t q = 0; q < nq; q++)
                 memcpy(d + q * w * kb + p * w, s + p * ld + q * w, (size_t)w * sizeof(T));
