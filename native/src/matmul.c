@@ -425,8 +425,8 @@ static void sk_cols_task(void *ctx, int64_t g0, int64_t g1) {
 }
 
 /* The batch of products of fwd_matmul when 2 <= m <= SK_MAX_M (the level's
-   skinny_max for a B past SK_CACHED) and B's rows are unit-stride, at a level with the kernel; returns 0 (nothing done)
-   otherwise. */
+   skinny_max for a B past SK_CACHED) and B's rows are unit-stride, at a
+   level with the kernel; returns 0 (nothing done) otherwise. */
 static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
                         const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
                         int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
