@@ -174,6 +174,63 @@ def test_softmax_rows_nonfinite():
     np.testing.assert_allclose(sm[5], 1 / 21, rtol=1e-6)
 
 
+def _softmax_grads(mode, x, g):
+    """The one-pass gradient of sum(mode(x, 1) g) (no create_graph) and the
+    recorded formula's (create_graph), and y = mode(x, 1)."""
+    v = ad.Var(x)
+    G = ad.from_numpy(g)
+    with np.errstate(all="ignore"):
+        (d,) = ad.grad((getattr(v, mode)(1) * G).sum(), [v])
+        (dc,) = ad.grad((getattr(v, mode)(1) * G).sum(), [v], create_graph=True)
+        y = getattr(ad.from_numpy(x), mode)(1).numpy()
+    return d.numpy(), dc.numpy(), y
+
+
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_softmax_grad_rows(threads, mode):
+    """softmax's and log_softmax's one-pass gradient, every lane of _lanes as a
+    row of a batch split over threads: dx = y (g - sum(g y)) or g - e^y sum(g)
+    from the float32 y in double, rounded once (within an ulp; log_softmax's
+    e^y carries the exp map's ulp), and close to the recorded formula."""
+    rng = np.random.default_rng(12)
+    for x in _lanes():
+        batch = np.tile(x, (max(2, 40_000 // x.size), 1))
+        g = rng.standard_normal(batch.shape).astype(np.float32)
+        g[-1] = g[0]  # the last row repeats the first: the same bits
+        d, dc, y = _softmax_grads(mode, batch, g)
+        yd, gd = y.astype(np.float64), g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            if mode == "softmax":
+                ref = yd * (gd - (gd * yd).sum(1, keepdims=True))
+                slack = np.zeros_like(ref)
+            else:
+                e = np.exp(yd)
+                ref = gd - e * gd.sum(1, keepdims=True)
+                slack = 2 * np.spacing(e.astype(np.float32)) * np.abs(gd.sum(1, keepdims=True))
+        tol = np.spacing(np.abs(ref).astype(np.float32)) + slack + 1e-12 * np.abs(gd).max()
+        assert (np.abs(d - ref) <= tol).all(), x.size
+        np.testing.assert_allclose(d, dc, rtol=1e-4, atol=1e-5 * np.abs(g).max())
+        np.testing.assert_array_equal(d[0], d[-1])
+
+
+def test_softmax_grad_nonfinite():
+    """inf / NaN in the gradient or the input reach dx as in the recorded
+    formula: a NaN or inf g makes its row's sum non-finite."""
+    x = np.random.default_rng(3).standard_normal((6, 37)).astype(np.float32)
+    g = np.random.default_rng(4).standard_normal((6, 37)).astype(np.float32)
+    g[0, 3], g[1, 36], g[2, 5] = np.nan, np.inf, -np.inf
+    x[3, 7] = -np.inf  # softmax 0, log_softmax -inf there
+    x[4, :] = -np.inf  # an all -inf row: NaN outputs
+    x[5, 9] = np.nan
+    for mode in ("softmax", "log_softmax"):
+        d, dc, _ = _softmax_grads(mode, x, g)
+        np.testing.assert_array_equal(np.isnan(d), np.isnan(dc))
+        np.testing.assert_array_equal(np.isinf(d), np.isinf(dc))
+        fin = np.isfinite(d)
+        np.testing.assert_allclose(d[fin], dc[fin], rtol=1e-4, atol=1e-5)
+        assert np.isnan(d[0]).all() and np.isfinite(d[3]).all()
+
+
 SOFTMAX_SCRIPT = r"""
 import pickle, sys
 import numpy as np, pyautodiff as ad
@@ -188,6 +245,13 @@ m[np.triu_indices(70, 1)] = -np.inf  # causal mask
 m[5, :] = -np.linspace(0, 120, 70)  # terms through the denormal window and the flush bound
 x = ad.from_numpy(m)
 outs += [x.softmax(1), x.log_softmax(1), x.logsumexp(1)]
+for n in (1, 7, 16, 33, 1000):  # the one-pass gradients
+    v = ad.Var((rng.standard_normal((3, n)) * 9).astype(np.float32))
+    g = ad.from_numpy(rng.standard_normal((3, n)).astype(np.float32))
+    outs += [ad.grad((v.softmax(1) * g).sum(), [v])[0],
+             ad.grad((v.log_softmax(1) * g).sum(), [v])[0]]
+    # g - sum(g y) cancels for a constant g: dx shows the sum's last bits
+    outs += [ad.grad(v.softmax(1).sum(), [v])[0], ad.grad(v.log_softmax(1).sum(), [v])[0]]
 pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(),
              [o.numpy().tobytes() for o in outs]), sys.stdout.buffer)
 """

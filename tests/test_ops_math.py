@@ -341,6 +341,36 @@ def test_softmax_family_grad():
             check_grad(f, [b])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_family_grad_one_pass(dtype):
+    """The one-pass gradient (backward without create_graph) along every dim,
+    with more than one block of positions after it (256), and a gradient in
+    another layout, against float64 and the recorded formula (create_graph)."""
+    rng = np.random.default_rng(9)
+    tol = 2e-6 if dtype == np.float32 else 1e-13
+    for shape, dim in [((5, 37), 1), ((5, 37), 0), ((3, 4, 300), 1), ((2, 600, 3), 1),
+                       ((3, 4, 300), -1), ((7,), 0), ((), 0), ((4, 0), 1), ((0, 4), 1)]:
+        x = rng.standard_normal(shape).astype(dtype)
+        gt = rng.standard_normal(shape[::-1]).astype(dtype)
+        for log in (False, True):
+            v = ad.Var(x)
+            G = ad.from_numpy(gt).permute(tuple(range(len(shape)))[::-1])  # strided
+            f = (lambda: (v.log_softmax(dim) if log else v.softmax(dim)) * G)
+            (d,) = ad.grad(f().sum(), [v])
+            (dc,) = ad.grad(f().sum(), [v], create_graph=True)
+            xd, gd = x.astype(np.float64), gt.T.astype(np.float64)
+            if x.ndim == 0:
+                ref = np.zeros(())
+            else:
+                e = np.exp(xd - xd.max(axis=dim, keepdims=True)) if xd.size else xd
+                sm = e / e.sum(axis=dim, keepdims=True) if xd.size else xd
+                ref = (gd - sm * gd.sum(axis=dim, keepdims=True) if log
+                       else sm * (gd - (gd * sm).sum(axis=dim, keepdims=True)))
+            assert d.shape == shape and d.dtype == dtype
+            np.testing.assert_allclose(d.numpy(), ref, rtol=0, atol=tol)
+            np.testing.assert_allclose(d.numpy(), dc.numpy(), rtol=0, atol=tol)
+
+
 def test_cumsum_int_and_errors():
     assert ad.tensor([[1, 2], [3, 4]]).cumsum(0).tolist() == [[1, 2], [4, 6]]
     with pytest.raises(ad.DTypeError, match="cumsum"):

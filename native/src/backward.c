@@ -480,12 +480,28 @@ BACKWARD(logsumexp) {
     const ad_tensor *x = X(0);
     GRAD(0, MUL(keep_dim(s, G, x, IA[0]), OP1(EXP, SUB(x, keep_dim(s, Y, x, IA[0])))));
 }
+/* softmax's and log_softmax's gradient in one native pass over each lane
+   (nn.c), when G has out's shape and dtype and no graph is being recorded
+   (else false: the caller records its formula) */
+static bool softmax_grad_fused(bw_scope *s, bool log) {
+    const ad_tensor *y = Y, *g = G;
+    if (ad_grad_enabled || g->dtype != y->dtype || g->ndim != y->ndim ||
+        memcmp(T_SHAPE(g), T_SHAPE(y), (size_t)y->ndim * sizeof(int64_t)))
+        return false;
+    if (!TRACKED(0)) return true;
+    ad_tensor *dx = NULL;
+    ad_status st = ad_softmax_grad(y, g, IA[0], log, &dx);
+    give(s, 0, own(s, st, dx));
+    return true;
+}
 /* d softmax(x) = out (g - sum(g out, dim)) */
 BACKWARD(softmax) {
+    if (softmax_grad_fused(s, false)) return;
     GRAD(0, MUL(Y, SUB(G, reduce_keep(s, AD_OP_SUM, MUL(G, Y), IA, 1))));
 }
 /* d log_softmax(x) = g - exp(out) sum(g, dim) */
 BACKWARD(log_softmax) {
+    if (softmax_grad_fused(s, true)) return;
     GRAD(0, SUB(G, MUL(OP1(EXP, Y), reduce_keep(s, AD_OP_SUM, G, IA, 1))));
 }
 /* d cumsum(x) = cumsum of g in the other direction */

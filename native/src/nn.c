@@ -273,6 +273,112 @@ done:
     return st;
 }
 
+/* ---- the softmax family's gradients ---------------------------------------------
+ * dx = y (g - s), s = sum(g y) along dim (softmax), or dx = g - e^y s, s =
+ * sum(g) (log_softmax), y the forward's output: one pass over each lane
+ * instead of the recorded formula's four over the whole tensor.  The sums in
+ * double.  float32 with dim the last one runs on the vector row kernel
+ * (simd_math.h's row_softmax_grad: the products g y exact in double, the same
+ * bits at AVX2 and AVX-512 and for any split of the rows); the others in
+ * double, rows with eight partial sums, the lanes of a dim with others after
+ * it SMG_BLOCK positions of those at a time. */
+enum { SMG_BLOCK = 256 };
+typedef void (*smg_rows_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t,
+                            int);
+static smg_rows_fn smg_rows_f32(void) {
+    int isa = ad_cpu_isa();
+    return isa == AD_ISA_AVX512 ? ad_softmax_grad_rows_f32_avx512
+           : isa == AD_ISA_AVX2 ? ad_softmax_grad_rows_f32_avx2 : NULL;
+}
+
+typedef struct smg_job {
+    const void *y, *g;
+    void *dx;
+    int dt;
+    bool log;
+    int64_t len, inner, nblk; /* the lane's length, the size of the dims after it, its blocks */
+} smg_job;
+
+/* element i's term of the lane's sum, and its dx from the sum s */
+static inline double smg_term(const smg_job *j, int64_t i) {
+    double g = ld(j->g, j->dt, i);
+    return j->log ? g : g * ld(j->y, j->dt, i);
+}
+static inline void smg_store(const smg_job *j, int64_t i, double s) {
+    double g = ld(j->g, j->dt, i), y = ld(j->y, j->dt, i);
+    stv(j->dx, j->dt, i, j->log ? g - exp(y) * s : y * (g - s));
+}
+
+/* units [u0, u1): rows when inner is 1, else (outer index, block of inner) */
+static void smg_units(void *ctx, int64_t u0, int64_t u1) {
+    const smg_job *j = ctx;
+    const int64_t len = j->len, inner = j->inner;
+    if (inner == 1) {
+        smg_rows_fn vrow = j->dt == AD_FLOAT32 ? smg_rows_f32() : NULL;
+        if (vrow) {
+            vrow(j->y, j->g, j->dx, u0, u1, len, j->log);
+            return;
+        }
+        for (int64_t r = u0; r < u1; r++) {
+            double acc[8] = {0};
+            int64_t b = r * len, k = 0;
+            for (; k + 8 <= len; k += 8)
+                for (int q = 0; q < 8; q++) acc[q] += smg_term(j, b + k + q);
+            for (; k < len; k++) acc[0] += smg_term(j, b + k);
+            double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                       ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (k = 0; k < len; k++) smg_store(j, b + k, s);
+        }
+        return;
+    }
+    double acc[SMG_BLOCK];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t j0 = u % j->nblk * SMG_BLOCK, b = u / j->nblk * len * inner + j0;
+        int w = inner - j0 < SMG_BLOCK ? (int)(inner - j0) : SMG_BLOCK;
+        for (int q = 0; q < w; q++) acc[q] = 0;
+        for (int64_t k = 0; k < len; k++)
+            for (int q = 0; q < w; q++) acc[q] += smg_term(j, b + k * inner + q);
+        for (int64_t k = 0; k < len; k++)
+            for (int q = 0; q < w; q++) smg_store(j, b + k * inner + q, acc[q]);
+    }
+}
+
+ad_status ad_softmax_grad(const ad_tensor *y, const ad_tensor *g, int64_t dim, bool log,
+                          ad_tensor **dx) {
+    const char *op = log ? "log_softmax backward" : "softmax backward";
+    int nd = y->ndim;
+    *dx = NULL;
+    if (!ad_dtype_is_float(y->dtype) || g->dtype != y->dtype || g->ndim != nd ||
+        memcmp(T_SHAPE(g), T_SHAPE(y), (size_t)nd * sizeof(int64_t)))
+        return ad_fail(AD_ERR_SHAPE, "%s: gradient %s does not fit the output %s", op,
+                       ad_tdesc(g), ad_tdesc(y));
+    int64_t d = dim < 0 ? dim + (nd ? nd : 1) : dim;
+    if (d < 0 || d >= (nd ? nd : 1))
+        return ad_fail(AD_ERR_VALUE, "%s: dim %lld out of range for %s", op, (long long)dim,
+                       ad_tdesc(y));
+    int64_t len = nd ? T_SHAPE(y)[d] : 1, inner = 1, outer = 1;
+    for (int i = 0; i < nd; i++) {
+        if (i < d) outer *= T_SHAPE(y)[i];
+        if (i > d) inner *= T_SHAPE(y)[i];
+    }
+    ad_tensor *ty = NULL, *tg = NULL, *o = NULL;
+    const void *py, *pg;
+    ad_status st;
+    if ((st = nn_contig(y, &ty, &py)) || (st = nn_contig(g, &tg, &pg)) ||
+        (st = ad_tensor_empty(y->dtype, T_SHAPE(y), nd, &o)))
+        goto done;
+    int64_t nblk = (inner + SMG_BLOCK - 1) / SMG_BLOCK;
+    smg_job jb = {py, pg, o->storage->data, y->dtype, log, len, inner, nblk};
+    if (inner == 1) nn_rows(outer, 3 * len, smg_units, &jb);
+    else nn_rows(outer * nblk, 3 * len * (inner < SMG_BLOCK ? inner : SMG_BLOCK), smg_units, &jb);
+done:
+    ad_tensor_release(ty);
+    ad_tensor_release(tg);
+    if (!st) *dx = o;
+    else ad_tensor_release(o);
+    return st;
+}
+
 /* ---- layer_norm ---------------------------------------------------------------- */
 typedef struct ln_job {
     const void *x, *w, *b;

@@ -19,6 +19,11 @@ ad_status fwd_nll_loss(const op_args *a, ad_tensor **out);
    value for reduction r = 1 or 2, (N,) for 0); x's data is read for ce only. */
 ad_status ad_class_loss_grad(const ad_tensor *x, const ad_tensor *t, const ad_tensor *g,
                              int64_t r, bool ce, ad_tensor **dx);
+/* softmax's (log false) or log_softmax's gradient along dim in one native
+   pass (no create_graph), y the forward's output and g its gradient (y's
+   shape and dtype, any layout): y (g - sum(g y)) or g - e^y sum(g). */
+ad_status ad_softmax_grad(const ad_tensor *y, const ad_tensor *g, int64_t dim, bool log,
+                          ad_tensor **dx);
 ad_status fwd_layer_norm(const op_args *a, ad_tensor **out);
 /* layer_norm's gradient as one native pass (no create_graph): dx of x's
    shape; dw, db of the normalized shape when asked for, else NULL. */

@@ -40,6 +40,14 @@ int ad_lse_row_f32_avx512(const float *x, int64_t len, double *lse);
 int ad_softmax_scaled_row_f32_avx2(const float *x, float *y, int64_t len, double s);
 int ad_softmax_scaled_row_f32_avx512(const float *x, float *y, int64_t len, double s);
 
+/* softmax's (mode 0) and log_softmax's (mode 1) gradient over rows [r0, r1)
+   of len contiguous elements (simd_math.h's row_softmax_grad), y the
+   forward's output, g its gradient */
+void ad_softmax_grad_rows_f32_avx2(const float *y, const float *g, float *dx, int64_t r0,
+                                   int64_t r1, int64_t len, int mode);
+void ad_softmax_grad_rows_f32_avx512(const float *y, const float *g, float *dx, int64_t r0,
+                                     int64_t r1, int64_t len, int mode);
+
 /* gelu_erf's gradient g (Phi(x) + x phi(x)) and gelu's (the tanh form,
    simd_math.h's v_gelu_grad) over n contiguous elements, g contiguous
    (sg = 1) or one value (sg = 0) */

@@ -99,6 +99,29 @@ static inline double row_acc_sum(const ROW_ACC *c) {
     }
 ROW_D(V_MUL_D, _mm256_mul_pd)
 ROW_D(V_SUB_D, _mm256_sub_pd)
+/* softmax's gradient rows: the products a b, exact in double, added to the
+   partials as row_acc adds its terms */
+static inline void row_acc_prod(ROW_ACC *c, __m256 a, __m256 b, int64_t i) {
+    int k = (i & 8) ? 2 : 0;
+    c->a[k] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
+                              _mm256_cvtps_pd(_mm256_castps256_ps128(b)), c->a[k]);
+    c->a[k + 1] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+                                  _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), c->a[k + 1]);
+}
+/* per lane, the float32 rounding of EXPR in double over a and b (the lanes of
+   va and vb) and s */
+#define ROW_D2(NAME, EXPR)                                                           \
+    static inline __m256 NAME(__m256 va, __m256 vb, double sv) {                     \
+        const __m256d s = _mm256_set1_pd(sv);                                        \
+        __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(va));                     \
+        __m256d b = _mm256_cvtps_pd(_mm256_castps256_ps128(vb));                     \
+        __m128 lo = _mm256_cvtpd_ps(EXPR);                                           \
+        a = _mm256_cvtps_pd(_mm256_extractf128_ps(va, 1));                           \
+        b = _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1));                           \
+        return _mm256_set_m128(_mm256_cvtpd_ps(EXPR), lo);                           \
+    }
+ROW_D2(V_SMGRAD_D, _mm256_mul_pd(a, _mm256_sub_pd(b, s)))  /* a (b - s) */
+ROW_D2(V_LSMGRAD_D, _mm256_sub_pd(b, _mm256_mul_pd(a, s))) /* b - a s */
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
    then + 4, + 2, + 1 */

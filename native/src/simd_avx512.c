@@ -75,6 +75,29 @@ static inline double row_acc_sum(const ROW_ACC *c) {
     }
 ROW_D(V_MUL_D, _mm512_mul_pd)
 ROW_D(V_SUB_D, _mm512_sub_pd)
+/* softmax's gradient rows: the products a b, exact in double, added to the
+   partials as row_acc adds its terms */
+static inline void row_acc_prod(ROW_ACC *c, __m512 a, __m512 b, int64_t i) {
+    (void)i;
+    c->a[0] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                              _mm512_cvtps_pd(_mm512_castps512_ps256(b)), c->a[0]);
+    c->a[1] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
+                              _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)), c->a[1]);
+}
+/* per lane, the float32 rounding of EXPR in double over a and b (the lanes of
+   va and vb) and s */
+#define ROW_D2(NAME, EXPR)                                                           \
+    static inline __m512 NAME(__m512 va, __m512 vb, double sv) {                     \
+        const __m512d s = _mm512_set1_pd(sv);                                        \
+        __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(va));                     \
+        __m512d b = _mm512_cvtps_pd(_mm512_castps512_ps256(vb));                     \
+        __m256 lo = _mm512_cvtpd_ps(EXPR);                                           \
+        a = _mm512_cvtps_pd(_mm512_extractf32x8_ps(va, 1));                          \
+        b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(vb, 1));                          \
+        return _mm512_insertf32x8(_mm512_castps256_ps512(lo), _mm512_cvtpd_ps(EXPR), 1); \
+    }
+ROW_D2(V_SMGRAD_D, _mm512_mul_pd(a, _mm512_sub_pd(b, s)))  /* a (b - s) */
+ROW_D2(V_LSMGRAD_D, _mm512_sub_pd(b, _mm512_mul_pd(a, s))) /* b - a s */
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
    then + 4, + 2, + 1 */

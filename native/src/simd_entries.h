@@ -32,6 +32,12 @@ int SE_NAME(ad_softmax_scaled_row_f32)(const float *x, float *y, int64_t len, do
     return row_softmax_scaled(x, y, len, s);
 }
 
+void SE_NAME(ad_softmax_grad_rows_f32)(const float *y, const float *g, float *dx, int64_t r0,
+                                       int64_t r1, int64_t len, int mode) {
+    for (int64_t r = r0; r < r1; r++)
+        row_softmax_grad(y + r * len, g + r * len, dx + r * len, len, mode);
+}
+
 void SE_NAME(ad_gelu_erf_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg,
                                    float *dx) {
     gelu_erf_grad_map(n, x, g, sg, dx);

@@ -465,7 +465,10 @@ NO_FAST(gelu_erf)
  * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
  * step's terms added to the partials; steps start at multiples of VW),
  * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D /
- * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s). */
+ * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s), and for the
+ * gradient rows row_acc_prod (a step's products a b, exact in double, added
+ * to the partials) and V_SMGRAD_D / V_LSMGRAD_D (per lane, (float) of a (b -
+ * s) and b - a s in double). */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
@@ -553,6 +556,34 @@ static inline int row_softmax_scaled(const float *x, float *y, int64_t len, doub
     if (!isfinite(m)) return 0;
     row_scale(y, len, s / row_exp_sum(x, y, len, m));
     return 1;
+}
+
+/* softmax's (mode 0) and log_softmax's (mode 1) gradient along a contiguous
+   lane, y the forward's output and g its gradient: dx = y (g - sum(g y)) and
+   dx = g - e^y sum(g), the sum in the 16 double partials (the products g y
+   exact in double), each dx rounded once from double: the same bits at both
+   levels. */
+static inline void row_softmax_grad(const float *y, const float *g, float *dx, int64_t len,
+                                    int mode) {
+    ROW_ACC acc;
+    row_acc_zero(&acc);
+    int64_t i = 0;
+    for (; i + VW <= len; i += VW) {
+        if (mode) row_acc(&acc, V_LOADU(g + i), i);
+        else row_acc_prod(&acc, V_LOADU(y + i), V_LOADU(g + i), i);
+    }
+    if (i < len) {
+        V gv = V_LOAD_PART(g + i, len - i, 0.0f);
+        if (mode) row_acc(&acc, gv, i);
+        else row_acc_prod(&acc, V_LOAD_PART(y + i, len - i, 0.0f), gv, i);
+    }
+    const double s = row_acc_sum(&acc);
+#define SMG(yv, gv) (mode ? V_LSMGRAD_D(v_exp(yv), (gv), s) : V_SMGRAD_D((yv), (gv), s))
+    for (i = 0; i + VW <= len; i += VW) V_STOREU(dx + i, SMG(V_LOADU(y + i), V_LOADU(g + i)));
+    if (i < len)
+        V_STORE_PART(dx + i, len - i,
+                     SMG(V_LOAD_PART(y + i, len - i, 0.0f), V_LOAD_PART(g + i, len - i, 0.0f)));
+#undef SMG
 }
 
 /* ---- gelu_erf's and gelu's gradients and layer_norm rows ------------------------
