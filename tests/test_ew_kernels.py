@@ -174,6 +174,22 @@ def test_softmax_rows_nonfinite():
     np.testing.assert_allclose(sm[5], 1 / 21, rtol=1e-6)
 
 
+def test_softmax_rows_signed_zero_max():
+    """A zero maximum's sign (the lanes folded by a tree of max) never shows:
+    the rows with every -0.0 made +0.0 give the same bits."""
+    rows = np.zeros((4, 35), np.float32) - 1.5
+    rows[0, [0, 20]] = [-0.0, 0.0]
+    rows[1, [3, 19, 34]] = [0.0, -0.0, -0.0]
+    rows[2, :] = -0.0
+    rows[3, 16] = -0.0
+    plus = rows + np.float32(0.0)  # -0.0 + 0.0 is +0.0
+    assert np.signbit(rows).sum() > np.signbit(plus).sum() > 0
+    for mode in ("softmax", "log_softmax", "logsumexp"):
+        a = getattr(ad.from_numpy(rows), mode)(1).numpy()
+        b = getattr(ad.from_numpy(plus), mode)(1).numpy()
+        assert a.tobytes() == b.tobytes(), mode
+
+
 def _softmax_grads(mode, x, g):
     """The one-pass gradient of sum(mode(x, 1) g) (no create_graph) and the
     recorded formula's (create_graph), and y = mode(x, 1)."""

@@ -132,6 +132,13 @@ static inline float fold8_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 #define V_FOLD16(a) fold8_ps(_mm256_add_ps((a)[0], (a)[1]))
+/* the largest lane (the softmax rows' maximum; no lane is NaN) */
+static inline float max8_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+#define V_HMAX max8_ps
 
 /* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED): AVX2 has no compress
    / expand, so a lane permutation from a table does it.  lane_pick[t] for an

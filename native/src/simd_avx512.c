@@ -109,6 +109,13 @@ static inline float fold8_ps(__m256 v) {
 }
 #define V_FOLD16(a) \
     fold8_ps(_mm256_add_ps(_mm512_castps512_ps256((a)[0]), _mm512_extractf32x8_ps((a)[0], 1)))
+/* the largest lane (the softmax rows' maximum; no lane is NaN) */
+static inline float max8_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+#define V_HMAX(v) max8_ps(_mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps((v), 1)))
 
 /* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED) by compress / expand */
 #define GATHER_INIT() ((void)0)

@@ -465,10 +465,10 @@ NO_FAST(gelu_erf)
  * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
  * step's terms added to the partials; steps start at multiples of VW),
  * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D /
- * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s), and for the
- * gradient rows row_acc_prod (a step's products a b, exact in double, added
- * to the partials) and V_SMGRAD_D / V_LSMGRAD_D (per lane, (float) of a (b -
- * s) and b - a s in double). */
+ * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s), V_HMAX (the
+ * largest lane), and for the gradient rows row_acc_prod (a step's products a
+ * b, exact in double, added to the partials) and V_SMGRAD_D / V_LSMGRAD_D (per
+ * lane, (float) of a (b - s) and b - a s in double). */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
@@ -481,17 +481,16 @@ static inline V row_term(V x, V m) {
     return V_FMADD(e, err, e);
 }
 
-/* the lane's maximum; NaN skipped (max(a, b) returns b when a is NaN) */
+/* the lane's maximum; NaN skipped (max(a, b) returns b when a is NaN).  The
+   lanes are folded by a tree of max (V_HMAX): which zero a zero maximum is
+   then depends on the order, but its sign is never seen (e^(x -+ 0) is the
+   same, and m + log sum, log sum >= 0, is +0 or positive either way). */
 static inline float row_max(const float *x, int64_t len) {
     V mv = V_SET1(-INFINITY);
     int64_t i = 0;
     for (; i + VW <= len; i += VW) mv = V_MAX(V_LOADU(x + i), mv);
     if (i < len) mv = V_MAX(V_LOAD_PART(x + i, len - i, -INFINITY), mv);
-    float lanes[VW];
-    V_STOREU(lanes, mv);
-    float m = lanes[0];
-    for (int l = 1; l < VW; l++) m = lanes[l] > m ? lanes[l] : m;
-    return m;
+    return V_HMAX(mv);
 }
 
 /* the sum of the terms e^(x - m) (m finite) in double, the terms written to y
