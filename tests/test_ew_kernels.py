@@ -174,6 +174,51 @@ def test_softmax_rows_nonfinite():
     np.testing.assert_allclose(sm[5], 1 / 21, rtol=1e-6)
 
 
+ACT_GRAD_SCRIPT = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+rng = np.random.default_rng(5)
+x = np.concatenate([rng.standard_normal(40_013) * 4, np.linspace(-25, 25, 1001),
+                    [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.0, -88.0]])
+x = x.astype(np.float32)
+g = rng.standard_normal(x.size).astype(np.float32)
+g[:5] = [np.inf, np.nan, -np.inf, 0.0, -0.0]
+g[-9:] = rng.standard_normal(9)
+bad = []
+for name in ("relu", "tanh", "sigmoid", "silu"):
+    for form in ("g", "one value", "strided g"):
+        v = ad.Var(x)
+        if form == "g":
+            G = ad.from_numpy(g)
+        elif form == "strided g":
+            G = ad.from_numpy(np.stack([g, -g], 1))[:, 0]
+        f = ((lambda: (getattr(v, name)() * G).sum()) if form != "one value"
+             else (lambda: getattr(v, name)().sum()))
+        with np.errstate(all="ignore"):
+            (a,) = ad.grad(f(), [v])
+            (b,) = ad.grad(f(), [v], create_graph=True)
+        a, b = a.numpy(), b.numpy()
+        if not (np.array_equal(a, b, equal_nan=True)
+                and np.array_equal(np.signbit(a), np.signbit(b))):
+            bad.append((name, form))
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), bad), sys.stdout.buffer)
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("nthreads", ["1", "2"])
+def test_activation_grads_one_pass_same_bits(isa, nthreads):
+    """relu's, tanh's, sigmoid's and silu's float32 gradient in one pass (no
+    create_graph) has the recorded formula's bits (create_graph), inf / NaN
+    in x and g included, for a contiguous, a strided and a one-value g, at
+    each ISA level (the portable one records the formula) and thread count."""
+    level, bad = _run(ACT_GRAD_SCRIPT, PYAUTODIFF_ISA=isa, PYAUTODIFF_NUM_THREADS=nthreads)
+    if level != isa:
+        pytest.skip(f"this CPU lacks {isa}")
+    assert not bad, bad
+
+
 def test_softmax_rows_signed_zero_max():
     """A zero maximum's sign (the lanes folded by a tree of max) never shows:
     the rows with every -0.0 made +0.0 give the same bits."""

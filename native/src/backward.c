@@ -24,6 +24,7 @@
 #include "nnops.h"
 #include "parallel.h"
 #include "simd.h"
+#include "strided.h"
 
 #define BW_MAX_TMP 48
 
@@ -238,51 +239,7 @@ BACKWARD(pow) {
 }
 
 /* ---- elementwise unary --------------------------------------------------------------- */
-/* d(-x) = -g */
-BACKWARD(neg) { GRAD(0, NEG(G)); }
-/* d exp(x) = g exp(x) = g out */
-BACKWARD(exp) { GRAD(0, MUL(G, Y)); }
-/* d log(x) = g / x */
-BACKWARD(log) { GRAD(0, DIV(G, X(0))); }
-/* d x^2 = 2 x g */
-BACKWARD(sqr) { GRAD(0, SCALE(MUL(G, X(0)), 2.0)); }
-/* d sqrt(x) = g / (2 sqrt(x)) = 0.5 g / out */
-BACKWARD(sqrt) { GRAD(0, SCALE(DIV(G, Y), 0.5)); }
-/* d relu(x) = g where out > 0, else 0 (0 at 0) */
-BACKWARD(relu) { GRAD(0, MUL(to_dtype(s, CMP(GT, Y, 0.0), Y->dtype), G)); }
-/* d tanh(x) = g (1 - tanh^2) = g (1 - out^2) */
-BACKWARD(tanh) { GRAD(0, MUL(RSUB(1.0, OP1(SQR, Y)), G)); }
-/* d|x| = g sign(x) (0 at 0) */
-BACKWARD(abs) { GRAD(0, MUL(G, OP1(SIGN, X(0)))); }
-/* d(1/x) = -g/x^2 = -g out^2 */
-BACKWARD(recip) { GRAD(0, SCALE(MUL(G, OP1(SQR, Y)), -1.0)); }
-/* d sin(x) = g cos(x) */
-BACKWARD(sin) { GRAD(0, MUL(G, OP1(COS, X(0)))); }
-/* d cos(x) = -g sin(x) */
-BACKWARD(cos) { GRAD(0, NEG(MUL(G, OP1(SIN, X(0))))); }
-/* d sigmoid(x) = g out (1 - out) */
-BACKWARD(sigmoid) { GRAD(0, MUL(MUL(G, Y), RSUB(1.0, Y))); }
-
-/* gelu's (the tanh form) and gelu_erf's gradients without create_graph: one
-   pass over x and g (fused_grad below), float32 through the SIMD kernels,
-   else in double by these, the recorded formulas of the BACKWARDs below.
-   gelu: d = s + x s (1 - s) 2c (1 + 3k x^2), s = sigmoid(2u) = (1 + tanh u) / 2,
-   u = c (x + k x^3), c = sqrt(2/pi), k = 0.044715 (1 or 0 from |x| >= 30 on,
-   where s is 1 or 0 in double and x s (1 - s) could be inf * 0);
-   gelu_erf: d = Phi(x) + x phi(x), Phi = (1 + erf(x/sqrt 2))/2,
-   phi = exp(-x^2/2) / sqrt(2 pi). */
-#define GELU_C 0.7978845608028654
-#define GELU_K 0.044715
-static double gelu_grad_d(double x) {
-    if (fabs(x) >= 30) return x > 0 ? 1.0 : 0.0;
-    double sg = 1 / (1 + exp(-2 * GELU_C * x * (1 + GELU_K * x * x)));
-    return sg + x * sg * (1 - sg) * 2 * GELU_C * (1 + 3 * GELU_K * x * x);
-}
-
-static double gelu_erf_grad_d(double x) {
-    return 0.5 * (1.0 + erf(x * 0.7071067811865476)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
-}
-
+/* g d(x) in one pass (fused_grad), for the ops below that have it */
 typedef void (*grad_vec_fn)(int64_t, const float *, const float *, int64_t, float *);
 typedef struct {
     const void *x, *g;
@@ -322,11 +279,20 @@ static bool all_strides_zero(const ad_tensor *t) {
 /* g d(x) in one pass, when G has x's shape and dtype and no graph is being
    recorded (else false: the caller records its formula).  x and g in another
    layout are copied first, except a g of one value (a sum's gradient), read
-   once.  vec2 / vec512: the float32 kernels at the AVX2 / AVX-512 levels. */
+   once.  vec2 / vec512: the float32 kernels at the AVX2 / AVX-512 levels; d
+   the other dtypes' and levels' in double, or NULL (false there).  From
+   par_min elements on, chunks split over the threads. */
 static bool fused_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g, const char *op,
-                       grad_vec_fn vec2, grad_vec_fn vec512, double (*d)(double)) {
+                       grad_vec_fn vec2, grad_vec_fn vec512, double (*d)(double),
+                       int64_t par_min) {
     if (ad_grad_enabled || g->dtype != x->dtype || g->ndim != x->ndim ||
         memcmp(T_SHAPE(g), T_SHAPE(x), (size_t)x->ndim * sizeof(int64_t)))
+        return false;
+    int isa = ad_cpu_isa();
+    grad_vec_fn vec = x->dtype != AD_FLOAT32 ? NULL
+                      : isa == AD_ISA_AVX512 ? vec512
+                      : isa == AD_ISA_AVX2 ? vec2 : NULL;
+    if (!vec && !d)
         return false;
     if (!TRACKED(0))
         return true;
@@ -339,13 +305,10 @@ static bool fused_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g, cons
     if (!st && !(dx = ad_tensor_new_like(x->dtype, x)))
         st = ad_fail(AD_ERR_NOMEM, "%s backward: out of memory", op);
     if (!st) {
-        int isa = ad_cpu_isa();
-        fused_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg,
-                            x->dtype != AD_FLOAT32 ? NULL
-                            : isa == AD_ISA_AVX512 ? vec512
-                            : isa == AD_ISA_AVX2 ? vec2 : NULL, d};
+        fused_grad_job j = {px, pg, dx->storage->data, x->dtype, x->numel, sg, vec, d};
         int64_t chunks = (x->numel + FUSED_GRAD_CHUNK - 1) / FUSED_GRAD_CHUNK;
-        if (chunks > 1 && par_num_threads() > 1) par_for(chunks, fused_grad_chunks, &j);
+        if (chunks > 1 && x->numel >= par_min && par_num_threads() > 1)
+            par_for(chunks, fused_grad_chunks, &j);
         else if (chunks > 0) fused_grad_chunks(&j, 0, chunks);
     }
     ad_tensor_release(tx);
@@ -354,11 +317,70 @@ static bool fused_grad(bw_scope *s, const ad_tensor *x, const ad_tensor *g, cons
     return true;
 }
 
+/* d(-x) = -g */
+BACKWARD(neg) { GRAD(0, NEG(G)); }
+/* d exp(x) = g exp(x) = g out */
+BACKWARD(exp) { GRAD(0, MUL(G, Y)); }
+/* d log(x) = g / x */
+BACKWARD(log) { GRAD(0, DIV(G, X(0))); }
+/* d x^2 = 2 x g */
+BACKWARD(sqr) { GRAD(0, SCALE(MUL(G, X(0)), 2.0)); }
+/* d sqrt(x) = g / (2 sqrt(x)) = 0.5 g / out */
+BACKWARD(sqrt) { GRAD(0, SCALE(DIV(G, Y), 0.5)); }
+/* (relu, tanh, sigmoid and silu: float32 in one pass through the SIMD
+   gradient maps, fused_grad above, with these formulas' bits; else these.
+   Threaded from the size a memory-bound op is, cost the op's work per
+   element relative to a copy's) */
+#define FUSED_F32(OP, x, cost)                                                        \
+    fused_grad(s, (x), G, #OP, ad_##OP##_grad_f32_avx2, ad_##OP##_grad_f32_avx512, NULL, \
+               ITER_PAR_MIN / (cost))
+/* d relu(x) = g where out > 0, else 0 (0 at 0) */
+BACKWARD(relu) {
+    if (!FUSED_F32(relu, Y, 1)) GRAD(0, MUL(to_dtype(s, CMP(GT, Y, 0.0), Y->dtype), G));
+}
+/* d tanh(x) = g (1 - tanh^2) = g (1 - out^2) */
+BACKWARD(tanh) {
+    if (!FUSED_F32(tanh, Y, 1)) GRAD(0, MUL(RSUB(1.0, OP1(SQR, Y)), G));
+}
+/* d|x| = g sign(x) (0 at 0) */
+BACKWARD(abs) { GRAD(0, MUL(G, OP1(SIGN, X(0)))); }
+/* d(1/x) = -g/x^2 = -g out^2 */
+BACKWARD(recip) { GRAD(0, SCALE(MUL(G, OP1(SQR, Y)), -1.0)); }
+/* d sin(x) = g cos(x) */
+BACKWARD(sin) { GRAD(0, MUL(G, OP1(COS, X(0)))); }
+/* d cos(x) = -g sin(x) */
+BACKWARD(cos) { GRAD(0, NEG(MUL(G, OP1(SIN, X(0))))); }
+/* d sigmoid(x) = g out (1 - out) */
+BACKWARD(sigmoid) {
+    if (!FUSED_F32(sigmoid, Y, 1)) GRAD(0, MUL(MUL(G, Y), RSUB(1.0, Y)));
+}
+
+/* gelu's (the tanh form) and gelu_erf's gradients without create_graph: one
+   pass over x and g (fused_grad above), float32 through the SIMD kernels,
+   else in double by these, the recorded formulas of the BACKWARDs below.
+   gelu: d = s + x s (1 - s) 2c (1 + 3k x^2), s = sigmoid(2u) = (1 + tanh u) / 2,
+   u = c (x + k x^3), c = sqrt(2/pi), k = 0.044715 (1 or 0 from |x| >= 30 on,
+   where s is 1 or 0 in double and x s (1 - s) could be inf * 0);
+   gelu_erf: d = Phi(x) + x phi(x), Phi = (1 + erf(x/sqrt 2))/2,
+   phi = exp(-x^2/2) / sqrt(2 pi). */
+#define GELU_C 0.7978845608028654
+#define GELU_K 0.044715
+static double gelu_grad_d(double x) {
+    if (fabs(x) >= 30) return x > 0 ? 1.0 : 0.0;
+    double sg = 1 / (1 + exp(-2 * GELU_C * x * (1 + GELU_K * x * x)));
+    return sg + x * sg * (1 - sg) * 2 * GELU_C * (1 + 3 * GELU_K * x * x);
+}
+
+static double gelu_erf_grad_d(double x) {
+    return 0.5 * (1.0 + erf(x * 0.7071067811865476)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+}
+
 /* gelu(x) = x/2 (1 + t), t = tanh(c (x + k x^3)):
    d = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 k x^2) */
 BACKWARD(gelu) {
     const ad_tensor *x = X(0);
-    if (fused_grad(s, x, G, "gelu", ad_gelu_grad_f32_avx2, ad_gelu_grad_f32_avx512, gelu_grad_d))
+    if (fused_grad(s, x, G, "gelu", ad_gelu_grad_f32_avx2, ad_gelu_grad_f32_avx512, gelu_grad_d,
+                   0))
         return;
     const ad_tensor *t = OP1(TANH, SCALE(ADD(x, SCALE(OPS(POW_SCALAR, x, 3.0), GELU_K)), GELU_C));
     GRAD(0, MUL(G, ADD(SCALE(ADDS(t, 1.0), 0.5),
@@ -370,7 +392,7 @@ BACKWARD(gelu) {
 BACKWARD(gelu_erf) {
     const ad_tensor *x = X(0);
     if (fused_grad(s, x, G, "gelu_erf", ad_gelu_erf_grad_f32_avx2, ad_gelu_erf_grad_f32_avx512,
-                   gelu_erf_grad_d))
+                   gelu_erf_grad_d, 0))
         return;
     /* under create_graph the composite formula below records its ops */
     const ad_tensor *Phi = SCALE(ADDS(OP1(ERF, SCALE(x, 0.7071067811865476)), 1.0), 0.5);
@@ -383,6 +405,7 @@ BACKWARD(erf) { GRAD(0, MUL(G, SCALE(OP1(EXP, NEG(OP1(SQR, X(0)))), 1.1283791670
 
 /* silu(x) = x s, s = sigmoid(x): d = s (1 + x (1 - s)) */
 BACKWARD(silu) {
+    if (FUSED_F32(silu, X(0), 16)) return;
     const ad_tensor *sg = OP1(SIGMOID, X(0));
     GRAD(0, MUL(G, MUL(sg, ADDS(MUL(X(0), RSUB(1.0, sg)), 1.0))));
 }

@@ -48,14 +48,19 @@ void ad_softmax_grad_rows_f32_avx2(const float *y, const float *g, float *dx, in
 void ad_softmax_grad_rows_f32_avx512(const float *y, const float *g, float *dx, int64_t r0,
                                      int64_t r1, int64_t len, int mode);
 
-/* gelu_erf's gradient g (Phi(x) + x phi(x)) and gelu's (the tanh form,
-   simd_math.h's v_gelu_grad) over n contiguous elements, g contiguous
-   (sg = 1) or one value (sg = 0) */
-void ad_gelu_erf_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
-void ad_gelu_erf_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg,
-                                 float *dx);
-void ad_gelu_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
-void ad_gelu_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg, float *dx);
+/* The gradient maps ad_<op>_grad_f32_<isa>(n, x, g, sg, dx): dx = g d over
+   n contiguous elements, g contiguous (sg = 1) or one value (sg = 0), x the
+   op's input or (marked y) its output: gelu_erf's g (Phi(x) + x phi(x)),
+   gelu's (the tanh form, simd_math.h's v_gelu_grad), and tanh's (y), sigmoid's
+   (y), relu's (y) and silu's, which give their recorded formulas' bits
+   (simd_math.h's v_tanh_grad ...). */
+#define SIMD_GRADS(X) X(gelu_erf) X(gelu) X(tanh) X(sigmoid) X(relu) X(silu)
+#define SIMD_DECLARE_GRAD(OP)                                                                 \
+    void ad_##OP##_grad_f32_avx2(int64_t n, const float *x, const float *g, int64_t sg,       \
+                                 float *dx);                                                  \
+    void ad_##OP##_grad_f32_avx512(int64_t n, const float *x, const float *g, int64_t sg,     \
+                                   float *dx);
+SIMD_GRADS(SIMD_DECLARE_GRAD)
 /* layer_norm over rows [r0, r1) of len contiguous elements (simd_math.h's
    row_layer_norm / row_layer_norm_grad; w, b, dw, db may be NULL; dw and db
    accumulate) */

@@ -38,14 +38,13 @@ void SE_NAME(ad_softmax_grad_rows_f32)(const float *y, const float *g, float *dx
         row_softmax_grad(y + r * len, g + r * len, dx + r * len, len, mode);
 }
 
-void SE_NAME(ad_gelu_erf_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg,
-                                   float *dx) {
-    gelu_erf_grad_map(n, x, g, sg, dx);
-}
-
-void SE_NAME(ad_gelu_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg, float *dx) {
-    gelu_grad_map(n, x, g, sg, dx);
-}
+#define SE_GRAD(OP)                                                                       \
+    void SE_NAME(ad_##OP##_grad_f32)(int64_t n, const float *x, const float *g, int64_t sg, \
+                                     float *dx) {                                         \
+        OP##_grad_map(n, x, g, sg, dx);                                                   \
+    }
+SIMD_GRADS(SE_GRAD)
+#undef SE_GRAD
 
 void SE_NAME(ad_layer_norm_rows_f32)(const float *x, const float *w, const float *b, float *y,
                                      int64_t r0, int64_t r1, int64_t len, double eps) {

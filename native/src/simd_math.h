@@ -620,6 +620,21 @@ static inline V v_gelu_grad(V x, V g) {
     return V_MUL(g, d);
 }
 
+/* tanh's, sigmoid's and relu's gradients from the output y and silu's from
+   x, the recorded formulas' float32 operations (backward.c) in their order:
+   the same bits in one pass.  relu's is g times 1 or 0 (y > 0), so an inf or
+   NaN g still gives NaN where y <= 0, as the formula's product does. */
+static inline V v_tanh_grad(V y, V g) { return V_MUL(V_SUB(V_SET1(1.0f), V_MUL(y, y)), g); }
+static inline V v_sigmoid_grad(V y, V g) { return V_MUL(V_MUL(g, y), V_SUB(V_SET1(1.0f), y)); }
+static inline V v_relu_grad(V y, V g) {
+    return V_MUL(V_SELECT(V_CMP(y, V_ZERO(), _CMP_GT_OQ), V_SET1(1.0f), V_ZERO()), g);
+}
+static inline V v_silu_grad(V x, V g) {
+    const V one = V_SET1(1.0f);
+    V s = v_sigmoid(x);
+    return V_MUL(g, V_MUL(s, V_ADD(V_MUL(x, V_SUB(one, s)), one)));
+}
+
 /* dx = GRAD(x, g) a vector at a time over n elements, g contiguous (sg = 1)
    or one value for every element (sg = 0: the gradient of a sum) */
 #define DEF_GRAD_MAP(NAME, GRAD)                                                              \
@@ -638,6 +653,10 @@ static inline V v_gelu_grad(V x, V g) {
     }
 DEF_GRAD_MAP(gelu_erf_grad_vectors, v_gelu_erf_grad)
 DEF_GRAD_MAP(gelu_grad_map, v_gelu_grad)
+DEF_GRAD_MAP(tanh_grad_map, v_tanh_grad)
+DEF_GRAD_MAP(sigmoid_grad_map, v_sigmoid_grad)
+DEF_GRAD_MAP(relu_grad_map, v_relu_grad)
+DEF_GRAD_MAP(silu_grad_map, v_silu_grad)
 #undef DEF_GRAD_MAP
 
 static inline void gelu_erf_grad_map(int64_t n, const float *x, const float *g, int64_t sg,
