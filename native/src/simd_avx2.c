@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "simd_fold8.h"
+
 typedef __m256 V;
 typedef __m256i VI;
 typedef __m256 M;
@@ -124,20 +126,8 @@ ROW_D2(V_SMGRAD_D, _mm256_mul_pd(a, _mm256_sub_pd(b, s)))  /* a (b - s) */
 ROW_D2(V_LSMGRAD_D, _mm256_sub_pd(b, _mm256_mul_pd(a, s))) /* b - a s */
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
-   then + 4, + 2, + 1 */
-static inline float fold8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+   then + 4, + 2, + 1; the softmax rows' largest lane (simd_fold8.h) */
 #define V_FOLD16(a) fold8_ps(_mm256_add_ps((a)[0], (a)[1]))
-/* the largest lane (the softmax rows' maximum; no lane is NaN) */
-static inline float max8_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
 #define V_HMAX max8_ps
 
 /* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED): AVX2 has no compress

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "simd_fold8.h"
+
 typedef __m512 V;
 typedef __m512i VI;
 typedef __mmask16 M;
@@ -100,21 +102,9 @@ ROW_D2(V_SMGRAD_D, _mm512_mul_pd(a, _mm512_sub_pd(b, s)))  /* a (b - s) */
 ROW_D2(V_LSMGRAD_D, _mm512_sub_pd(b, _mm512_mul_pd(a, s))) /* b - a s */
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
-   then + 4, + 2, + 1 */
-static inline float fold8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+   then + 4, + 2, + 1; the softmax rows' largest lane (simd_fold8.h) */
 #define V_FOLD16(a) \
     fold8_ps(_mm256_add_ps(_mm512_castps512_ps256((a)[0]), _mm512_extractf32x8_ps((a)[0], 1)))
-/* the largest lane (the softmax rows' maximum; no lane is NaN) */
-static inline float max8_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
 #define V_HMAX(v) max8_ps(_mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps((v), 1)))
 
 /* simd_math.h's gathered gelu_erf / erf (DEF_GATHERED) by compress / expand */
