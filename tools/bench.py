@@ -21,19 +21,24 @@ fixed per child process (numpy's OpenBLAS, PyTorch and pyautodiff alike): each
 thread setting runs in its own process started by this script.
 
 OPENBLAS_L2_SIZE, which some environments set for old OpenBLAS builds, is
-unset in the children. OPENBLAS_CORETYPE and NPY_DISABLE_CPU_FEATURES are unset
-too, so numpy runs its best kernels, except when PYAUTODIFF_ISA caps
+unset in the children. The variables that pick numpy's and torch's kernels
+are unset too, so both run their best, except when PYAUTODIFF_ISA caps
 pyautodiff's level: then they are passed through, so that an AVX2 machine can
-be emulated on an AVX-512 one kernel against kernel, OpenBLAS's Haswell GEMM
-and numpy's own AVX2 (X86_V3) ufunc loops against our AVX2 kernels:
+be emulated on an AVX-512 one kernel against kernel:
 
-    PYAUTODIFF_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 \
-        NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" python3 tools/bench.py --quick
+    PYAUTODIFF_ISA=avx2 python3 tools/bench.py --quick
 
-The header prints the kernel numpy's OpenBLAS reports (threadpoolctl) and the
-SIMD targets numpy's ufuncs dispatch to, and warns when the OpenBLAS kernel is
-not the OPENBLAS_CORETYPE asked for or when numpy's ufuncs still run AVX-512
-under an AVX2 cap.
+runs our AVX2 kernels against OpenBLAS's Haswell GEMM, numpy's own AVX2
+(X86_V3) ufunc loops, and torch's AVX2 ATen loops, MKL and oneDNN: under
+PYAUTODIFF_ISA=avx2 the bench sets each peer's variable (AVX2_PEERS below:
+OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, ATEN_CPU_CAPABILITY,
+MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA) that the command line does not.
+Without the last two, torch's matmul and GELU ran AVX-512 (Xeon, 1 thread:
+1024^3 12 ms against 20 ms capped, GELU at 1e6 360 us against 705).
+The header prints the kernel numpy's OpenBLAS reports (threadpoolctl), the
+SIMD targets numpy's ufuncs dispatch to and torch's ATen, MKL and oneDNN
+levels, and warns when the OpenBLAS kernel is not the OPENBLAS_CORETYPE asked
+for or when a peer still runs AVX-512 under an AVX2 cap.
 """
 import argparse
 import gc
@@ -795,17 +800,36 @@ def main():
 
 
 # ---------------------------------------------------------------------------- environment
+# The variables that pick numpy's and torch's kernels, read when each library
+# loads: OpenBLAS's core type, numpy's ufunc SIMD targets, ATen's vectorised
+# loops, and the statically linked MKL (torch's matmul) and oneDNN (torch's
+# GELU, convolutions), which ignore ATEN_CPU_CAPABILITY.  Under
+# PYAUTODIFF_ISA=avx2 each defaults to an AVX2 machine's choice (AVX512_SPR
+# names the Sapphire Rapids loops numpy 2.4 adds on Intel parts).
+AVX2_PEERS = {
+    "OPENBLAS_CORETYPE": "Haswell",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+
+
 def bench_env(environ):
-    """The children's environment: OPENBLAS_L2_SIZE unset; OPENBLAS_CORETYPE
-    and NPY_DISABLE_CPU_FEATURES kept only under PYAUTODIFF_ISA (emulating a
-    smaller machine, where numpy must run the matching OpenBLAS kernels and
-    ufunc loops), else unset so numpy runs its best.  Both are read when
-    numpy loads, so they have to be in the child's environment before numpy
-    is imported, as they are here."""
-    emulate = bool(environ.get("PYAUTODIFF_ISA"))
-    drop = {"OPENBLAS_L2_SIZE"} | (
-        set() if emulate else {"OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES"})
-    return {k: v for k, v in environ.items() if k not in drop}
+    """The children's environment: OPENBLAS_L2_SIZE unset; the peers' kernel
+    pickers (AVX2_PEERS) kept only under PYAUTODIFF_ISA (emulating a smaller
+    machine, where numpy and torch must run the matching kernels: for avx2
+    each one not set takes AVX2_PEERS' value), else unset so numpy and torch
+    run their best.  They are read when the libraries load, so they have to
+    be in the child's environment before numpy and torch are imported, as
+    they are here."""
+    cap = environ.get("PYAUTODIFF_ISA", "")
+    drop = {"OPENBLAS_L2_SIZE"} | (set() if cap else set(AVX2_PEERS))
+    env = {k: v for k, v in environ.items() if k not in drop}
+    if cap == "avx2":
+        for k, v in AVX2_PEERS.items():
+            env.setdefault(k, v)
+    return env
 
 
 def print_environment(env):
@@ -831,6 +855,7 @@ try:
     import re
     info["torch_blas"] = ", ".join(re.findall(r"(?:BLAS_INFO|LAPACK_INFO|USE_MKLDNN)=\w+",
                                               cfg)) or "?"
+    info["torch_isa"] = torch.backends.cpu.get_cpu_capability()
 except ImportError:
     torch = None
 try:
@@ -885,12 +910,20 @@ print(json.dumps(info))
         if info["cap"] and info["cap"] != "avx512" and any("512" in t or t == "X86_V4"
                                                           for t in simd):
             print(f"  note: numpy's ufuncs still run AVX-512 under PYAUTODIFF_ISA={info['cap']}; "
-                  f'NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" gives an AVX2 machine\'s loops')
+                  f'NPY_DISABLE_CPU_FEATURES="{AVX2_PEERS["NPY_DISABLE_CPU_FEATURES"]}" gives '
+                  f"an AVX2 machine's loops")
     if "numpy_blas" in info:
         print("numpy BLAS:", info["numpy_blas"], "(pip install threadpoolctl for more)")
     if "torch" in info:
         print(f"  torch {info['torch']} build: {info['torch_blas']} "
               f"(MKL is linked in statically: threadpoolctl does not list it)")
+        caps = [f"{k}={env[k]}" for k in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+                if k in env]
+        print(f"  torch ATen loops: {info.get('torch_isa', '?')}; MKL (matmul) and oneDNN "
+              f"(GELU, conv): {', '.join(caps) or 'their best ISA'}")
+        if info["cap"] and not caps:
+            print(f"  note: torch's MKL and oneDNN still run AVX-512 under "
+                  f"PYAUTODIFF_ISA={info['cap']}")
     else:
         print("torch not installed: pip install torch==2.13.0 to add it to the comparison")
 
