@@ -922,7 +922,7 @@ print(json.dumps(info))
         print(f"  torch ATen loops: {info.get('torch_isa', '?')}; MKL (matmul) and oneDNN "
               f"(GELU, conv): {', '.join(caps) or 'their best ISA'}")
         if info["cap"] and not caps:
-            print(f"  note: torch's MKL and oneDNN still run AVX-512 under "
+            print(f"  note: torch's MKL and oneDNN still run their best ISA under "
                   f"PYAUTODIFF_ISA={info['cap']}")
     else:
         print("torch not installed: pip install torch==2.13.0 to add it to the comparison")
