@@ -97,20 +97,33 @@ void nditer_slice(const nditer *it, char *const *base, int d, int64_t begin, int
         sub_base[k] = base[k] + begin * it->strides[k][d] * (int64_t)it->elsize[k];
 }
 
+/* par_blocks' shares: share i is blocks [next, end) of one contiguous range,
+   its counter on a cache line of its own */
+enum { BLOCK_SHARES = 64 };
+typedef struct {
+    _Alignas(64) atomic_llong next;
+    int64_t end;
+} block_share;
+
 typedef struct {
     void (*fn)(void *ctx, int64_t k);
     void *ctx;
-    int64_t nblocks;
-    atomic_llong next;
+    int nshares;
+    block_share share[BLOCK_SHARES];
 } blocks_job;
 
+/* A thread runs its own share (the one its chunk index names) from the
+   front, then helps with the others' in turn */
 static void blocks_worker(void *ctx, int64_t begin, int64_t end) {
     blocks_job *j = ctx;
-    (void)begin, (void)end;
-    for (;;) {
-        int64_t k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (k >= j->nblocks) return;
-        j->fn(j->ctx, k);
+    (void)end;
+    for (int i = 0; i < j->nshares; i++) {
+        block_share *s = &j->share[(begin + i) % j->nshares];
+        for (;;) {
+            int64_t k = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+            if (k >= s->end) break;
+            j->fn(j->ctx, k);
+        }
     }
 }
 
@@ -120,8 +133,13 @@ void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx) {
         for (int64_t k = 0; k < nblocks; k++) fn(ctx, k);
         return;
     }
-    blocks_job j = {fn, ctx, nblocks, 0};
-    par_for(threads < nblocks ? threads : nblocks, blocks_worker, &j);
+    int64_t nthr = threads < nblocks ? threads : nblocks;
+    blocks_job j = {fn, ctx, (int)(nthr < BLOCK_SHARES ? nthr : BLOCK_SHARES), {{0}}};
+    for (int i = 0; i < j.nshares; i++) {
+        atomic_init(&j.share[i].next, nblocks * i / j.nshares);
+        j.share[i].end = nblocks * (i + 1) / j.nshares;
+    }
+    par_for(nthr, blocks_worker, &j);
 }
 
 typedef struct {

@@ -31,8 +31,12 @@ void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx);
 #define ITER_PAR_BLOCK ((int64_t)1 << 15)
 
 /* Calls fn(ctx, k) once for every k < nblocks, over the thread pool when
-   nblocks > 1: blocks are claimed one at a time from a shared counter, so a
-   thread that is descheduled (a busy machine) holds up at most one block.
+   nblocks > 1.  Each thread has a contiguous share of the blocks and claims
+   them one at a time from its share's counter (a cache line of its own), then
+   helps with the other shares: a thread that is descheduled (a busy machine)
+   holds up at most one block, and the threads do not trade one counter's
+   cache line for every block (one shared counter cost ~0.3 us a block: the
+   float32 maps' 2048-element blocks ran 15-25% slower at 2 threads).
    fn must not depend on which thread runs it. */
 void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx);
 
