@@ -100,7 +100,6 @@ static inline double row_acc_sum(const ROW_ACC *c) {
         return _mm256_set_m128(hi, lo);                                              \
     }
 ROW_D(V_MUL_D, _mm256_mul_pd)
-ROW_D(V_SUB_D, _mm256_sub_pd)
 /* softmax's gradient rows: the products a b, exact in double, added to the
    partials as row_acc adds its terms */
 static inline void row_acc_prod(ROW_ACC *c, __m256 a, __m256 b, int64_t i) {

@@ -76,7 +76,6 @@ static inline double row_acc_sum(const ROW_ACC *c) {
         return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);                \
     }
 ROW_D(V_MUL_D, _mm512_mul_pd)
-ROW_D(V_SUB_D, _mm512_sub_pd)
 /* softmax's gradient rows: the products a b, exact in double, added to the
    partials as row_acc adds its terms */
 static inline void row_acc_prod(ROW_ACC *c, __m512 a, __m512 b, int64_t i) {

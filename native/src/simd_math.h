@@ -456,17 +456,18 @@ NO_FAST(gelu_erf)
  * One contiguous lane of the softmax family in three passes that stay in
  * vector registers: the maximum m; the terms e^(x - m), with x - m split into
  * d + dl exactly (TwoSum) and e^d (1 + dl) so the terms carry only exp's
- * ~1 ulp, summed in double; then softmax scales the terms by 1 / sum in
- * double and log_softmax writes x - (m + log sum) in double.  The sum goes
+ * ~1 ulp, summed in double; then softmax scales the terms by 1 / sum
+ * (row_scale) and log_softmax writes x - (m + log sum), each from the double
+ * value split into two floats.  The sum goes
  * into 16 double partial sums, partial j taking the elements i = j (mod 16),
  * folded in one fixed order at both levels: AVX2 and AVX-512 give the same
  * bits.  Each .c file defines, before including this file: VW (lanes),
  * V_LOADU, V_STOREU, V_LOAD_PART / V_STORE_PART (the first n lanes; the
  * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
  * step's terms added to the partials; steps start at multiples of VW),
- * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D /
- * V_SUB_D (per lane, (float)((double)v * s) and (double)v - s), V_HMAX (the
- * largest lane), and for the gradient rows row_acc_prod (a step's products a
+ * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D
+ * (per lane, (float)((double)v * s)), V_HMAX (the largest lane), and for
+ * the gradient rows row_acc_prod (a step's products a
  * b, exact in double, added to the partials) and V_SMGRAD_D / V_LSMGRAD_D (per
  * lane, (float) of a (b - s) and b - a s in double). */
 
@@ -513,9 +514,27 @@ static inline double row_exp_sum(const float *x, float *y, int64_t len, float m)
     return row_acc_sum(&acc);
 }
 
-/* y = (float)((double)y s) */
+/* y = y s rounded once, for terms 0 <= y <= 1: for 2^-60 <= |s| <= 2^60, s
+   = hi + lo in two floats and y s = y hi + y lo in one FMA (y lo, 2^-24 the
+   size, rounded first: the rounding of y s up to 2^-48 of it, as
+   (float)((double)y s) has 2^-53; one FMA and a multiply where the double
+   form takes two conversions each way); else in double.  y lo is a denormal
+   (a microcode assist on Intel) only where y s is below about 2^-100. */
 static inline void row_scale(float *y, int64_t len, double s) {
     int64_t i = 0;
+    if (fabs(s) >= 0x1p-60 && fabs(s) <= 0x1p60) {
+        const float fh = (float)s;
+        const V hi = V_SET1(fh), lo = V_SET1((float)(s - fh));
+        for (; i + VW <= len; i += VW) {
+            V v = V_LOADU(y + i);
+            V_STOREU(y + i, V_FMADD(v, hi, V_MUL(v, lo)));
+        }
+        if (i < len) {
+            V v = V_LOAD_PART(y + i, len - i, 0.0f);
+            V_STORE_PART(y + i, len - i, V_FMADD(v, hi, V_MUL(v, lo)));
+        }
+        return;
+    }
     for (; i + VW <= len; i += VW) V_STOREU(y + i, V_MUL_D(V_LOADU(y + i), s));
     if (i < len) V_STORE_PART(y + i, len - i, V_MUL_D(V_LOAD_PART(y + i, len - i, 0.0f), s));
 }
@@ -530,10 +549,16 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
     if (mode == 2) {
         *y = (float)((double)m + log(sum));
     } else if (mode == 1) {
+        /* x - lz as (x - hi) - lo, lz = hi + lo in two floats: within about an
+           ulp of x - lz (two roundings, where (double)x - lz rounded once
+           takes two conversions each way) */
         double lz = (double)m + log(sum);
+        const float fh = (float)lz;
+        const V hi = V_SET1(fh), lo = V_SET1((float)(lz - fh));
         int64_t i = 0;
-        for (; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB_D(V_LOADU(x + i), lz));
-        if (i < len) V_STORE_PART(y + i, len - i, V_SUB_D(V_LOAD_PART(x + i, len - i, 0.0f), lz));
+        for (; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB(V_SUB(V_LOADU(x + i), hi), lo));
+        if (i < len)
+            V_STORE_PART(y + i, len - i, V_SUB(V_SUB(V_LOAD_PART(x + i, len - i, 0.0f), hi), lo));
     } else {
         row_scale(y, len, 1.0 / sum);
     }
