@@ -457,19 +457,18 @@ NO_FAST(gelu_erf)
  * vector registers: the maximum m; the terms e^(x - m), with x - m split into
  * d + dl exactly (TwoSum) and e^d (1 + dl) so the terms carry only exp's
  * ~1 ulp, summed in double; then softmax scales the terms by 1 / sum
- * (row_scale) and log_softmax writes x - (m + log sum), each from the double
- * value split into two floats.  The sum goes
- * into 16 double partial sums, partial j taking the elements i = j (mod 16),
- * folded in one fixed order at both levels: AVX2 and AVX-512 give the same
- * bits.  Each .c file defines, before including this file: VW (lanes),
- * V_LOADU, V_STOREU, V_LOAD_PART / V_STORE_PART (the first n lanes; the
- * others load as 0), V_KEEP(v, n) (lanes from n on set to 0), row_acc (a
- * step's terms added to the partials; steps start at multiples of VW),
- * row_acc_sum (the partials folded: j + 8, then + 4, + 2, + 1), V_MUL_D
- * (per lane, (float)((double)v * s)), V_HMAX (the largest lane), and for
- * the gradient rows row_acc_prod (a step's products a
- * b, exact in double, added to the partials) and V_SMGRAD_D / V_LSMGRAD_D (per
- * lane, (float) of a (b - s) and b - a s in double). */
+ * (row_scale) and log_softmax writes x - (m + log sum), each with the double
+ * value split into two floats.  The sum goes into 16 double partial sums,
+ * partial j taking the elements i = j (mod 16), folded in one fixed order at
+ * both levels: AVX2 and AVX-512 give the same bits.  Each .c file defines,
+ * before including this file: VW (lanes), V_LOADU, V_STOREU, V_LOAD_PART /
+ * V_STORE_PART (the first n lanes; the others load as 0), V_KEEP(v, n)
+ * (lanes from n on set to 0), row_acc (a step's terms added to the partials;
+ * steps start at multiples of VW), row_acc_sum (the partials folded: j + 8,
+ * then + 4, + 2, + 1), V_MUL_D (per lane, (float)((double)v * s)), V_HMAX
+ * (the largest lane), and for the gradient rows row_acc_prod (a step's
+ * products a b, exact in double, added to the partials) and V_SMGRAD_D /
+ * V_LSMGRAD_D (per lane, (float) of a (b - s) and b - a s in double). */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
