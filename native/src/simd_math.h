@@ -513,6 +513,13 @@ static inline double row_exp_sum(const float *x, float *y, int64_t len, float m)
     return row_acc_sum(&acc);
 }
 
+/* v as hi + lo, two floats (hi = (float)v, lo the rest rounded), broadcast */
+static inline void split_f2(double v, V *hi, V *lo) {
+    const float fh = (float)v;
+    *hi = V_SET1(fh);
+    *lo = V_SET1((float)(v - fh));
+}
+
 /* y = y s rounded once, for terms 0 <= y <= 1: for 2^-60 <= |s| <= 2^60, s
    = hi + lo in two floats and y s = y hi + y lo in one FMA (y lo, 2^-24 the
    size, rounded first: the rounding of y s up to 2^-48 of it, as
@@ -522,8 +529,8 @@ static inline double row_exp_sum(const float *x, float *y, int64_t len, float m)
 static inline void row_scale(float *y, int64_t len, double s) {
     int64_t i = 0;
     if (fabs(s) >= 0x1p-60 && fabs(s) <= 0x1p60) {
-        const float fh = (float)s;
-        const V hi = V_SET1(fh), lo = V_SET1((float)(s - fh));
+        V hi, lo;
+        split_f2(s, &hi, &lo);
         for (; i + VW <= len; i += VW) {
             V v = V_LOADU(y + i);
             V_STOREU(y + i, V_FMADD(v, hi, V_MUL(v, lo)));
@@ -551,9 +558,8 @@ static inline int row_softmax(const float *x, float *y, int64_t len, int mode) {
         /* x - lz as (x - hi) - lo, lz = hi + lo in two floats: within about an
            ulp of x - lz (two roundings, where (double)x - lz rounded once
            takes two conversions each way) */
-        double lz = (double)m + log(sum);
-        const float fh = (float)lz;
-        const V hi = V_SET1(fh), lo = V_SET1((float)(lz - fh));
+        V hi, lo;
+        split_f2((double)m + log(sum), &hi, &lo);
         int64_t i = 0;
         for (; i + VW <= len; i += VW) V_STOREU(y + i, V_SUB(V_SUB(V_LOADU(x + i), hi), lo));
         if (i < len)

@@ -134,7 +134,10 @@ void par_blocks(int64_t nblocks, void (*fn)(void *ctx, int64_t k), void *ctx) {
         return;
     }
     int64_t nthr = threads < nblocks ? threads : nblocks;
-    blocks_job j = {fn, ctx, (int)(nthr < BLOCK_SHARES ? nthr : BLOCK_SHARES), {{0}}};
+    blocks_job j; /* only the shares in use are set (not all 64 lines zeroed per call) */
+    j.fn = fn;
+    j.ctx = ctx;
+    j.nshares = (int)(nthr < BLOCK_SHARES ? nthr : BLOCK_SHARES);
     for (int i = 0; i < j.nshares; i++) {
         atomic_init(&j.share[i].next, nblocks * i / j.nshares);
         j.share[i].end = nblocks * (i + 1) / j.nshares;
