@@ -77,6 +77,22 @@ def settle(limit=0.5):
 
 BUDGET = 0.05  # seconds per sample (--quick: less)
 
+# After settle() a library's first calls run slow: its sleeping workers wake,
+# and on a VM the idle second vCPU comes back late. One call was not enough
+# warm-up: at 2 threads, --quick's 20 ms samples timed our AVX2 X^T G at 602
+# us against 512-530 with 50-200 ms samples (numpy's: 516-532, level), and
+# AVX-512 G W^T at 978 us, no faster than at 1 thread (1010), against 544 in
+# 100 ms samples. So each block starts after WARM seconds of calls (at least
+# one call), the same for every library.
+WARM = 0.005
+
+
+def warm(f):
+    t_end = time.perf_counter() + WARM
+    f()
+    while time.perf_counter() < t_end:
+        f()
+
 
 def timeit(fns, repeat, number=None, budget=None):
     """Interleaved medians of seconds per call for each fn."""
@@ -97,7 +113,7 @@ def timeit(fns, repeat, number=None, budget=None):
             f = fns[i]
             if SETTLE:
                 settle()
-                f()  # wake this library's workers
+                warm(f)
             t0 = time.perf_counter()
             for _ in range(number):
                 f()
