@@ -322,19 +322,24 @@ def test_threads_share_operands_and_results():
 
 # ---- the size bounds (elementwise.c: quick_size) ------------------------------------
 # memory-bound ops up to QUICK_MAX_NUMEL (1 << 17) elements, the costlier ones
-# below the pool's threshold ITER_PAR_MIN / cost (1 << 18 over 16 for the
-# float32 SIMD maps, over 64 for a libm call per element); the same bits as
-# the ordinary call on both sides of each bound
+# below QUICK_MAX_WORK / cost (1 << 18 over 16 for the float32 SIMD maps, over
+# 64 for a libm call per element); with more than one thread also below the
+# pool's threshold ITER_PAR_MIN / cost (1 << 16 over the cost), from where the
+# ordinary call splits the work; the same bits as the ordinary call on both
+# sides of each bound, at 1 and 2 threads
 SIMD = ffi.string(lib.ad_reduce_kernel()).decode() != "portable"  # float32 exp a SIMD map
+QUICK_MAX_NUMEL, QUICK_MAX_WORK, ITER_PAR_MIN = 1 << 17, 1 << 18, 1 << 16
 
 
-@pytest.mark.parametrize("op,dtype,limit", [
-    ("ADD", "float32", 1 << 17), ("MUL", "float64", 1 << 17),
-    ("EXP", "float32", (1 << 18) // (16 if SIMD else 64)), ("EXP", "float64", (1 << 18) // 64),
-    ("MUL_SCALAR", "float32", 1 << 17)])
-def test_size_bounds_and_bits_on_both_sides(op, dtype, limit):
+@pytest.mark.parametrize("op,dtype,cost", [
+    ("ADD", "float32", 1), ("MUL", "float64", 1), ("EXP", "float32", 16 if SIMD else 64),
+    ("EXP", "float64", 64), ("MUL_SCALAR", "float32", 1)])
+def test_size_bounds_and_bits_on_both_sides(op, dtype, cost, threads):
     kind = getattr(lib, "AD_OP_" + op)
-    for n in (limit - 1, limit, limit + 1):
+    last = min(QUICK_MAX_NUMEL, QUICK_MAX_WORK // cost - 1)  # the largest size taken
+    if threads > 1:
+        last = min(last, ITER_PAR_MIN // cost - 1)
+    for n in (last - 1, last, last + 1):
         x = ad.from_numpy(sample(dtype, (n,), 1))
         y = ad.from_numpy(sample(dtype, (n,), 2))
         if op in ("ADD", "MUL"):
@@ -344,8 +349,7 @@ def test_size_bounds_and_bits_on_both_sides(op, dtype, limit):
         else:
             fn, args, want = lib.ad_scalar_quick, (x, 0.75), ordinary(kind, x, s=0.75)
         got = quick(fn, kind, *args)
-        accepted = n <= limit if op in ("ADD", "MUL", "MUL_SCALAR") else n < limit
-        assert (got is not None) == accepted, (op, dtype, n)
+        assert (got is not None) == (n <= last), (op, dtype, n, threads)
         if got is not None:
             np.testing.assert_array_equal(bits(got), bits(want))
 

@@ -15,6 +15,7 @@
 
 #include "cpu.h"
 #include "ew.h"
+#include "parallel.h"
 #include "simd.h"
 #include "strided.h"
 
@@ -323,9 +324,14 @@ ad_status fwd_scalar(const op_args *a, ad_tensor **out) {
  * instructions more for an add of 16385 elements than of 16384, when this
  * bound was 16384), a tenth of a 1e5-element add. */
 enum { QUICK_MAX_NUMEL = 1 << 17 };
+/* ... and QUICK_MAX_WORK / cost bounds the costlier ops' (at one thread too,
+   where the ordinary path never splits; with more, the pool's threshold,
+   ITER_PAR_MIN / cost, is lower) */
+enum { QUICK_MAX_WORK = 1 << 18 };
 
 static bool quick_size(int64_t numel, int cost, int64_t out_bytes, int64_t in_bytes) {
-    return numel <= QUICK_MAX_NUMEL && numel < ITER_PAR_MIN / cost &&
+    return numel <= QUICK_MAX_NUMEL && numel < QUICK_MAX_WORK / cost &&
+           (numel < ITER_PAR_MIN / cost || par_num_threads() < 2) &&
            !streams(out_bytes, in_bytes);
 }
 
