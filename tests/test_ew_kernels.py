@@ -549,10 +549,13 @@ def test_flushed_lanes():
 # The n-d iterator (strided.c nditer_run): one dim, rows (its own loop) and
 # the odometer past that, for 2, 3 and 4 operands (a unary map, a binary op,
 # where), with transposed, sliced and broadcast operands, large enough that
-# 2 threads cut the rows into slices that start mid-array. numpy gives every
-# value exactly (add, exp at one level and where are elementwise, one rounding).
-@pytest.mark.parametrize("shape", [(70001,), (4099, 64), (300, 7, 65), (3, 5, 7, 1111)],
-                         ids=["1d", "rows", "3d", "4d"])
+# 2 threads cut the rows into slices that start mid-array; a transposed
+# operand takes tiles (16 x 64, or 128 x 16 for a row of a multiple of 1 KiB:
+# "pow2"), cut at ragged edges. numpy gives every value exactly (add, exp at
+# one level and where are elementwise, one rounding).
+@pytest.mark.parametrize("shape", [(70001,), (4099, 64), (300, 7, 65), (3, 5, 7, 1111),
+                                   (520, 256)],
+                         ids=["1d", "rows", "3d", "4d", "pow2"])
 def test_nditer_layouts(shape, threads):
     rng = np.random.default_rng(len(shape))
     a = rng.standard_normal(shape).astype(np.float32)

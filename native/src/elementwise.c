@@ -189,6 +189,7 @@ static ad_status run_binary(const op_args *args, int out_dtype, ad_tensor **out)
     nditer_init(&it, 3, nd, shape, strides, es);
     char *base[3] = {ad_ptr(y), ad_ptr(a), ad_ptr(b)};
     bool nt = streams(y->numel * (int64_t)es[0], (a->numel + b->numel) * (int64_t)es[1]);
+    it.any_order = !nt; /* a streamed chunk is fenced per call: no short tile rows */
     bin_ctx c = {k, (int64_t)es[1], (int64_t)es[0],
                  nt && bin_nt_f32 && out_dtype == AD_FLOAT32 ? bin_nt_f32[args->op] : NULL};
     nditer_run_par(&it, base, nt ? bin_inner_stream : bin_inner, &c);
@@ -285,6 +286,7 @@ static ad_status run_unary(int op, const ad_tensor *x, double s, double s2, ad_t
     char *base[2] = {ad_ptr(y), ad_ptr(x)};
     un_ctx c = {k, x->dtype == AD_FLOAT32 ? simd_nt[op] : NULL, {s, s2}, (int64_t)es[0]};
     bool nt = streams(y->numel * c.es, x->numel * c.es);
+    it.any_order = !nt;
     /* a streamed output is threaded in a copy's blocks (cost 1), not in the
        op's smaller ones: each block ends with a store fence, which drains the
        write-combining buffers (2048-element blocks made a 1e7-element exp take
@@ -421,6 +423,7 @@ ad_status fwd_where(const op_args *args, ad_tensor **out) {
     size_t sizes[4] = {es, 1, es, es};
     nditer it;
     nditer_init(&it, 4, nd, shape, strides, sizes);
+    it.any_order = 1;
     char *base[4] = {ad_ptr(y), ad_ptr(c), ad_ptr(a), ad_ptr(b)};
     nditer_run_par(&it, base, where_inner, &es);
     *out = y;

@@ -49,6 +49,70 @@ void nditer_init(nditer *it, int nops, int ndim, const int64_t *shape,
         nd = 1;
     }
     it->ndim = nd;
+    it->any_order = 0;
+}
+
+/* Tiles of an any_order iteration's last two dims (r, c), when an operand
+   walks c with a step past a cache line and r with a smaller one (a
+   transposed view): rows of a tile's width, a tile's height at a time, so the
+   lines that operand's rows share are read while they are still in cache:
+   16 x 64. A step a multiple of 1 KiB (a power-of-two width) puts those lines
+   in at most 4 of L1's sets, 8 lines each, so such a tile is 128 x 16. Zen 4,
+   1 thread, float32, t().contiguous() / t().exp() / t() + t(), untiled ->
+   tiled: 1024 x 1024 (128 x 16) 3.6 / 3.4 / 4.7 ms -> 1.4 / 1.9 / 1.7 (torch's
+   copy 0.7-0.9, exp 0.9; 16 x 64 tiles: 3.1 / 3.3 / 3.0); 1000 x 1000 (16 x
+   64) 3.8 / 3.4 / 4.5 -> 0.67 / 1.4 / 0.49; 4096 x 256 and 256 x 4096
+   (128 x 16) 0.8-1.6 / 1.5-1.8 / 0.7-1.8. */
+static bool tile_dims(const nditer *it, int64_t *tr, int64_t *tc) {
+    int last = it->ndim - 1;
+    bool tiles = false;
+    if (!it->any_order || last < 1) return false;
+    *tr = 16, *tc = 64;
+    for (int k = 0; k < it->nops; k++) {
+        int64_t sc = it->strides[k][last], sr = it->strides[k][last - 1];
+        sc = (sc < 0 ? -sc : sc) * (int64_t)it->elsize[k];
+        sr = (sr < 0 ? -sr : sr) * (int64_t)it->elsize[k];
+        if (sc > 64 && sr < sc) {
+            tiles = true;
+            if (sc % 1024 == 0) *tr = 128, *tc = 16;
+        }
+    }
+    return tiles;
+}
+
+/* The last two dims in tiles, at every index of the outer ones (odometer);
+   ptrs and step as in nditer_run */
+static void run_tiles(const nditer *it, int64_t tile_r, int64_t tile_c, char **ptrs,
+                      inner_fn fn, void *ctx, const int64_t *inner,
+                      int64_t step[][ITER_MAX_OPS]) {
+    int last = it->ndim - 1;
+    int64_t rows = it->shape[last - 1], cols = it->shape[last];
+    int64_t sc[ITER_MAX_OPS];
+    for (int k = 0; k < ITER_MAX_OPS; k++)
+        sc[k] = k < it->nops ? it->strides[k][last] * (int64_t)it->elsize[k] : 0;
+    int64_t idx[AD_MAX_DIMS] = {0};
+    for (;;) {
+        for (int64_t r0 = 0; r0 < rows; r0 += tile_r)
+            for (int64_t c0 = 0; c0 < cols; c0 += tile_c) {
+                int64_t r1 = r0 + tile_r < rows ? r0 + tile_r : rows;
+                int64_t n = cols - c0 < tile_c ? cols - c0 : tile_c;
+                for (int64_t r = r0; r < r1; r++) {
+                    char *p[ITER_MAX_OPS];
+                    for (int k = 0; k < ITER_MAX_OPS; k++)
+                        p[k] = ptrs[k] + r * step[last - 1][k] + c0 * sc[k];
+                    fn(ctx, n, p, inner);
+                }
+            }
+        int d = last - 2; /* odometer over the dims outside the tiles */
+        for (; d >= 0; d--) {
+            idx[d]++;
+            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] += step[d][k];
+            if (idx[d] < it->shape[d]) break;
+            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] -= step[d][k] * it->shape[d];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
 }
 
 /* The pointer copies handed to fn are of all ITER_MAX_OPS slots, a size the
@@ -72,6 +136,11 @@ void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
     int64_t step[AD_MAX_DIMS][ITER_MAX_OPS] = {{0}};
     for (int d = 0; d < last; d++)
         for (int k = 0; k < nops; k++) step[d][k] = it->strides[k][d] * (int64_t)it->elsize[k];
+    int64_t tile_r, tile_c;
+    if (tile_dims(it, &tile_r, &tile_c)) {
+        run_tiles(it, tile_r, tile_c, ptrs, fn, ctx, inner, step);
+        return;
+    }
     if (nd == 2) { /* rows: the common case, without the odometer */
         for (int64_t r = 0; r < it->shape[0]; r++) {
             char *p[ITER_MAX_OPS];
@@ -233,6 +302,7 @@ static void run_unary_layout(const ad_tensor *src, void *dst, size_t dst_es, inn
     size_t es[2] = {dst_es, ad_dtype_size_(src->dtype)};
     nditer it;
     nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, es);
+    it.any_order = 1;
     char *base[2] = {dst, ad_ptr(src)};
     nditer_run_par(&it, base, fn, ctx);
 }

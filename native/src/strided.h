@@ -13,6 +13,11 @@ typedef struct nditer {
     int64_t shape[AD_MAX_DIMS];
     int64_t strides[ITER_MAX_OPS][AD_MAX_DIMS]; /* elements */
     size_t elsize[ITER_MAX_OPS];
+    /* 1: every element's result is independent of the others and of the
+       order (elementwise ops, copies; never a reduction's accumulation), so
+       nditer_run may walk the last two dims in tiles (a transposed operand);
+       nditer_init sets 0 */
+    int any_order;
 } nditer;
 
 /* Inner loop over n elements: ptrs[k] advance by strides[k] elements. */
