@@ -578,3 +578,41 @@ def test_nditer_layouts(shape, threads):
         if want is None:  # the map over a transposed view, against the contiguous map
             want = ad.from_numpy(np.ascontiguousarray(np.swapaxes(a, 0, -1))).exp().numpy()
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+# Lanes side by side but strided along the dim (lanes.c lane_inner: softmax
+# over dim 0, an NCHW log_softmax over channels) run in groups through a
+# buffer as contiguous lanes: the same bits as the contiguous lanes of the
+# moved-axis copy, for every op of the family, a ragged last group (37 and
+# 1001 lanes), a reduction's one output a lane, a transposed input whose
+# output lanes are rows, and both float dtypes (int64 for cumsum), at 1 and 2
+# threads; lanes too long to group (5000: float32 keeps the strided exp path,
+# within a few ulps of the row kernel).
+@pytest.mark.parametrize("length", [1, 7, 64, 300, 5000])
+def test_strided_lanes_same_bits_as_contiguous(length, threads):
+    rng = np.random.default_rng(length)
+    for dt in (np.float32, np.float64, np.int64):
+        for lanes in ((37, 1001) if length < 5000 else (37,)):
+            if dt == np.int64:
+                x = rng.integers(-1000, 1000, (length, lanes)).astype(dt)
+            else:
+                x = (rng.standard_normal((length, lanes)) * 4).astype(dt)
+            t = ad.from_numpy(x)
+            tc = ad.from_numpy(np.ascontiguousarray(x.T))  # the lanes contiguous
+            ops = [("cumsum", lambda u, d: u.cumsum(d))]
+            if dt != np.int64:
+                ops += [("softmax", lambda u, d: u.softmax(d)),
+                        ("log_softmax", lambda u, d: u.log_softmax(d)),
+                        ("logsumexp", lambda u, d: u.logsumexp(d))]
+            same = (np.testing.assert_array_equal if length <= 2048 or dt != np.float32 else
+                    lambda a, b, msg: np.testing.assert_allclose(a, b, rtol=3e-6, atol=1e-6,
+                                                                 err_msg=msg))
+            for name, f in ops:
+                want = f(tc, 1).numpy()
+                got = f(t, 0).numpy()  # lanes along dim 0, side by side
+                same(got, want.T if want.ndim == 2 else want, name)
+                got_t = f(t.t(), 1).numpy()  # a transposed input: output lanes are rows
+                same(got_t, want, name)
+            if dt == np.float64:  # and right: float64 numpy
+                ref = np.exp(x - x.max(0)) / np.exp(x - x.max(0)).sum(0)
+                np.testing.assert_allclose(t.softmax(0).numpy(), ref, rtol=1e-12, atol=1e-300)

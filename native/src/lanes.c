@@ -155,11 +155,54 @@ typedef struct {
     int flag;
 } lane_ctx;
 
+/* Lanes side by side in memory (a step of 1 from lane to lane) but strided
+   along the dim, as softmax over dim 0 of a matrix: up to LANE_GROUP of them
+   at a time are copied into a buffer a row at a time (reads of adjacent
+   elements), run there as contiguous lanes (the float32 softmax family in
+   the SIMD row kernel, as a contiguous dim's lanes: the same bits as the
+   transposed input's contiguous lanes), and their results copied out the
+   same way.  Walked one by one, each element of such a lane was a cache line
+   of its own, and a power-of-two row put all of a lane's lines in one L1 set:
+   Zen 4, 1 thread, float32 softmax(dim=0) of (64, 4096) 6.0 ms -> 0.3 (torch
+   0.36). */
+enum { LANE_GROUP = 16, LANE_BUF = 4096 /* elements */ };
+
+#define LANE_COPY(T, dst, dsr, dsk, src, ssr, ssk, rows, lanes)                   \
+    for (int64_t r_ = 0; r_ < (rows); r_++)                                      \
+        for (int64_t k_ = 0; k_ < (lanes); k_++)                                 \
+            ((T *)(dst))[r_ * (dsr) + k_ * (dsk)] = ((const T *)(src))[r_ * (ssr) + k_ * (ssk)];
+
+/* rows x lanes elements of size es: dst[r dsr + k dsk] = src[r ssr + k ssk] */
+static void lane_copy(size_t es, void *dst, int64_t dsr, int64_t dsk, const void *src,
+                      int64_t ssr, int64_t ssk, int64_t rows, int64_t lanes) {
+    if (es == 4)
+        LANE_COPY(uint32_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
+    else
+        LANE_COPY(uint64_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
+}
+#undef LANE_COPY
+
 static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     const lane_ctx *c = ctx;
-    for (int64_t i = 0; i < n; i++)
-        c->fn(p[1] + i * s[1] * (int64_t)c->es, c->xs, p[0] + i * s[0] * (int64_t)c->es, c->ys,
-              c->len, c->flag);
+    int64_t es = (int64_t)c->es, len = c->len, i = 0;
+    int64_t g = LANE_BUF / (len > 0 ? len : 1);
+    g = g > LANE_GROUP ? LANE_GROUP : g;
+    bool reduce = c->ys == 0; /* one output element a lane (logsumexp) */
+    if (s[1] == 1 && c->xs != 1 && g >= 2 && (es == 4 || es == 8)) {
+        _Alignas(64) uint64_t in[LANE_BUF], out[LANE_BUF];
+        for (; i < n; i += g) {
+            int64_t m = n - i < g ? n - i : g;
+            lane_copy(c->es, in, 1, len, p[1] + i * es, c->xs, 1, len, m);
+            for (int64_t k = 0; k < m; k++)
+                c->fn((char *)in + k * len * es, 1,
+                      reduce ? p[0] + (i + k) * s[0] * es : (char *)out + k * len * es,
+                      reduce ? 0 : 1, len, c->flag);
+            if (!reduce) lane_copy(c->es, p[0] + i * s[0] * es, c->ys, s[0], out, 1, len, len, m);
+        }
+        return;
+    }
+    for (; i < n; i++)
+        c->fn(p[1] + i * s[1] * es, c->xs, p[0] + i * s[0] * es, c->ys, len, c->flag);
 }
 
 typedef struct {
