@@ -572,8 +572,18 @@ def test_nditer_layouts(shape, threads):
     ]
     if len(shape) > 1:
         at = np.swapaxes(a, 0, -1)
-        cases.append((ta.transpose(0, -1) + ad.from_numpy(at), at + at))  # transposed
-        cases.append((ta.transpose(0, -1).exp(), None))
+        tt = ta.transpose(0, -1)
+        cases.append((tt + ad.from_numpy(at), at + at))  # transposed
+        cases.append((tt.exp(), None))
+        # both operands transposed, one flipped (negative steps) in both dims
+        cases.append((tt[::-1, ..., ::-1] * tt, at[::-1, ..., ::-1] * at))
+        ct = np.swapaxes(cond, 0, -1)  # where of transposed operands (4 of them)
+        cases.append((ad.where(ad.from_numpy(cond).transpose(0, -1), tt, tt[::-1]),
+                      np.where(ct, at, at[::-1])))
+        # a transposed bool converted (1-byte reads, 8-byte writes), a comparison
+        cases.append((ad.from_numpy(cond).transpose(0, -1).to_dtype("float64"),
+                      ct.astype(np.float64)))
+        cases.append((tt > tt[::-1], at > at[::-1]))
     for got, want in cases:
         if want is None:  # the map over a transposed view, against the contiguous map
             want = ad.from_numpy(np.ascontiguousarray(np.swapaxes(a, 0, -1))).exp().numpy()
@@ -584,15 +594,16 @@ def test_nditer_layouts(shape, threads):
 # over dim 0, an NCHW log_softmax over channels) run in groups through a
 # buffer as contiguous lanes: the same bits as the contiguous lanes of the
 # moved-axis copy, for every op of the family, a ragged last group (37 and
-# 1001 lanes), a reduction's one output a lane, a transposed input whose
+# 1001 lanes), empty lanes, a full buffer (2048: groups of 2), lanes a step
+# of -1 apart, a reduction's one output a lane, a transposed input whose
 # output lanes are rows, and both float dtypes (int64 for cumsum), at 1 and 2
 # threads; lanes too long to group (5000: float32 keeps the strided exp path,
 # within a few ulps of the row kernel).
-@pytest.mark.parametrize("length", [1, 7, 64, 300, 5000])
+@pytest.mark.parametrize("length", [0, 1, 7, 64, 300, 2048, 5000])
 def test_strided_lanes_same_bits_as_contiguous(length, threads):
     rng = np.random.default_rng(length)
     for dt in (np.float32, np.float64, np.int64):
-        for lanes in ((37, 1001) if length < 5000 else (37,)):
+        for lanes in ((37, 1001) if length < 2048 else (37,)):
             if dt == np.int64:
                 x = rng.integers(-1000, 1000, (length, lanes)).astype(dt)
             else:
@@ -613,6 +624,8 @@ def test_strided_lanes_same_bits_as_contiguous(length, threads):
                 same(got, want.T if want.ndim == 2 else want, name)
                 got_t = f(t.t(), 1).numpy()  # a transposed input: output lanes are rows
                 same(got_t, want, name)
-            if dt == np.float64:  # and right: float64 numpy
+                flip = f(ad.from_numpy(np.ascontiguousarray(x[:, ::-1])), 0).numpy()
+                same(f(t[:, ::-1], 0).numpy(), flip, name)  # lanes a step of -1 apart
+            if dt == np.float64 and length:  # and right: float64 numpy
                 ref = np.exp(x - x.max(0)) / np.exp(x - x.max(0)).sum(0)
                 np.testing.assert_allclose(t.softmax(0).numpy(), ref, rtol=1e-12, atol=1e-300)

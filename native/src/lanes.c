@@ -153,9 +153,10 @@ typedef struct {
     int64_t len, xs, ys; /* lane length and strides along the dim */
     size_t es;
     int flag;
+    int dtype;
 } lane_ctx;
 
-/* Lanes side by side in memory (a step of 1 from lane to lane) but strided
+/* Lanes side by side in memory (a step of +-1 from lane to lane) but strided
    along the dim, as softmax over dim 0 of a matrix: up to LANE_GROUP of them
    at a time are copied into a buffer a row at a time (reads of adjacent
    elements), run there as contiguous lanes (the float32 softmax family in
@@ -167,18 +168,29 @@ typedef struct {
    0.36). */
 enum { LANE_GROUP = 16, LANE_BUF = 4096 /* elements */ };
 
+/* a group's lanes, each len long, one after another: 32 KiB, twice on the
+   stack (pool workers have 1 MiB), read and written as the lanes' own type */
+typedef union {
+    float f32[LANE_BUF];
+    double f64[LANE_BUF];
+    int64_t i64[LANE_BUF];
+} lane_buf;
+
 #define LANE_COPY(T, dst, dsr, dsk, src, ssr, ssk, rows, lanes)                   \
     for (int64_t r_ = 0; r_ < (rows); r_++)                                      \
         for (int64_t k_ = 0; k_ < (lanes); k_++)                                 \
             ((T *)(dst))[r_ * (dsr) + k_ * (dsk)] = ((const T *)(src))[r_ * (ssr) + k_ * (ssk)];
 
-/* rows x lanes elements of size es: dst[r dsr + k dsk] = src[r ssr + k ssk] */
-static void lane_copy(size_t es, void *dst, int64_t dsr, int64_t dsk, const void *src,
+/* rows x lanes elements of the dtype: dst[r dsr + k dsk] = src[r ssr + k ssk];
+   false for a dtype without lanes kernels */
+static bool lane_copy(int dtype, void *dst, int64_t dsr, int64_t dsk, const void *src,
                       int64_t ssr, int64_t ssk, int64_t rows, int64_t lanes) {
-    if (es == 4)
-        LANE_COPY(uint32_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
-    else
-        LANE_COPY(uint64_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
+    switch (dtype) {
+    case AD_FLOAT32: LANE_COPY(float, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
+    case AD_FLOAT64: LANE_COPY(double, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
+    case AD_INT64: LANE_COPY(int64_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
+    }
+    return false;
 }
 #undef LANE_COPY
 
@@ -188,16 +200,17 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     int64_t g = LANE_BUF / (len > 0 ? len : 1);
     g = g > LANE_GROUP ? LANE_GROUP : g;
     bool reduce = c->ys == 0; /* one output element a lane (logsumexp) */
-    if (s[1] == 1 && c->xs != 1 && g >= 2 && (es == 4 || es == 8)) {
-        _Alignas(64) uint64_t in[LANE_BUF], out[LANE_BUF];
+    if ((s[1] == 1 || s[1] == -1) && c->xs != 1 && g >= 2 &&
+        (c->dtype == AD_FLOAT32 || c->dtype == AD_FLOAT64 || c->dtype == AD_INT64)) {
+        lane_buf in, out;
         for (; i < n; i += g) {
             int64_t m = n - i < g ? n - i : g;
-            lane_copy(c->es, in, 1, len, p[1] + i * es, c->xs, 1, len, m);
+            lane_copy(c->dtype, &in, 1, len, p[1] + i * s[1] * es, c->xs, s[1], len, m);
             for (int64_t k = 0; k < m; k++)
-                c->fn((char *)in + k * len * es, 1,
-                      reduce ? p[0] + (i + k) * s[0] * es : (char *)out + k * len * es,
+                c->fn((char *)&in + k * len * es, 1,
+                      reduce ? p[0] + (i + k) * s[0] * es : (char *)&out + k * len * es,
                       reduce ? 0 : 1, len, c->flag);
-            if (!reduce) lane_copy(c->es, p[0] + i * s[0] * es, c->ys, s[0], out, 1, len, len, m);
+            if (!reduce) lane_copy(c->dtype, p[0] + i * s[0] * es, c->ys, s[0], &out, 1, len, len, m);
         }
         return;
     }
@@ -275,7 +288,7 @@ static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **
         s *= (reduce && i == dim) ? 1 : xshape[i];
     }
     lane_ctx c = {fn, xshape[dim], xstr[dim], reduce ? 0 : ostr[dim], ad_dtype_size_(x->dtype),
-                  flag};
+                  flag, x->dtype};
     if (!reduce) { /* the output's stride along dim */
         int64_t t = 1;
         for (int i = nd - 1; i > dim; i--) t *= xshape[i];
