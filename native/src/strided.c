@@ -80,6 +80,20 @@ static bool tile_dims(const nditer *it, int64_t *tr, int64_t *tc) {
     return tiles;
 }
 
+/* The next index of dims 0 .. top (the last fastest), ptrs moved by their
+   byte steps; false past the last one (at once when top < 0) */
+static bool odometer_next(const nditer *it, int top, int64_t *idx, char **ptrs,
+                          int64_t step[][ITER_MAX_OPS]) {
+    for (int d = top; d >= 0; d--) {
+        idx[d]++;
+        for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] += step[d][k];
+        if (idx[d] < it->shape[d]) return true;
+        for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] -= step[d][k] * it->shape[d];
+        idx[d] = 0;
+    }
+    return false;
+}
+
 /* The last two dims in tiles, at every index of the outer ones (odometer);
    ptrs and step as in nditer_run */
 static void run_tiles(const nditer *it, int64_t tile_r, int64_t tile_c, char **ptrs,
@@ -103,15 +117,7 @@ static void run_tiles(const nditer *it, int64_t tile_r, int64_t tile_c, char **p
                     fn(ctx, n, p, inner);
                 }
             }
-        int d = last - 2; /* odometer over the dims outside the tiles */
-        for (; d >= 0; d--) {
-            idx[d]++;
-            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] += step[d][k];
-            if (idx[d] < it->shape[d]) break;
-            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] -= step[d][k] * it->shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0) return;
+        if (!odometer_next(it, last - 2, idx, ptrs, step)) return; /* the dims outside */
     }
 }
 
@@ -154,16 +160,7 @@ void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
         char *p[ITER_MAX_OPS];
         for (int k = 0; k < ITER_MAX_OPS; k++) p[k] = ptrs[k];
         fn(ctx, n, p, inner);
-        /* odometer over the outer dims */
-        int d = last - 1;
-        for (; d >= 0; d--) {
-            idx[d]++;
-            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] += step[d][k];
-            if (idx[d] < it->shape[d]) break;
-            for (int k = 0; k < ITER_MAX_OPS; k++) ptrs[k] -= step[d][k] * it->shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0) return;
+        if (!odometer_next(it, last - 1, idx, ptrs, step)) return; /* the outer dims */
     }
 }
 
