@@ -181,16 +181,16 @@ typedef union {
         for (int64_t k_ = 0; k_ < (lanes); k_++)                                 \
             ((T *)(dst))[r_ * (dsr) + k_ * (dsk)] = ((const T *)(src))[r_ * (ssr) + k_ * (ssk)];
 
-/* rows x lanes elements of the dtype: dst[r dsr + k dsk] = src[r ssr + k ssk];
-   false for a dtype without lanes kernels */
-static bool lane_copy(int dtype, void *dst, int64_t dsr, int64_t dsk, const void *src,
+/* rows x lanes elements of the dtype (one of lane_buf's): dst[r dsr + k dsk]
+   = src[r ssr + k ssk] */
+static void lane_copy(int dtype, void *dst, int64_t dsr, int64_t dsk, const void *src,
                       int64_t ssr, int64_t ssk, int64_t rows, int64_t lanes) {
-    switch (dtype) {
-    case AD_FLOAT32: LANE_COPY(float, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
-    case AD_FLOAT64: LANE_COPY(double, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
-    case AD_INT64: LANE_COPY(int64_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes) return true;
-    }
-    return false;
+    if (dtype == AD_FLOAT32)
+        LANE_COPY(float, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
+    else if (dtype == AD_FLOAT64)
+        LANE_COPY(double, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
+    else
+        LANE_COPY(int64_t, dst, dsr, dsk, src, ssr, ssk, rows, lanes)
 }
 #undef LANE_COPY
 

@@ -94,16 +94,17 @@ static bool odometer_next(const nditer *it, int top, int64_t *idx, char **ptrs,
     return false;
 }
 
-/* The last two dims in tiles, at every index of the outer ones (odometer);
+/* The last two dims, rows x cols, in tiles of tile_r x tile_c (a tile the
+   whole plane: row by row), at every index of the outer dims (odometer);
    ptrs and step as in nditer_run */
-static void run_tiles(const nditer *it, int64_t tile_r, int64_t tile_c, char **ptrs,
-                      inner_fn fn, void *ctx, const int64_t *inner,
-                      int64_t step[][ITER_MAX_OPS]) {
+static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **ptrs,
+                       inner_fn fn, void *ctx, const int64_t *inner,
+                       int64_t step[][ITER_MAX_OPS]) {
     int last = it->ndim - 1;
     int64_t rows = it->shape[last - 1], cols = it->shape[last];
     int64_t sc[ITER_MAX_OPS];
     for (int k = 0; k < ITER_MAX_OPS; k++)
-        sc[k] = k < it->nops ? it->strides[k][last] * (int64_t)it->elsize[k] : 0;
+        sc[k] = k < it->nops ? inner[k] * (int64_t)it->elsize[k] : 0;
     int64_t idx[AD_MAX_DIMS] = {0};
     for (;;) {
         for (int64_t r0 = 0; r0 < rows; r0 += tile_r)
@@ -138,30 +139,13 @@ void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
         fn(ctx, n, ptrs, inner);
         return;
     }
-    /* byte steps of the outer dims */
-    int64_t step[AD_MAX_DIMS][ITER_MAX_OPS] = {{0}};
+    int64_t step[AD_MAX_DIMS][ITER_MAX_OPS]; /* byte steps of the outer dims */
     for (int d = 0; d < last; d++)
-        for (int k = 0; k < nops; k++) step[d][k] = it->strides[k][d] * (int64_t)it->elsize[k];
+        for (int k = 0; k < ITER_MAX_OPS; k++)
+            step[d][k] = k < nops ? it->strides[k][d] * (int64_t)it->elsize[k] : 0;
     int64_t tile_r, tile_c;
-    if (tile_dims(it, &tile_r, &tile_c)) {
-        run_tiles(it, tile_r, tile_c, ptrs, fn, ctx, inner, step);
-        return;
-    }
-    if (nd == 2) { /* rows: the common case, without the odometer */
-        for (int64_t r = 0; r < it->shape[0]; r++) {
-            char *p[ITER_MAX_OPS];
-            for (int k = 0; k < ITER_MAX_OPS; k++) p[k] = ptrs[k] + r * step[0][k];
-            fn(ctx, n, p, inner);
-        }
-        return;
-    }
-    int64_t idx[AD_MAX_DIMS] = {0};
-    for (;;) {
-        char *p[ITER_MAX_OPS];
-        for (int k = 0; k < ITER_MAX_OPS; k++) p[k] = ptrs[k];
-        fn(ctx, n, p, inner);
-        if (!odometer_next(it, last - 1, idx, ptrs, step)) return; /* the outer dims */
-    }
+    if (!tile_dims(it, &tile_r, &tile_c)) tile_r = it->shape[last - 1], tile_c = n;
+    run_planes(it, tile_r, tile_c, ptrs, fn, ctx, inner, step);
 }
 
 int64_t nditer_numel(const nditer *it) {
