@@ -8,6 +8,17 @@
 
 #define ITER_MAX_OPS 4
 
+/* Inner loop over n elements: ptrs[k] advance by strides[k] elements. */
+typedef void (*inner_fn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
+
+/* A whole plane of the last two dims (rows x cols) in one call: ptrs[k] at
+   operand k's first element of the plane, rstep[k] its byte step along the
+   rows, cstep[k] its element step along the columns (inner_fn's strides).
+   Returns false, having written nothing, when it does not take the layout:
+   the plane is then walked row by row with the inner_fn. */
+typedef bool (*plane_fn)(void *ctx, int64_t rows, int64_t cols, char **ptrs,
+                         const int64_t *rstep, const int64_t *cstep);
+
 typedef struct nditer {
     int nops, ndim;
     int64_t shape[AD_MAX_DIMS];
@@ -18,10 +29,9 @@ typedef struct nditer {
        nditer_run may walk the last two dims in tiles (a transposed operand);
        nditer_init sets 0 */
     int any_order;
+    /* tried on every plane before its rows (ndim >= 2); nditer_init sets NULL */
+    plane_fn plane;
 } nditer;
-
-/* Inner loop over n elements: ptrs[k] advance by strides[k] elements. */
-typedef void (*inner_fn)(void *ctx, int64_t n, char **ptrs, const int64_t *strides);
 
 /* strides[k] are the element strides of operand k over `shape` (0 where it
    broadcasts).  Dims are coalesced; operand 0 is usually the output. */
@@ -71,6 +81,14 @@ void nditer_slice(const nditer *it, char *const *base, int d, int64_t begin, int
                   nditer *sub, char **sub_base);
 
 int64_t nditer_numel(const nditer *it);
+
+/* The copy of a transposed plane (transpose_avx2.c), for elements of 4 and 8
+   bytes: dst[r, c] at dst + r drs + c es from src + c scs + r es, for r < rows
+   and c < cols (steps in bytes; rows contiguous in src, columns in dst). */
+void ad_transpose4_avx2(int64_t rows, int64_t cols, char *dst, int64_t drs, const char *src,
+                        int64_t scs);
+void ad_transpose8_avx2(int64_t rows, int64_t cols, char *dst, int64_t drs, const char *src,
+                        int64_t scs);
 
 /* The strides of t seen through a broadcast to out_shape (right-aligned). */
 void broadcast_strides(const ad_tensor *t, const int64_t *out_shape, int out_ndim,
