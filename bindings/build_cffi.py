@@ -220,7 +220,7 @@ fail:
    tensor.py installs the methods through _ad_install_fast_methods (KEEP_GIL)
    after the class is built; any failure leaves the Python methods in place;
    PYAUTODIFF_PYTHON_METHODS=1 keeps them throughout. */
-enum { AD_FM_UNARY, AD_FM_BINARY };
+enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE }; /* REDUCE: over every dim */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -288,6 +288,8 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
     if (!kwnames && n == 1 + (m->kind == AD_FM_BINARY) && (x = _ad_fm_handle(args[0]))) {
         if (m->kind == AD_FM_UNARY) {
             r = ad_unary_quick(m->op, x);
+        } else if (m->kind == AD_FM_REDUCE) {
+            r = ad_reduce_quick(m->op, x);
         } else if (PyObject_TypeCheck(args[1], _ad_fm_tensor)) { /* isinstance(o, Tensor) */
             ad_tensor *y = _ad_fm_handle(args[1]);
             if (y) r = m->reflected ? ad_binary_quick(m->op, y, x) : ad_binary_quick(m->op, x, y);
@@ -387,7 +389,7 @@ static int _ad_install_fast_methods(void) {
         int kind, op, sop, reflected, negate;
         if (!PyArg_ParseTuple(row, "OUiiipp", &cls, &name, &kind, &op, &sop, &reflected, &negate) ||
             !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base)) ||
-            (kind != AD_FM_UNARY && kind != AD_FM_BINARY))
+            (kind != AD_FM_UNARY && kind != AD_FM_BINARY && kind != AD_FM_REDUCE))
             goto fail;
         PyObject *func = PyDict_GetItemWithError(AD_TYPE(cls)->tp_dict, name);
         if (!func || !PyFunction_Check(func)) goto fail;
@@ -501,7 +503,8 @@ def quick_op_source(rows):
 # (ffi.errno): nothing reads errno after them, and the pair with its two
 # thread-local lookups was about 120 of the 7000 instructions of a
 # 1000-element add (callgrind), the quick call and the release counted.
-KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick", "ad_scalar_quick", "ad_tensor_release_quick",
+KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick",
+            "ad_scalar_quick", "ad_reduce_quick", "ad_tensor_release_quick",
             *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 

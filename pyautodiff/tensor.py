@@ -59,6 +59,7 @@ _NULL = ffi.NULL
 # the GIL kept (bindings/build_cffi.py) and the handle returned, so no
 # out-slot.  NULL declines: the ordinary call then does the work or raises.
 _bq, _uq, _sq = lib.ad_binary_quick, lib.ad_unary_quick, lib.ad_scalar_quick
+_rq = lib.ad_reduce_quick
 
 
 def _wrap(h, cls=None):
@@ -186,6 +187,8 @@ def _shape_varargs(shape, fn):
 def _dims_arg(dim):
     if dim is None:
         return ()
+    if type(dim) is int:  # the common case, before the slower ABC check
+        return (dim,)
     if isinstance(dim, numbers.Integral):
         return (operator.index(dim),)
     return tuple(operator.index(d) for d in dim)
@@ -905,6 +908,12 @@ class Tensor:
     # ---- reductions --------------------------------------------------------------------
     def _reduce(self, op, dim, keepdim):
         if dim is None:  # over everything: the common loss.sum() / mean(), kept short
+            if not keepdim:
+                h = _rq(op, self._h)
+                if h:
+                    t = _new(Tensor)
+                    t._h = h
+                    return t
             try:
                 out, one = _tls.out, _tls.one
             except AttributeError:
@@ -1427,14 +1436,17 @@ if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
 # makes first, and calls that method (its __wrapped__) whenever the quick call
 # is not taken; they read the handles of _FAST_FINALIZE's classes' own
 # instances only (not of subclasses, nor of released tensors).  Rows: (class,
-# name, kind 0 unary / 1 binary, op, scalar op or -1, reflected,
-# negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python methods (the
+# name, kind 0 unary / 1 binary / 2 reduction over every dim (no arguments),
+# op, scalar op or -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python methods (the
 # tests run both).
 _HANDLE_CTYPE = ffi.typeof("ad_tensor *")
 _FAST_METHODS = (
     *((Tensor, name, 0, kind, -1, False, False)
       for name, kind in {**_ops_unary_kinds(), "__neg__": lib.AD_OP_NEG}.items()),
     *((Tensor, name, 1, *row) for name, row in _OPERATORS.items()),
+    *((Tensor, name, 2, op, -1, False, False)
+      for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),
+                       ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()

@@ -37,7 +37,8 @@ def test_only_ad_symbols_exported():
     for required in ("ad_backward", "ad_op_call", "ad_last_error", "ad_abi_version",
                      "ad_tensor_release", "ad_var_from_tensor", "ad_var_set",
                      "ad_live_tensors", "ad_gradstore_get", "ad_binary_quick",
-                     "ad_unary_quick", "ad_scalar_quick", "ad_tensor_release_quick"):
+                     "ad_unary_quick", "ad_scalar_quick", "ad_reduce_quick",
+                     "ad_tensor_release_quick"):
         assert required in syms, f"{required} is not exported"
 
 

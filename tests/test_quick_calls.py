@@ -1,5 +1,5 @@
-"""The quick calls (pyautodiff.h, ABI 1.5): ad_binary_quick, ad_unary_quick,
-ad_scalar_quick and ad_tensor_release_quick.  They must give the ordinary
+"""The quick calls (pyautodiff.h, ABI 1.5 and 1.8): ad_binary_quick,
+ad_unary_quick, ad_scalar_quick, ad_reduce_quick and ad_tensor_release_quick.  They must give the ordinary
 call's result to the bit, record the same node, decline (NULL / 0, nothing
 changed) everything else, and hold up under threads.  The Tensor operators
 take them first, so the rest of the suite covers them too; these tests pin
@@ -119,6 +119,55 @@ def test_unary_and_scalar_match_the_ordinary_call(dtype, shape):
                                           err_msg=info.name)
 
 
+REDUCTIONS = ("SUM", "MEAN", "PROD", "MAX", "MIN")
+
+
+def ordinary_reduce(op, t):
+    """ad_op_call's reduction over every dim (iargs {keepdim 0}), as numpy."""
+    out = ffi.new("ad_tensor **")
+    inp = ffi.new("ad_tensor *[1]", [t._h])
+    st = lib.ad_op_call(op, inp, 1, ffi.new("int64_t[1]", [0]), 1, ffi.NULL, 0, out)
+    return st if st else _wrap(out[0]).numpy().copy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (4, 4), (3, 1, 5), (1000,), (0, 3),
+                                   (65535,), (65536,), (3, 8)])
+def test_reductions_match_the_ordinary_call(dtype, shape):
+    x = sample(dtype, shape, 4)
+    if dtype.startswith("float") and x.size >= 8:  # NaN, infinities and -0 in the mix
+        x.reshape(-1)[:4] = [-0.0, np.inf, -np.inf, np.nan][:4]
+    t = ad.from_numpy(x)
+    views = [t] + ([t.t()] if len(shape) == 2 else [])
+    for name in REDUCTIONS:
+        op = getattr(lib, "AD_OP_" + name)
+        for v in views:
+            want = ordinary_reduce(op, v)
+            got = quick(lib.ad_reduce_quick, op, v)
+            takes = (v is t and len(shape) > 0 and x.size < 65536 and
+                     (dtype in ("float32", "float64") or
+                      (dtype == "int64" and name != "MEAN") or
+                      (name in ("MAX", "MIN") and dtype != "bool")) and
+                     not (name in ("MAX", "MIN") and x.size == 0))
+            if not takes:
+                assert got is None, (name, dtype, shape)
+                continue
+            assert got is not None and not isinstance(want, int), (name, dtype, shape)
+            assert got.shape == () and got.dtype == want.dtype
+            np.testing.assert_array_equal(bits(got), bits(want), err_msg=name)
+    # the methods with no arguments take it (fast methods or Python), with the
+    # same result and node as with dim given
+    if x.size and shape and dtype.startswith("float"):
+        v = ad.Var(x)
+        for name in ("sum", "mean", "max", "min", "prod"):
+            y = getattr(v, name)()
+            yd = getattr(v, name)(dim=tuple(range(len(shape))))
+            np.testing.assert_array_equal(bits(y.numpy()), bits(yd.numpy()), err_msg=name)
+            assert y.op == name and y.track_op
+            g, gd = y.backward()[v], yd.backward()[v]
+            np.testing.assert_array_equal(bits(g.numpy()), bits(gd.numpy()), err_msg=name)
+
+
 def test_per_op_quick_calls_are_the_generic_ones():
     # bindings/build_cffi.py makes lib._ad_uq_<name>(x) for every unary op
     # without float arguments and lib._ad_bq_<name>(a, b) for every binary
@@ -176,10 +225,20 @@ def test_declines_what_the_ordinary_path_handles():
         (lib.ad_unary_quick, lib.AD_OP_SUM, a),
         (lib.ad_scalar_quick, exp, a, 1.0),
         (lib.ad_scalar_quick, lib.AD_OP_ADD_SCALAR, ad.ones(3, dtype=ad.int64), 1.0),
+        (lib.ad_reduce_quick, lib.AD_OP_SUM, a.t()),  # not contiguous
+        (lib.ad_reduce_quick, lib.AD_OP_SUM, a[:, ::2]),
+        (lib.ad_reduce_quick, exp, a),  # not a reduction over every dim
+        (lib.ad_reduce_quick, lib.AD_OP_LOGSUMEXP, a),
+        (lib.ad_reduce_quick, lib.AD_OP_ARGMAX, a),
+        (lib.ad_reduce_quick, lib.AD_OP_SUM, ad.ones(3, dtype=ad.int32)),  # sums in int64
+        (lib.ad_reduce_quick, lib.AD_OP_MEAN, ad.ones(3, dtype=ad.int64)),  # an error
+        (lib.ad_reduce_quick, lib.AD_OP_MAX, ad.ones((0, 3))),  # no identity: an error
+        (lib.ad_reduce_quick, lib.AD_OP_SUM, ad.tensor(2.0)),  # 0-d
     ]
     big = ad.ones(1 << 18)  # the pool's and the GIL's business: ordinary path
     cases += [(lib.ad_binary_quick, add, big, big), (lib.ad_unary_quick, exp, big),
-              (lib.ad_scalar_quick, lib.AD_OP_MUL_SCALAR, big, 2.0)]
+              (lib.ad_scalar_quick, lib.AD_OP_MUL_SCALAR, big, 2.0),
+              (lib.ad_reduce_quick, lib.AD_OP_SUM, ad.ones(1 << 16))]  # blocked sums
     n = ad.live_tensors()
     for fn, op, *args in cases:
         assert fn(op, *(x._h for x in args[:2] if isinstance(x, ad.Tensor)),
@@ -188,6 +247,7 @@ def test_declines_what_the_ordinary_path_handles():
     assert lib.ad_binary_quick(add, ffi.NULL, a._h) == ffi.NULL
     assert lib.ad_unary_quick(exp, ffi.NULL) == ffi.NULL
     assert lib.ad_scalar_quick(lib.AD_OP_ADD_SCALAR, ffi.NULL, 1.0) == ffi.NULL
+    assert lib.ad_reduce_quick(lib.AD_OP_SUM, ffi.NULL) == ffi.NULL
     assert lib.ad_tensor_release_quick(ffi.NULL) == 1
 
 
@@ -196,8 +256,12 @@ def test_declines_in_anomaly_mode_and_under_the_failure_hook():
     with ad.detect_anomaly():
         assert lib.ad_binary_quick(lib.AD_OP_MUL, v._h, v._h) == ffi.NULL
         assert (v * v).op == "mul"  # the ordinary path records the site
+    with ad.detect_anomaly():
+        assert lib.ad_reduce_quick(lib.AD_OP_SUM, v._h) == ffi.NULL
+        assert v.sum().op == "sum"
     lib.ad_testing_fail_alloc_after(1)
     try:
+        assert lib.ad_reduce_quick(lib.AD_OP_SUM, v._h) == ffi.NULL
         assert lib.ad_unary_quick(lib.AD_OP_EXP, v._h) == ffi.NULL
         with pytest.raises(ad.OutOfMemoryError):  # the failure lands in the ordinary path
             v.exp()

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 7
+#define AD_ABI_MINOR 8
 
 /* cffi:begin */
 
@@ -586,10 +586,15 @@ AD_API int ad_get_checkpoint_strategy(void);
    interpreter lock across them.  ad_tensor_release_quick returns 1 when it
    ended the reference, 0 (changing nothing) when ad_tensor_release must:
    the last reference of a tensor over external memory, or of one whose graph
-   node would take more than its own plain inputs down with it. */
+   node would take more than its own plain inputs down with it.
+   ad_reduce_quick (ABI 1.8) is ad_op_call's AD_OP_SUM, MEAN, PROD, MAX or MIN
+   over every dim with keepdim 0 (iargs {0}), for a contiguous operand of
+   fewer than 65536 elements whose dtype the reduction keeps (float32,
+   float64, int64; MAX and MIN any dtype but bool); 0-d operands are declined. */
 AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b);
 AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x);
 AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s);
+AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x);
 AD_API int ad_tensor_release_quick(ad_tensor *t);
 
 /* cffi:end */

@@ -180,6 +180,7 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
 /* A fresh contiguous tensor of like's shape and the given dtype; NULL when
    out of memory (no message set). */
 ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like);
+ad_tensor *ad_tensor_new_0d(int dtype);
 /* A new tensor viewing t's storage with the given layout (untracked). */
 ad_status ad_tensor_view(const ad_tensor *t, const int64_t *shape, const int64_t *strides,
                          int ndim, int64_t offset, ad_tensor **out);
@@ -314,6 +315,10 @@ ad_status fwd_cumsum(const op_args *a, ad_tensor **out);
    ran out (no message set). */
 ad_tensor *ad_ew_quick_binary(int op, int out_dtype, const ad_tensor *a, const ad_tensor *b);
 ad_tensor *ad_ew_quick_unary(int op, const ad_tensor *x, double s);
+/* The reductions' (reduce.c): sum, mean, prod, max or min of every element of
+   a small contiguous tensor (keepdim false) as a new 0-d tensor, or NULL (the
+   same conditions, an op or dtype the ordinary call converts or rejects). */
+ad_tensor *ad_reduce_quick_all(int op, const ad_tensor *x);
 
 #define OP_NAME(op) (ad_ops[op].name)
 

@@ -195,14 +195,15 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
  * another caller can hold for long, never call into the caller, and bound
  * their work, so a binding may keep its interpreter lock across them. */
 static ad_tensor *quick_finish(int op, const op_def *def, const ad_tensor *const *in, int n_in,
-                               const double *fargs, int n_fargs, ad_tensor *y) {
+                               const int64_t *iargs, int n_iargs, const double *fargs,
+                               int n_fargs, ad_tensor *y) {
     if (!y) return NULL;
     unsigned tracked = 0;
     if (def->backward && ad_grad_enabled && ad_dtype_is_float(y->dtype))
         for (int i = 0; i < n_in; i++)
             if (ad_tracks(in[i])) tracked |= 1u << i;
     if (tracked) {
-        op_args a = {op, in, n_in, NULL, 0, fargs, n_fargs};
+        op_args a = {op, in, n_in, iargs, n_iargs, fargs, n_fargs};
         if (record(op, def, &a, tracked, y)) {
             ad_tensor_release(y);
             return NULL;
@@ -223,14 +224,14 @@ AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b
     const op_def *def = &ad_ops[op];
     if (def->forward != fwd_binary && def->forward != fwd_compare) return NULL;
     const ad_tensor *in[2] = {a, b};
-    return quick_finish(op, def, in, 2, NULL, 0,
+    return quick_finish(op, def, in, 2, NULL, 0, NULL, 0,
                         ad_ew_quick_binary(op, def->forward == fwd_compare ? AD_BOOL : a->dtype,
                                            a, b));
 }
 
 AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x) {
     if (!x || !quick_ok(op, 1, 0) || ad_ops[op].forward != fwd_unary) return NULL;
-    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, ad_ew_quick_unary(op, x, 0));
+    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, NULL, 0, ad_ew_quick_unary(op, x, 0));
 }
 
 AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s) {
@@ -239,7 +240,16 @@ AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s) {
     if (!x || !ad_dtype_is_float(x->dtype) || !quick_ok(op, 1, 1) ||
         ad_ops[op].forward != fwd_scalar)
         return NULL;
-    return quick_finish(op, &ad_ops[op], &x, 1, &s, 1, ad_ew_quick_unary(op, x, s));
+    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, &s, 1, ad_ew_quick_unary(op, x, s));
+}
+
+AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x) {
+    static const int64_t keepdim[1] = {0}; /* the ordinary call's iargs: over every dim */
+    if (!x || (op != AD_OP_SUM && op != AD_OP_MEAN && op != AD_OP_PROD && op != AD_OP_MAX &&
+               op != AD_OP_MIN) ||
+        ad_anomaly_enabled || ad_alloc_failure_armed())
+        return NULL;
+    return quick_finish(op, &ad_ops[op], &x, 1, keepdim, 1, NULL, 0, ad_reduce_quick_all(op, x));
 }
 
 AD_API ad_status ad_op_info(int op, ad_op_info_t *out) {

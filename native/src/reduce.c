@@ -299,6 +299,31 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
     return AD_OK;
 }
 
+/* Below ITER_PAR_MIN elements, a contiguous x is one dim to nditer and none of
+   the blocked forms above applies: reduce_into makes this one kernel call. */
+ad_tensor *ad_reduce_quick_all(int op, const ad_tensor *x) {
+    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
+    inner_fn fn = red_table[kind][x->dtype];
+    bool float_only = op == AD_OP_MEAN, nonempty = kind == R_MAX || kind == R_MIN;
+    if (!fn || x->dtype == AD_BOOL || (float_only && !ad_dtype_is_float(x->dtype)) || x->ndim == 0 ||
+        x->numel >= ITER_PAR_MIN || (nonempty && x->numel == 0) || !ad_is_contiguous(x))
+        return NULL;
+    ad_tensor *y = ad_tensor_new_0d(x->dtype);
+    if (!y) return NULL;
+    fill_identity(y, kind);
+    char *p[ITER_MAX_OPS] = {y->storage->data, ad_ptr(x), y->storage->data, y->storage->data};
+    int64_t s[ITER_MAX_OPS] = {0, 1, 0, 0};
+    if (x->numel) fn(NULL, x->numel, p, s);
+    if (op == AD_OP_MEAN) { /* fwd_reduce's scaling */
+        double scale = x->numel ? 1.0 / (double)x->numel : NAN;
+        if (y->dtype == AD_FLOAT32)
+            *(float *)y->storage->data *= (float)scale;
+        else
+            *(double *)y->storage->data *= scale;
+    }
+    return y;
+}
+
 ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     int op = a->op;

@@ -184,24 +184,29 @@ ad_status ad_tensor_empty(int dtype, const int64_t *shape, int ndim, ad_tensor *
     return AD_OK;
 }
 
-/* ad_tensor_empty for a shape already checked (like's own), without a message
-   on failure: the quick calls (ops.c) decline instead. */
-ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like) {
-    int nd = like->ndim;
+/* ad_tensor_empty for a shape already checked (like's own, or 0-d), without a
+   message on failure: the quick calls (ops.c) decline instead. */
+static ad_tensor *tensor_new_checked(int dtype, const int64_t *shape, int nd, int64_t numel) {
     ad_tensor *t = tensor_alloc(nd);
     if (!t) return NULL;
-    t->storage = storage_new((size_t)like->numel * ad_dtype_size_(dtype));
+    t->storage = storage_new((size_t)numel * ad_dtype_size_(dtype));
     if (!t->storage) {
         tensor_free(t);
         atomic_fetch_sub(&ad_live_tensor_count, 1);
         return NULL;
     }
     t->dtype = (uint8_t)dtype;
-    t->numel = like->numel;
-    if (nd) memcpy(T_SHAPE(t), T_SHAPE(like), (size_t)nd * sizeof(int64_t));
+    t->numel = numel;
+    if (nd) memcpy(T_SHAPE(t), shape, (size_t)nd * sizeof(int64_t));
     contiguous_strides(T_SHAPE(t), nd, T_STRIDES(t));
     return t;
 }
+
+ad_tensor *ad_tensor_new_like(int dtype, const ad_tensor *like) {
+    return tensor_new_checked(dtype, T_SHAPE(like), like->ndim, like->numel);
+}
+
+ad_tensor *ad_tensor_new_0d(int dtype) { return tensor_new_checked(dtype, NULL, 0, 1); }
 
 ad_status ad_tensor_zeros(int dtype, const int64_t *shape, int ndim, ad_tensor **out) {
     ad_status st = ad_tensor_empty(dtype, shape, ndim, out);
