@@ -306,6 +306,19 @@ m[np.triu_indices(70, 1)] = -np.inf  # causal mask
 m[5, :] = -np.linspace(0, 120, 70)  # terms through the denormal window and the flush bound
 x = ad.from_numpy(m)
 outs += [x.softmax(1), x.log_softmax(1), x.logsumexp(1)]
+# lanes side by side along dim 0, a vector of them at a time (cols_softmax):
+# the causal mask's columns, NaN and inf lanes, ragged groups
+m[3, 7] = np.nan
+m[:, 11] = np.nan
+m[9, 20] = np.inf
+for x in (ad.from_numpy(m), ad.from_numpy(m[:, :37]), ad.from_numpy(m[:13, :5])):
+    outs += [x.softmax(0), x.log_softmax(0), x.logsumexp(0)]
+for shape in ((12, 40), (2, 10, 9, 31)):  # and their gradients
+    v = ad.Var((rng.standard_normal(shape) * 3).astype(np.float32))
+    g = ad.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    d = 0 if len(shape) == 2 else 1
+    outs += [ad.grad((v.softmax(d) * g).sum(), [v])[0],
+             ad.grad((v.log_softmax(d) * g).sum(), [v])[0]]
 for n in (1, 7, 16, 33, 1000):  # the one-pass gradients
     v = ad.Var((rng.standard_normal((3, n)) * 9).astype(np.float32))
     g = ad.from_numpy(rng.standard_normal((3, n)).astype(np.float32))
@@ -588,6 +601,55 @@ def test_nditer_layouts(shape, threads):
         if want is None:  # the map over a transposed view, against the contiguous map
             want = ad.from_numpy(np.ascontiguousarray(np.swapaxes(a, 0, -1))).exp().numpy()
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+# Lanes side by side along dim 0 run a vector of lanes at a time (lanes.c
+# lanes_cols, simd_math.h cols_softmax); lanes whose maximum is not finite, or
+# whose softmax sum is NaN, go back to the row kernel: every lane the bits of
+# the contiguous lane, NaN payloads included, ragged groups, 1 and 2 threads.
+@pytest.mark.parametrize("shape", [(12, 40), (3, 17), (1, 9), (33, 5)])
+def test_side_by_side_lanes_special_values_same_bits(shape, threads):
+    rng = np.random.default_rng(shape[1])
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    cols = shape[1]
+    x[:, 3 % cols] = np.nan                  # an all-NaN lane: maximum -inf
+    x[0, 5 % cols] = np.nan                  # a NaN among finite values
+    x[:, 7 % cols] = -np.inf                 # an all -inf lane
+    x[-1, 8 % cols] = np.inf                 # an inf maximum
+    x[0, 2 % cols] = -np.inf                 # a -inf term
+    x[:, 6 % cols] = -np.linspace(0, 120, shape[0])  # terms down to the denormals
+    t, tc = ad.from_numpy(x), ad.from_numpy(np.ascontiguousarray(x.T))
+    for name in ("softmax", "log_softmax", "logsumexp"):
+        got = getattr(t, name)(0).numpy()
+        want = getattr(tc, name)(1).numpy()
+        want = want.T if want.ndim == 2 else want
+        np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint32),
+                                      np.ascontiguousarray(want).view(np.uint32), err_msg=name)
+
+
+# Their gradients (nn.c smg_units, simd_math.h cols_softmax_grad): float32
+# lanes side by side (an NCHW tensor's channels, dim 0 of a matrix) get the
+# contiguous lane's gradient bits, ragged groups and blocks, 1 and 2 threads.
+@pytest.mark.parametrize("shape,dim", [((12, 40), 0), ((3, 300), 0), ((2, 10, 9, 31), 1),
+                                       ((33, 5), 0)])
+def test_side_by_side_lane_gradients_same_bits(shape, dim, threads):
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    moved = lambda a: np.ascontiguousarray(np.moveaxis(a, dim, -1))
+    for name in ("softmax", "log_softmax"):
+        v, vc = ad.Var(x), ad.Var(moved(x))
+        got = ad.grad((getattr(v, name)(dim) * ad.from_numpy(g)).sum(), [v])[0].numpy()
+        want = ad.grad((getattr(vc, name)(-1) * ad.from_numpy(moved(g))).sum(), [vc])[0].numpy()
+        np.testing.assert_array_equal(moved(got).view(np.uint32), want.view(np.uint32),
+                                      err_msg=name)
+        # against float64
+        xd = x.astype(np.float64)
+        e = np.exp(xd - xd.max(dim, keepdims=True))
+        sm = e / e.sum(dim, keepdims=True)
+        ref = (sm * (g - (g * sm).sum(dim, keepdims=True)) if name == "softmax" else
+               g - sm * g.sum(dim, keepdims=True))
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
 
 
 # Copies of transposed planes (strided.c copy_plane: register blocks of 8 x 8

@@ -32,6 +32,18 @@ SIMD_MAPS(SIMD_DECLARE_NT)
 int ad_softmax_row_f32_avx2(const float *x, float *y, int64_t len, int mode);
 int ad_softmax_row_f32_avx512(const float *x, float *y, int64_t len, int mode);
 
+/* nl lanes side by side, strided along the dim (simd_math.h's cols_softmax):
+   lane k's element r at x[r xs + k], y[r ys + k] (modes 0, 1) or y[k yk]
+   (mode 2), nl at most SIMD_COLS_AVX2 / SIMD_COLS_AVX512 (the vector width);
+   each lane gets ad_softmax_row_f32's bits.  0 when a lane needs the row
+   kernel's other paths (a maximum or a softmax sum that is not finite): y
+   may have been written, and the caller runs the lanes again. */
+enum { SIMD_COLS_AVX2 = 8, SIMD_COLS_AVX512 = 16 };
+int ad_softmax_cols_f32_avx2(const float *x, int64_t xs, float *y, int64_t ys, int64_t yk,
+                             int64_t len, int nl, int mode);
+int ad_softmax_cols_f32_avx512(const float *x, int64_t xs, float *y, int64_t ys, int64_t yk,
+                               int64_t len, int nl, int mode);
+
 /* cross_entropy's rows (simd_math.h's row_lse / row_softmax_scaled): log sum
    e^x in double into *lse; softmax(x) s into y.  0 (nothing written) when the
    lane's maximum is not finite. */
@@ -47,6 +59,13 @@ void ad_softmax_grad_rows_f32_avx2(const float *y, const float *g, float *dx, in
                                    int64_t r1, int64_t len, int mode);
 void ad_softmax_grad_rows_f32_avx512(const float *y, const float *g, float *dx, int64_t r0,
                                      int64_t r1, int64_t len, int mode);
+
+/* the same over `lanes` lanes side by side, lane k's element r at y[r rs +
+   k] (simd_math.h's cols_softmax_grad): each lane row_softmax_grad's bits */
+void ad_softmax_grad_cols_f32_avx2(const float *y, const float *g, float *dx, int64_t rs,
+                                   int64_t len, int64_t lanes, int mode);
+void ad_softmax_grad_cols_f32_avx512(const float *y, const float *g, float *dx, int64_t rs,
+                                     int64_t len, int64_t lanes, int mode);
 
 /* The gradient maps ad_<op>_grad_f32_<isa>(n, x, g, sg, dx): dx = g d over
    n contiguous elements, g contiguous (sg = 1) or one value (sg = 0), x the

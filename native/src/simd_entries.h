@@ -24,12 +24,24 @@ int SE_NAME(ad_softmax_row_f32)(const float *x, float *y, int64_t len, int mode)
     return row_softmax(x, y, len, mode);
 }
 
+int SE_NAME(ad_softmax_cols_f32)(const float *x, int64_t xs, float *y, int64_t ys, int64_t yk,
+                                 int64_t len, int nl, int mode) {
+    return cols_softmax(x, xs, y, ys, yk, len, nl, mode);
+}
+
 int SE_NAME(ad_lse_row_f32)(const float *x, int64_t len, double *lse) {
     return row_lse(x, len, lse);
 }
 
 int SE_NAME(ad_softmax_scaled_row_f32)(const float *x, float *y, int64_t len, double s) {
     return row_softmax_scaled(x, y, len, s);
+}
+
+void SE_NAME(ad_softmax_grad_cols_f32)(const float *y, const float *g, float *dx, int64_t rs,
+                                       int64_t len, int64_t lanes, int mode) {
+    for (int64_t k = 0; k < lanes; k += VW)
+        cols_softmax_grad(y + k, g + k, dx + k, rs, len, lanes - k < VW ? (int)(lanes - k) : VW,
+                          mode);
 }
 
 void SE_NAME(ad_softmax_grad_rows_f32)(const float *y, const float *g, float *dx, int64_t r0,

@@ -467,8 +467,12 @@ NO_FAST(gelu_erf)
  * steps start at multiples of VW), row_acc_sum (the partials folded: j + 8,
  * then + 4, + 2, + 1), V_MUL_D (per lane, (float)((double)v * s)), V_HMAX
  * (the largest lane), and for the gradient rows row_acc_prod (a step's
- * products a b, exact in double, added to the partials) and V_SMGRAD_D /
- * V_LSMGRAD_D (per lane, (float) of a (b - s) and b - a s in double). */
+ * products a b, exact in double, added to the partials) and V_SMGRAD_DV /
+ * V_LSMGRAD_DV (per lane, (float) of a (b - s) and b - a s in double, s the
+ * lane's own from a COLS_D).  The lanes side by side (cols_softmax) keep VW
+ * lanes' partials in a COLS_D each: cols_d_zero, cols_d_set1, cols_d_add (a
+ * vector's lanes added in double), cols_d_fmadd (products a b, exact in
+ * double), cols_d_sum, cols_d_store. */
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
@@ -587,6 +591,74 @@ static inline int row_softmax_scaled(const float *x, float *y, int64_t len, doub
     return 1;
 }
 
+/* nl <= VW lanes side by side (lane k's element r at x[r xs + k]), each run
+   as row_softmax runs a contiguous lane of len elements, vertically: the
+   maximum, the terms and their 16 double partial sums (partial j taking the
+   rows r = j mod 16, in order) and the fold in row_acc_sum's order are per
+   lane the same operations, so each lane gets row_softmax's bits.  y's
+   element r of lane k at y[r ys + k] (modes 0 and 1) or y[k yk] (mode 2).
+   0 when a lane's maximum is not finite (row_softmax's double loop takes
+   those lanes), or softmax's sum is not (row_scale's other form): y may have
+   been written then, and the caller runs the lanes again. */
+static inline V cols_load(const float *p, int nl) {
+    return nl == VW ? V_LOADU(p) : V_LOAD_PART(p, nl, 0.0f);
+}
+static inline void cols_store(float *p, int nl, V v) {
+    if (nl == VW) V_STOREU(p, v);
+    else V_STORE_PART(p, nl, v);
+}
+
+static inline int cols_softmax(const float *x, int64_t xs, float *y, int64_t ys, int64_t yk,
+                               int64_t len, int nl, int mode) {
+    V mv = V_SET1(-INFINITY);
+    for (int64_t r = 0; r < len; r++) mv = V_MAX(cols_load(x + r * xs, nl), mv);
+    /* the lanes past nl load as 0: finite */
+    if (!M_ALL(V_CMP(V_ANDNOT(V_SET1(-0.0f), mv), V_SET1(INFINITY), _CMP_LT_OQ))) return 0;
+    COLS_D part[16];
+    int used = len < 16 ? (int)len : 16;
+    for (int j = 0; j < used; j++) part[j] = cols_d_zero();
+    for (int64_t r = 0; r < len; r++) {
+        V t = row_term(cols_load(x + r * xs, nl), mv);
+        if (mode == 0) cols_store(y + r * ys, nl, t);
+        part[r & 15] = cols_d_add(part[r & 15], t);
+    }
+    for (int w = 8; w >= 1; w /= 2) /* row_acc_sum: j + 8, then + 4, + 2, + 1 */
+        for (int j = 0; j < w; j++)
+            if (j + w < used) part[j] = cols_d_sum(part[j], part[j + w]);
+    float m[VW];
+    double sum[VW];
+    V_STOREU(m, mv);
+    cols_d_store(sum, part[0]);
+    if (mode == 2) {
+        for (int k = 0; k < nl; k++) y[k * yk] = (float)((double)m[k] + log(sum[k]));
+        return 1;
+    }
+    double v[VW]; /* split_f2 per lane of m + log sum, or of 1 / sum (row_scale) */
+    float hi[VW], lo[VW];
+    for (int k = nl; k < VW; k++) v[k] = 1.0; /* the lanes past nl */
+    if (mode) {
+        for (int k = 0; k < nl; k++) v[k] = (double)m[k] + log(sum[k]);
+    } else {
+        for (int k = 0; k < nl; k++) v[k] = 1.0 / sum[k];
+        for (int k = 0; k < nl; k++)
+            if (!(v[k] >= 0x1p-60 && v[k] <= 0x1p60)) return 0;
+    }
+    for (int k = 0; k < VW; k++) {
+        hi[k] = (float)v[k];
+        lo[k] = (float)(v[k] - hi[k]);
+    }
+    const V H = V_LOADU(hi), L = V_LOADU(lo);
+    for (int64_t r = 0; r < len; r++) {
+        if (mode) {
+            cols_store(y + r * ys, nl, V_SUB(V_SUB(cols_load(x + r * xs, nl), H), L));
+        } else { /* row_scale's FMA form (1 / sum is in [1 / len, 1] unless NaN) */
+            V v = cols_load(y + r * ys, nl);
+            cols_store(y + r * ys, nl, V_FMADD(v, H, V_MUL(v, L)));
+        }
+    }
+    return 1;
+}
+
 /* softmax's (mode 0) and log_softmax's (mode 1) gradient along a contiguous
    lane, y the forward's output and g its gradient: dx = y (g - sum(g y)) and
    dx = g - e^y sum(g), the sum in the 16 double partials (the products g y
@@ -607,12 +679,36 @@ static inline void row_softmax_grad(const float *y, const float *g, float *dx, i
         else row_acc_prod(&acc, V_LOAD_PART(y + i, len - i, 0.0f), gv, i);
     }
     const double s = row_acc_sum(&acc);
-#define SMG(yv, gv) (mode ? V_LSMGRAD_D(v_exp(yv), (gv), s) : V_SMGRAD_D((yv), (gv), s))
+    const COLS_D sv = cols_d_set1(s);
+#define SMG(yv, gv) (mode ? V_LSMGRAD_DV(v_exp(yv), (gv), sv) : V_SMGRAD_DV((yv), (gv), sv))
     for (i = 0; i + VW <= len; i += VW) V_STOREU(dx + i, SMG(V_LOADU(y + i), V_LOADU(g + i)));
     if (i < len)
         V_STORE_PART(dx + i, len - i,
                      SMG(V_LOAD_PART(y + i, len - i, 0.0f), V_LOAD_PART(g + i, len - i, 0.0f)));
 #undef SMG
+}
+
+/* row_softmax_grad over nl <= VW lanes side by side (lane k's element r at
+   y[r rs + k], g[...], dx[...]), vertically as cols_softmax: each lane's
+   partials, their fold and its dx are row_softmax_grad's, so its bits */
+static inline void cols_softmax_grad(const float *y, const float *g, float *dx, int64_t rs,
+                                     int64_t len, int nl, int mode) {
+    COLS_D part[16];
+    int used = len < 16 ? (int)len : 16;
+    for (int j = 0; j < used; j++) part[j] = cols_d_zero();
+    for (int64_t r = 0; r < len; r++) {
+        V gv = cols_load(g + r * rs, nl);
+        part[r & 15] = mode ? cols_d_add(part[r & 15], gv)
+                            : cols_d_fmadd(part[r & 15], cols_load(y + r * rs, nl), gv);
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            if (j + w < used) part[j] = cols_d_sum(part[j], part[j + w]);
+    for (int64_t r = 0; r < len; r++) {
+        V yv = cols_load(y + r * rs, nl), gv = cols_load(g + r * rs, nl);
+        cols_store(dx + r * rs, nl,
+                   mode ? V_LSMGRAD_DV(v_exp(yv), gv, part[0]) : V_SMGRAD_DV(yv, gv, part[0]));
+    }
 }
 
 /* ---- gelu_erf's and gelu's gradients and layer_norm rows ------------------------
