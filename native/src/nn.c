@@ -288,20 +288,14 @@ done:
  * rows with eight partial sums, the lanes of a dim with others after it
  * SMG_BLOCK positions of those at a time. */
 enum { SMG_BLOCK = 256 };
-typedef void (*smg_rows_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t,
-                            int);
-static smg_rows_fn smg_rows_f32(void) {
-    int isa = ad_cpu_isa();
-    return isa == AD_ISA_AVX512 ? ad_softmax_grad_rows_f32_avx512
-           : isa == AD_ISA_AVX2 ? ad_softmax_grad_rows_f32_avx2 : NULL;
-}
-typedef void (*smg_cols_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t,
-                            int);
-static smg_cols_fn smg_cols_f32(void) {
-    int isa = ad_cpu_isa();
-    return isa == AD_ISA_AVX512 ? ad_softmax_grad_cols_f32_avx512
-           : isa == AD_ISA_AVX2 ? ad_softmax_grad_cols_f32_avx2 : NULL;
-}
+/* the float32 kernels per ISA level (none at the portable level) */
+static const struct {
+    void (*rows)(const float *, const float *, float *, int64_t, int64_t, int64_t, int);
+    void (*cols)(const float *, const float *, float *, int64_t, int64_t, int64_t, int);
+} smg_f32[] = {
+    [AD_ISA_AVX2] = {ad_softmax_grad_rows_f32_avx2, ad_softmax_grad_cols_f32_avx2},
+    [AD_ISA_AVX512] = {ad_softmax_grad_rows_f32_avx512, ad_softmax_grad_cols_f32_avx512},
+};
 
 typedef struct smg_job {
     const void *y, *g;
@@ -326,9 +320,8 @@ static void smg_units(void *ctx, int64_t u0, int64_t u1) {
     const smg_job *j = ctx;
     const int64_t len = j->len, inner = j->inner;
     if (inner == 1) {
-        smg_rows_fn vrow = j->dt == AD_FLOAT32 ? smg_rows_f32() : NULL;
-        if (vrow) {
-            vrow(j->y, j->g, j->dx, u0, u1, len, j->log);
+        if (j->dt == AD_FLOAT32 && smg_f32[ad_cpu_isa()].rows) {
+            smg_f32[ad_cpu_isa()].rows(j->y, j->g, j->dx, u0, u1, len, j->log);
             return;
         }
         for (int64_t r = u0; r < u1; r++) {
@@ -344,7 +337,8 @@ static void smg_units(void *ctx, int64_t u0, int64_t u1) {
         return;
     }
     double acc[SMG_BLOCK];
-    smg_cols_fn vcols = j->dt == AD_FLOAT32 ? smg_cols_f32() : NULL;
+    void (*vcols)(const float *, const float *, float *, int64_t, int64_t, int64_t, int) =
+        j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].cols : NULL;
     for (int64_t u = u0; u < u1; u++) {
         int64_t j0 = u % j->nblk * SMG_BLOCK, b = u / j->nblk * len * inner + j0;
         int w = inner - j0 < SMG_BLOCK ? (int)(inner - j0) : SMG_BLOCK;
