@@ -320,8 +320,10 @@ static void smg_units(void *ctx, int64_t u0, int64_t u1) {
     const smg_job *j = ctx;
     const int64_t len = j->len, inner = j->inner;
     if (inner == 1) {
-        if (j->dt == AD_FLOAT32 && smg_f32[ad_cpu_isa()].rows) {
-            smg_f32[ad_cpu_isa()].rows(j->y, j->g, j->dx, u0, u1, len, j->log);
+        void (*vrows)(const float *, const float *, float *, int64_t, int64_t, int64_t, int) =
+            j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].rows : NULL;
+        if (vrows) {
+            vrows(j->y, j->g, j->dx, u0, u1, len, j->log);
             return;
         }
         for (int64_t r = u0; r < u1; r++) {

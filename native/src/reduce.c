@@ -299,10 +299,23 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
     return AD_OK;
 }
 
+static int reduce_kind(int op) {
+    return op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
+}
+
+/* mean's sums divided by the count (NaN for none), in place */
+static void mean_scale(ad_tensor *y, int64_t count) {
+    double scale = count ? 1.0 / (double)count : NAN;
+    if (y->dtype == AD_FLOAT32)
+        for (int64_t i = 0; i < y->numel; i++) ((float *)y->storage->data)[i] *= (float)scale;
+    else
+        for (int64_t i = 0; i < y->numel; i++) ((double *)y->storage->data)[i] *= scale;
+}
+
 /* Below ITER_PAR_MIN elements, a contiguous x is one dim to nditer and none of
    the blocked forms above applies: reduce_into makes this one kernel call. */
 ad_tensor *ad_reduce_quick_all(int op, const ad_tensor *x) {
-    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
+    int kind = reduce_kind(op);
     inner_fn fn = red_table[kind][x->dtype];
     bool float_only = op == AD_OP_MEAN, nonempty = kind == R_MAX || kind == R_MIN;
     if (!fn || x->dtype == AD_BOOL || (float_only && !ad_dtype_is_float(x->dtype)) || x->ndim == 0 ||
@@ -314,13 +327,7 @@ ad_tensor *ad_reduce_quick_all(int op, const ad_tensor *x) {
     char *p[ITER_MAX_OPS] = {y->storage->data, ad_ptr(x), y->storage->data, y->storage->data};
     int64_t s[ITER_MAX_OPS] = {0, 1, 0, 0};
     if (x->numel) fn(NULL, x->numel, p, s);
-    if (op == AD_OP_MEAN) { /* fwd_reduce's scaling */
-        double scale = x->numel ? 1.0 / (double)x->numel : NAN;
-        if (y->dtype == AD_FLOAT32)
-            *(float *)y->storage->data *= (float)scale;
-        else
-            *(double *)y->storage->data *= scale;
-    }
+    if (op == AD_OP_MEAN) mean_scale(y, x->numel);
     return y;
 }
 
@@ -349,16 +356,8 @@ ad_status fwd_reduce(const op_args *a, ad_tensor **out) {
         ad_tensor_release(wide);
         return st;
     }
-    int kind = op == AD_OP_MAX ? R_MAX : op == AD_OP_MIN ? R_MIN : op == AD_OP_PROD ? R_PROD : R_SUM;
-    if ((st = reduce_into(op, x, &p, kind, out))) return st;
-    if (op == AD_OP_MEAN) {
-        ad_tensor *y = *out;
-        double scale = p.reduce_numel ? 1.0 / (double)p.reduce_numel : NAN;
-        if (y->dtype == AD_FLOAT32)
-            for (int64_t i = 0; i < y->numel; i++) ((float *)y->storage->data)[i] *= (float)scale;
-        else
-            for (int64_t i = 0; i < y->numel; i++) ((double *)y->storage->data)[i] *= scale;
-    }
+    if ((st = reduce_into(op, x, &p, reduce_kind(op), out))) return st;
+    if (op == AD_OP_MEAN) mean_scale(*out, p.reduce_numel);
     return AD_OK;
 }
 

@@ -110,50 +110,20 @@ static inline void row_acc_prod(ROW_ACC *c, __m256 a, __m256 b, int64_t i) {
                                   _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), c->a[k + 1]);
 }
 
-/* cols_softmax's partial sums: lane k of 8 in double, in a[k / 4] lane k % 4 */
-typedef struct { __m256d a[2]; } COLS_D;
-static inline COLS_D cols_d_zero(void) { return (COLS_D){{_mm256_setzero_pd(), _mm256_setzero_pd()}}; }
-static inline COLS_D cols_d_add(COLS_D s, __m256 e) {
-    s.a[0] = _mm256_add_pd(s.a[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-    s.a[1] = _mm256_add_pd(s.a[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    return s;
-}
-static inline COLS_D cols_d_sum(COLS_D s, COLS_D t) {
-    s.a[0] = _mm256_add_pd(s.a[0], t.a[0]);
-    s.a[1] = _mm256_add_pd(s.a[1], t.a[1]);
-    return s;
-}
-static inline void cols_d_store(double *p, COLS_D s) {
-    _mm256_storeu_pd(p, s.a[0]);
-    _mm256_storeu_pd(p + 4, s.a[1]);
-}
-static inline COLS_D cols_d_set1(double v) {
-    __m256d d = _mm256_set1_pd(v);
-    return (COLS_D){{d, d}};
-}
-/* the products a b of each lane, exact in double, added to its partial */
-static inline COLS_D cols_d_fmadd(COLS_D s, __m256 a, __m256 b) {
-    s.a[0] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
-                             _mm256_cvtps_pd(_mm256_castps256_ps128(b)), s.a[0]);
-    s.a[1] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
-                             _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), s.a[1]);
-    return s;
-}
-/* per lane, the float32 rounding of EXPR in double over a and b (the lanes of
-   va and vb) and s (the lane's own, sv) */
-#define COLS_D2(NAME, EXPR)                                                          \
-    static inline __m256 NAME(__m256 va, __m256 vb, COLS_D sv) {                     \
-        __m256d s = sv.a[0];                                                         \
-        __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(va));                     \
-        __m256d b = _mm256_cvtps_pd(_mm256_castps256_ps128(vb));                     \
-        __m128 lo = _mm256_cvtpd_ps(EXPR);                                           \
-        s = sv.a[1];                                                                 \
-        a = _mm256_cvtps_pd(_mm256_extractf128_ps(va, 1));                           \
-        b = _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1));                           \
-        return _mm256_set_m128(_mm256_cvtpd_ps(EXPR), lo);                           \
-    }
-COLS_D2(V_SMGRAD_DV, _mm256_mul_pd(a, _mm256_sub_pd(b, s)))  /* a (b - s) */
-COLS_D2(V_LSMGRAD_DV, _mm256_sub_pd(b, _mm256_mul_pd(a, s))) /* b - a s */
+/* the double layer of cols_softmax's partials (simd_math.h): VD holds half a
+   V's lanes in double, VD_LO / VD_HI its low and high half, V_FROM_VD2 the
+   two rounded back to float32 */
+typedef __m256d VD;
+#define VD_LO(v) _mm256_cvtps_pd(_mm256_castps256_ps128(v))
+#define VD_HI(v) _mm256_cvtps_pd(_mm256_extractf128_ps((v), 1))
+#define V_FROM_VD2(lo, hi) _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
+#define VD_ZERO _mm256_setzero_pd
+#define VD_SET1 _mm256_set1_pd
+#define VD_ADD _mm256_add_pd
+#define VD_SUB _mm256_sub_pd
+#define VD_MUL _mm256_mul_pd
+#define VD_FMADD _mm256_fmadd_pd
+#define VD_STOREU _mm256_storeu_pd
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
    then + 4, + 2, + 1; the softmax rows' largest lane (simd_fold8.h) */

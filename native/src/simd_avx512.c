@@ -86,50 +86,21 @@ static inline void row_acc_prod(ROW_ACC *c, __m512 a, __m512 b, int64_t i) {
                               _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)), c->a[1]);
 }
 
-/* cols_softmax's partial sums: lane k of 16 in double, in a[k / 8] lane k % 8 */
-typedef struct { __m512d a[2]; } COLS_D;
-static inline COLS_D cols_d_zero(void) { return (COLS_D){{_mm512_setzero_pd(), _mm512_setzero_pd()}}; }
-static inline COLS_D cols_d_add(COLS_D s, __m512 e) {
-    s.a[0] = _mm512_add_pd(s.a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-    s.a[1] = _mm512_add_pd(s.a[1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
-    return s;
-}
-static inline COLS_D cols_d_sum(COLS_D s, COLS_D t) {
-    s.a[0] = _mm512_add_pd(s.a[0], t.a[0]);
-    s.a[1] = _mm512_add_pd(s.a[1], t.a[1]);
-    return s;
-}
-static inline void cols_d_store(double *p, COLS_D s) {
-    _mm512_storeu_pd(p, s.a[0]);
-    _mm512_storeu_pd(p + 8, s.a[1]);
-}
-static inline COLS_D cols_d_set1(double v) {
-    __m512d d = _mm512_set1_pd(v);
-    return (COLS_D){{d, d}};
-}
-/* the products a b of each lane, exact in double, added to its partial */
-static inline COLS_D cols_d_fmadd(COLS_D s, __m512 a, __m512 b) {
-    s.a[0] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
-                             _mm512_cvtps_pd(_mm512_castps512_ps256(b)), s.a[0]);
-    s.a[1] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
-                             _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)), s.a[1]);
-    return s;
-}
-/* per lane, the float32 rounding of EXPR in double over a and b (the lanes of
-   va and vb) and s (the lane's own, sv) */
-#define COLS_D2(NAME, EXPR)                                                          \
-    static inline __m512 NAME(__m512 va, __m512 vb, COLS_D sv) {                     \
-        __m512d s = sv.a[0];                                                         \
-        __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(va));                     \
-        __m512d b = _mm512_cvtps_pd(_mm512_castps512_ps256(vb));                     \
-        __m256 lo = _mm512_cvtpd_ps(EXPR);                                           \
-        s = sv.a[1];                                                                 \
-        a = _mm512_cvtps_pd(_mm512_extractf32x8_ps(va, 1));                          \
-        b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(vb, 1));                          \
-        return _mm512_insertf32x8(_mm512_castps256_ps512(lo), _mm512_cvtpd_ps(EXPR), 1); \
-    }
-COLS_D2(V_SMGRAD_DV, _mm512_mul_pd(a, _mm512_sub_pd(b, s)))  /* a (b - s) */
-COLS_D2(V_LSMGRAD_DV, _mm512_sub_pd(b, _mm512_mul_pd(a, s))) /* b - a s */
+/* the double layer of cols_softmax's partials (simd_math.h): VD holds half a
+   V's lanes in double, VD_LO / VD_HI its low and high half, V_FROM_VD2 the
+   two rounded back to float32 */
+typedef __m512d VD;
+#define VD_LO(v) _mm512_cvtps_pd(_mm512_castps512_ps256(v))
+#define VD_HI(v) _mm512_cvtps_pd(_mm512_extractf32x8_ps((v), 1))
+#define V_FROM_VD2(lo, hi) \
+    _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1)
+#define VD_ZERO _mm512_setzero_pd
+#define VD_SET1 _mm512_set1_pd
+#define VD_ADD _mm512_add_pd
+#define VD_SUB _mm512_sub_pd
+#define VD_MUL _mm512_mul_pd
+#define VD_FMADD _mm512_fmadd_pd
+#define VD_STOREU _mm512_storeu_pd
 
 /* layer_norm rows' 16 partial sums (simd_math.h's ACC16): lanes j + 8,
    then + 4, + 2, + 1; the softmax rows' largest lane (simd_fold8.h) */

@@ -468,11 +468,37 @@ NO_FAST(gelu_erf)
  * then + 4, + 2, + 1), V_MUL_D (per lane, (float)((double)v * s)), V_HMAX
  * (the largest lane), and for the gradient rows row_acc_prod (a step's
  * products a b, exact in double, added to the partials) and V_SMGRAD_DV /
- * V_LSMGRAD_DV (per lane, (float) of a (b - s) and b - a s in double, s the
- * lane's own from a COLS_D).  The lanes side by side (cols_softmax) keep VW
- * lanes' partials in a COLS_D each: cols_d_zero, cols_d_set1, cols_d_add (a
- * vector's lanes added in double), cols_d_fmadd (products a b, exact in
- * double), cols_d_sum, cols_d_store. */
+ * V_LSMGRAD_DV below (per lane, (float) of a (b - s) and b - a s in double,
+ * s the lane's own from a COLS_D), over the double layer VD (half a V's
+ * lanes): VD_LO, VD_HI, V_FROM_VD2, VD_ZERO, VD_SET1, VD_ADD, VD_SUB, VD_MUL,
+ * VD_FMADD, VD_STOREU. */
+
+/* VW lanes in double, lane k in a[k / (VW / 2)]: the lanes side by side keep
+   one of these per partial sum (cols_softmax) */
+typedef struct { VD a[2]; } COLS_D;
+static inline COLS_D cols_d_set1(double v) { return (COLS_D){{VD_SET1(v), VD_SET1(v)}}; }
+static inline COLS_D cols_d_zero(void) { return (COLS_D){{VD_ZERO(), VD_ZERO()}}; }
+static inline COLS_D cols_d_add(COLS_D s, V e) { /* e's lanes added in double */
+    return (COLS_D){{VD_ADD(s.a[0], VD_LO(e)), VD_ADD(s.a[1], VD_HI(e))}};
+}
+static inline COLS_D cols_d_fmadd(COLS_D s, V a, V b) { /* products a b, exact in double */
+    return (COLS_D){{VD_FMADD(VD_LO(a), VD_LO(b), s.a[0]), VD_FMADD(VD_HI(a), VD_HI(b), s.a[1])}};
+}
+static inline COLS_D cols_d_sum(COLS_D s, COLS_D t) {
+    return (COLS_D){{VD_ADD(s.a[0], t.a[0]), VD_ADD(s.a[1], t.a[1])}};
+}
+static inline void cols_d_store(double *p, COLS_D s) {
+    VD_STOREU(p, s.a[0]);
+    VD_STOREU(p + VW / 2, s.a[1]);
+}
+static inline V V_SMGRAD_DV(V a, V b, COLS_D s) { /* a (b - s) */
+    return V_FROM_VD2(VD_MUL(VD_LO(a), VD_SUB(VD_LO(b), s.a[0])),
+                      VD_MUL(VD_HI(a), VD_SUB(VD_HI(b), s.a[1])));
+}
+static inline V V_LSMGRAD_DV(V a, V b, COLS_D s) { /* b - a s */
+    return V_FROM_VD2(VD_SUB(VD_LO(b), VD_MUL(VD_LO(a), s.a[0])),
+                      VD_SUB(VD_HI(b), VD_MUL(VD_HI(a), s.a[1])));
+}
 
 /* TwoSum of x and -m: s = fl(x - m), err = (x - m) - s exactly; 0 where s is
    not finite */
