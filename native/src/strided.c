@@ -248,11 +248,17 @@ void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, 
         nditer_run(it, base, fn, ctx);
         return;
     }
-    /* blocks of about ITER_PAR_BLOCK / cost elements; cutting the innermost
-       dim, whole cache lines (and SIMD blocks) per block */
+    /* blocks of at most about ITER_PAR_BLOCK / cost elements, as many as a
+       multiple of the threads and of near-equal size; cutting the innermost
+       dim, whole cache lines (and SIMD blocks) per block.  Full-size blocks
+       and a short last one left 1e5 float32 elements at 2 threads as 65536 +
+       34464 (blocks of 32768, 32768 | 32768, 1696): an add took 12.1 us
+       against 10.3 for 131072 elements (Zen 4). */
     int64_t block = ITER_PAR_BLOCK / cost > 1024 ? ITER_PAR_BLOCK / cost : 1024;
-    int64_t per_index = numel / it->shape[d];
-    int64_t unit = (block + per_index - 1) / per_index;
+    int64_t threads = par_num_threads();
+    int64_t nblocks = (numel + block - 1) / block;
+    nblocks = (nblocks + threads - 1) / threads * threads;
+    int64_t unit = (it->shape[d] + nblocks - 1) / nblocks;
     if (d == it->ndim - 1) unit = (unit + 63) & ~(int64_t)63;
     par_job j = {it, base, fn, ctx, d, unit};
     par_blocks((it->shape[d] + unit - 1) / unit, par_block, &j);
