@@ -126,3 +126,23 @@ def test_reshape_empty_into_sizes_whose_strides_overflow_is_an_error():
         with pytest.raises((ad.InvalidArgumentError, ad.ShapeError)):
             x.reshape(shape)
     assert x.reshape((3, 0, 2 ** 20)).shape == (3, 0, 2 ** 20)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 3), (3,)), ((3,), (3, 2)), ((3,), (3,)),
+                                              ((2, 2, 3), (3,))])
+def test_matmul_of_a_vector_create_graph_backward_survives_alloc_failures(a_shape, b_shape):
+    # fuzz_abi: ad_backward_ex with create_graph over a @ b with a 1-d operand,
+    # an allocation failing in the reshape that gives the vector its matrix
+    # dim: the backward formula transposed the NULL it got back (a segfault)
+    import numpy as np
+    from faults import sweep_alloc_failures
+
+    rng = np.random.default_rng(0)
+    a = ad.Var(rng.standard_normal(a_shape))
+    b = ad.Var(rng.standard_normal(b_shape))
+
+    def run():
+        g = (a @ b).sum().backward(create_graph=True)
+        return [g[a].numpy().copy(), g[b].numpy().copy()]
+
+    sweep_alloc_failures(run, min_failures=4)

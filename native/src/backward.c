@@ -573,8 +573,10 @@ BACKWARD(identity) { GRAD(0, G); }
 /* d to_dtype(x) = g converted back to x's dtype */
 BACKWARD(to_dtype) { GRAD(0, to_dtype(s, G, XS(0)->dtype)); }
 
-/* the last two dims swapped (a view: the GEMM packs it from its strides) */
+/* the last two dims swapped (a view: the GEMM packs it from its strides);
+   NULL for NULL, like call (t is unit_dim's result, NULL when it failed) */
 static const ad_tensor *swap_last2(bw_scope *s, const ad_tensor *t) {
+    if (!t) return NULL;
     int64_t p[AD_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) p[i] = i;
     p[t->ndim - 2] = t->ndim - 1;

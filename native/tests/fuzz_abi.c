@@ -168,6 +168,25 @@ static void touch(const ad_tensor *t) {
     }
 }
 
+/* Two results of one computation: the same dtype, shape and bytes. */
+static void same_bits(const ad_tensor *x, const ad_tensor *y, int line) {
+    int nd = ad_tensor_ndim(x);
+    int64_t sx[64], sy[64];
+    if (ad_tensor_dtype(x) != ad_tensor_dtype(y) || nd != ad_tensor_ndim(y))
+        die("quick and ordinary results differ in dtype or rank", line);
+    ad_tensor_shape(x, sx);
+    ad_tensor_shape(y, sy);
+    if (memcmp(sx, sy, (size_t)nd * sizeof sx[0]))
+        die("quick and ordinary results differ in shape", line);
+    int64_t numel = ad_tensor_numel(x);
+    size_t es = ad_dtype_size(ad_tensor_dtype(x));
+    if (numel > 4096) return;
+    static uint8_t bx[4096 * 8], by[4096 * 8];
+    REQUIRE(ad_tensor_copy_to(x, bx, (size_t)numel * es) == AD_OK);
+    REQUIRE(ad_tensor_copy_to(y, by, (size_t)numel * es) == AD_OK);
+    if (memcmp(bx, by, (size_t)numel * es)) die("quick and ordinary results differ", line);
+}
+
 /* Checks a call's status and out-pointer; keeps or releases the result. */
 static void result(ad_status st, ad_tensor *out, int slot, int line) {
     if (st < AD_OK || st > AD_ERR_INTERNAL) die("unknown status", line);
@@ -223,10 +242,21 @@ static void gs_check(ad_status st, int line) {
 }
 
 
+/* ad_backward_hooked's callback (case 14): touches what it is given and
+   fails (AD_ERR_VALUE) on call number hook_stop + 1, when hook_stop >= 0. */
+static int hook_stop, hook_calls;
+static ad_status hook_ready(void *ctx, const ad_tensor *t, const ad_tensor *grad) {
+    REQUIRE(ctx == &hook_calls && t && grad);
+    touch(grad);
+    REQUIRE(ad_tensor_ndim(t) == ad_tensor_ndim(grad));
+    return hook_calls++ == hook_stop ? AD_ERR_VALUE : AD_OK;
+}
+
 /* External memory (case 27): a buffer the tensors view, and a release
    callback that counts, so that every storage made over it is released
    exactly once by the end of each input. */
 static _Alignas(64) uint8_t ext_buf[8192];
+static long quick_taken; /* quick calls that did not decline (the standalone run reports it) */
 static int64_t ext_made, ext_released;
 static void ext_release(void *ctx) { ++*(int64_t *)ctx; }
 
@@ -249,7 +279,7 @@ static void one_input(reader *r) {
     unsigned cmd = u8(r);
     unsigned slot = u8(r);
     ad_status st;
-    switch (cmd % 31) {
+    switch (cmd % 33) {
     case 0: { /* from data */
         int dt = read_dtype(r);
         int nd = read_shape(r, shape);
@@ -368,7 +398,19 @@ static void one_input(reader *r) {
         for (int i = 0; i < nk; i++) keep[i] = pick(r);
         unsigned how = u8(r);
         ad_gradstore *g = NULL;
-        st = ad_backward(root, grad, how % 7 == 0 ? NULL : keep, nk, &g);
+        unsigned form = u8(r) % 4; /* ad_backward, _ex (create_graph or not), _hooked */
+        int flags = form == 2 ? AD_BACKWARD_CREATE_GRAPH : 0;
+        hook_stop = form == 3 ? (int)(u8(r) % 4) - 1 : -1; /* stop at the 1st..3rd call, or never */
+        hook_calls = 0;
+        const ad_tensor *const *ks = how % 7 == 0 ? NULL : keep;
+        st = form == 0   ? ad_backward(root, grad, ks, nk, &g)
+             : form == 3 ? ad_backward_hooked(root, grad, ks, nk, u8(r) % 2 ? flags : 0,
+                                              u8(r) % 8 ? hook_ready : NULL, &hook_calls, &g)
+                         : ad_backward_ex(root, grad, ks, nk, flags, &g);
+        if (form == 3 && hook_stop >= 0 && hook_calls > hook_stop) {
+            REQUIRE(st == AD_ERR_VALUE && g == NULL); /* the callback's status, no store */
+            break;
+        }
         if ((!root || nk < 0 || (how % 7 == 0 && nk > 0)) && st != AD_ERR_VALUE)
             die("backward accepted a NULL / negative argument", __LINE__);
         gs_check(st, __LINE__);
@@ -464,8 +506,37 @@ static void one_input(reader *r) {
         RESULT(st, out, slot);
         break;
     }
-    case 18: {
+    case 18: { /* graph introspection and the memory counters */
         ad_tensor *t = pick(r);
+        if (u8(r) % 2) {
+            ad_tensor *par[8] = {0};
+            int cap = (int)(u8(r) % 9), n = -1, output = -1;
+            unsigned tracked = 0, saved = 0, ins = 0;
+            st = ad_tensor_parents(t, cap ? par : NULL, cap, &n, &tracked, &saved);
+            gs_check(st, __LINE__);
+            if (!t) REQUIRE(st == AD_ERR_VALUE);
+            if (!st) {
+                REQUIRE(n >= 0 && (ad_tensor_op_name(t) || n == 0));
+                for (int i = 0; i < cap && i < n; i++)
+                    if (par[i]) {
+                        touch(par[i]);
+                        ad_tensor_release(par[i]);
+                    }
+                REQUIRE(ad_tensor_saved(t, &ins, &output) == AD_OK);
+                REQUIRE(output == 0 || output == 1);
+                REQUIRE(n > 0 || (ins == 0 && output == 0));
+            }
+            if (t) {
+                REQUIRE(ad_tensor_is_external(t) == 0 || ad_tensor_is_external(t) == 1);
+                REQUIRE(ad_tensor_is_readonly(t) <= ad_tensor_is_external(t));
+            }
+            ad_memory_stats_t ms;
+            ad_memory_stats(&ms);
+            REQUIRE(ms.live_bytes >= 0 && ms.peak_bytes >= ms.live_bytes && ms.saved_bytes >= 0);
+            REQUIRE(ad_saved_var_bytes() >= 0);
+            if (u8(r) % 8 == 0) ad_reset_peak_memory();
+            break;
+        }
         ad_tensor **nodes = NULL;
         int64_t n = -1;
         st = ad_sorted_nodes(t, &nodes, &n);
@@ -683,6 +754,50 @@ static void one_input(reader *r) {
         RESULT(st, out, slot);
         break;
     }
+    case 31: { /* quick calls: NULL (declined) or the ordinary call's result, to the bit */
+        unsigned how = u8(r) % 5;
+        int op = (int)u8(r);
+        if (op >= 250) op = op == 250 ? -1 : op == 251 ? AD_OP__COUNT : (int)u64(r);
+        ad_tensor *a = pick(r), *b = pick(r);
+        if (how == 4) { /* release_quick of a slot's reference (often the last one): 1
+                           ended it, 0 changed nothing and ad_tensor_release must */
+            unsigned i = slot % NT;
+            ad_tensor *t = T[i];
+            T[i] = NULL;
+            int ended = ad_tensor_release_quick(t);
+            REQUIRE(ended == 1 || (ended == 0 && t));
+            if (!ended) ad_tensor_release(t);
+            break;
+        }
+        double sv = f64(r);
+        int64_t all = 0;
+        ad_tensor *q = how == 0   ? ad_binary_quick(op, a, b)
+                       : how == 1 ? ad_unary_quick(op, a)
+                       : how == 2 ? ad_scalar_quick(op, a, sv)
+                                  : ad_reduce_quick(op, a);
+        if (!q) break;
+        quick_taken++;
+        touch(q);
+        st = how == 0   ? ad_binary(op, a, b, &out)
+             : how == 1 ? ad_unary(op, a, &out)
+             : how == 2 ? ad_scalar_op(op, a, sv, &out)
+                        : ad_op_call(op, (const ad_tensor *const[]){a}, 1, &all, 1, NULL, 0, &out);
+        if (st == AD_ERR_NOMEM) { /* an injected allocation failure */
+            ad_tensor_release(q);
+            break;
+        }
+        if (st != AD_OK) die("a quick call took what the ordinary call refuses", __LINE__);
+        same_bits(q, out, __LINE__);
+        REQUIRE(ad_tensor_op(q) == ad_tensor_op(out));
+        REQUIRE(ad_tensor_is_variable(q) == ad_tensor_is_variable(out));
+        ad_tensor_release(out);
+        RESULT(AD_OK, q, slot);
+        break;
+    }
+    case 32: { /* the thread count: loops and GEMMs split or not */
+        REQUIRE(ad_set_num_threads(1 + (int)(u8(r) % 2)) == AD_OK);
+        break;
+    }
     default: { /* names and sizes of arbitrary enum values */
         int v = (int)(int8_t)u8(r);
         (void)ad_op_name(v);
@@ -732,7 +847,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 int main(int argc, char **argv) {
     long iters = 100000;
     if (argc > 1 && argv[1][0] >= '0' && argv[1][0] <= '9') {
-        iters = atol(argv[1]);
+        iters = atol(argv[1]); /* and argv[2], if given, a seed */
     } else if (argc > 1) {
         for (int i = 1; i < argc; i++) {
             FILE *f = fopen(argv[i], "rb");
@@ -745,6 +860,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     uint64_t s = 0x9E3779B97F4A7C15ull;
+    if (argc > 2) s ^= strtoull(argv[2], NULL, 0) * 0xD1B54A32D192ED03ull; /* a seed */
+    if (!s) s = 1;
     static uint8_t buf[512];
     for (long it = 0; it < iters; it++) {
         size_t n = 16 + (size_t)(s % 480);
@@ -756,7 +873,7 @@ int main(int argc, char **argv) {
         }
         LLVMFuzzerTestOneInput(buf, n);
     }
-    printf("fuzz_abi: %ld inputs, no crash\n", iters);
+    printf("fuzz_abi: %ld inputs, no crash (%ld quick calls taken)\n", iters, quick_taken);
     return 0;
 }
 #endif
