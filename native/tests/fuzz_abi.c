@@ -252,6 +252,31 @@ static ad_status hook_ready(void *ctx, const ad_tensor *t, const ad_tensor *grad
     return hook_calls++ == hook_stop ? AD_ERR_VALUE : AD_OK;
 }
 
+/* Custom ops (case 33): the backward's plan, and a count of the nodes made
+   and of the release calls, which must match at the end of each input. */
+typedef struct {
+    int fail;         /* return AD_ERR_VALUE */
+    uint8_t slot[4];  /* grads[i]: pool slot slot[i] % NT (255: NULL) */
+} custom_plan;
+static int64_t custom_made, custom_released;
+static ad_status custom_backward(void *ctx, const ad_tensor *grad, const ad_tensor *out,
+                                 ad_tensor **grads, int n) {
+    const custom_plan *c = ctx;
+    REQUIRE(grad && out && n >= 0 && n <= 4 && (n == 0 || grads));
+    touch(grad);
+    if (c->fail) return AD_ERR_VALUE;
+    for (int i = 0; i < n; i++) {
+        ad_tensor *t = c->slot[i] == 255 ? NULL : T[c->slot[i] % NT];
+        if (t) ad_tensor_retain(t);
+        grads[i] = t;
+    }
+    return AD_OK;
+}
+static void custom_release(void *ctx) {
+    free(ctx);
+    custom_released++;
+}
+
 /* External memory (case 27): a buffer the tensors view, and a release
    callback that counts, so that every storage made over it is released
    exactly once by the end of each input. */
@@ -279,7 +304,7 @@ static void one_input(reader *r) {
     unsigned cmd = u8(r);
     unsigned slot = u8(r);
     ad_status st;
-    switch (cmd % 33) {
+    switch (cmd % 34) {
     case 0: { /* from data */
         int dt = read_dtype(r);
         int nd = read_shape(r, shape);
@@ -798,6 +823,27 @@ static void one_input(reader *r) {
         REQUIRE(ad_set_num_threads(1 + (int)(u8(r) % 2)) == AD_OK);
         break;
     }
+    case 33: { /* a custom op, whose backward hands back pool tensors (any shape or
+                  dtype: the library must check them), NULLs or a failure */
+        const ad_tensor *in[4] = {0}, *saved[2] = {0};
+        int nin = (int)(u8(r) % 5) - (u8(r) % 16 == 0); /* -1 .. 4 */
+        for (int i = 0; i < nin; i++) in[i] = pick(r);
+        int ns = (int)(u8(r) % 3);
+        for (int i = 0; i < ns; i++) saved[i] = pick(r);
+        ad_tensor *output = pick(r);
+        custom_plan *c = malloc(sizeof *c);
+        if (!c) break;
+        c->fail = u8(r) % 8 == 0;
+        for (int i = 0; i < 4; i++) c->slot[i] = (uint8_t)u8(r);
+        unsigned how = u8(r);
+        st = ad_custom_record(how % 16 ? "fuzz_custom" : NULL, nin > 0 ? in : NULL, nin, output,
+                              ns ? saved : NULL, ns, how % 17 ? custom_backward : NULL,
+                              custom_release, c, &out);
+        if (!st && ad_tensor_op(out) == AD_OP_CUSTOM) custom_made++; /* the node owns c */
+        else free(c);
+        RESULT(st, out, slot);
+        break;
+    }
     default: { /* names and sizes of arbitrary enum values */
         int v = (int)(int8_t)u8(r);
         (void)ad_op_name(v);
@@ -827,6 +873,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < NG; i++) {
         ad_gradstore_release(G[i]);
         G[i] = NULL;
+    }
+    if (custom_made != custom_released) {
+        fprintf(stderr, "fuzz_abi: %lld custom nodes made, %lld released\n",
+                (long long)custom_made, (long long)custom_released);
+        abort();
     }
     if (ext_made != ext_released) {
         fprintf(stderr, "fuzz_abi: %lld external storages made, %lld released\n",
@@ -873,7 +924,8 @@ int main(int argc, char **argv) {
         }
         LLVMFuzzerTestOneInput(buf, n);
     }
-    printf("fuzz_abi: %ld inputs, no crash (%ld quick calls taken)\n", iters, quick_taken);
+    printf("fuzz_abi: %ld inputs, no crash (%ld quick calls taken, %lld custom nodes made)\n",
+           iters, quick_taken, (long long)custom_made);
     return 0;
 }
 #endif
