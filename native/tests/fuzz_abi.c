@@ -861,11 +861,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     map_init();
     reader r = {data, size};
     int prev_grad = ad_set_grad_enabled(1), prev_anom = ad_set_anomaly_enabled(0);
+    int prev_threads = ad_get_num_threads(); /* case 32 changes it: restored, so an input replays alone */
     for (int steps = 0; r.n && steps < 64; steps++) one_input(&r);
     ad_testing_fail_alloc_after(0);
     ad_set_checkpoint_strategy(AD_CHECKPOINT_NONE, NULL);
     ad_set_grad_enabled(prev_grad);
     ad_set_anomaly_enabled(prev_anom);
+    REQUIRE(ad_set_num_threads(prev_threads) == AD_OK);
     for (int i = 0; i < NT; i++) {
         ad_tensor_release(T[i]);
         T[i] = NULL;
