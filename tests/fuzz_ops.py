@@ -488,7 +488,8 @@ ARGS = {
     "index_add": _scatterish,
     "scatter_add": _scatterish,
     "backward": lambda s, r, t: ((), {"grad": r.choice((None, like(s, r, t), rscalar(r))),
-                                      "retain": r.sample(s.t, min(len(s.t), r.randint(0, 3)))}),
+                                      "retain": r.sample(s.t, min(len(s.t), r.randint(0, 3))),
+                                      "create_graph": r.random() < 0.3}),
     "set": lambda s, r, t: ((like(s, r, t) if r.random() < 0.8 else r.choice(
         (t, t.detach(), rscalar(r), [1.0], pick(s, r)))), {}),
     "from_tensor": lambda s, r, t: ((t,), {}),
@@ -621,7 +622,7 @@ def _pool(s, r, d2):
 def _grad(s, r, t):
     ins = r.sample(s.t, min(len(s.t), r.randint(0, 3))) if r.random() < 0.8 else t
     return (t, ins), {"grad_outputs": r.choice((None, None, like(s, r, t), [t], [])),
-                      "allow_unused": r.random() < 0.5}
+                      "allow_unused": r.random() < 0.5, "create_graph": r.random() < 0.3}
 
 
 MODULE_ARGS = {
