@@ -84,6 +84,25 @@ def test_batched_matrix_vector(kernel, threads, dt):
     np.testing.assert_allclose(got, m @ v[:, :, :1], rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_batches_in_reverse_order(kernel, threads, dt):
+    """Batch dims with negative strides (flip): the items' offsets from the
+    operands' first element are negative in the matrix-vector, skinny and
+    packed paths (fuzz_abi: the offsets were scaled as size_t, a pointer
+    wrap-around that UBSan reports)."""
+    rng = np.random.default_rng(11)
+    for m, k, n in [(1, 5, 7), (3, 5, 7), (8, 33, 20), (20, 9, 40), (5, 64, 1)]:
+        a = rng.standard_normal((4, m, k)).astype(dt)
+        b = rng.standard_normal((4, k, n)).astype(dt)
+        v = rng.standard_normal((4, k)).astype(dt)
+        ta, tb, tv = ad.from_numpy(a).flip(0), ad.from_numpy(b).flip(0), ad.from_numpy(v).flip(0)
+        fa, fb, fv = a[::-1], b[::-1], v[::-1]
+        np.testing.assert_allclose((ta @ tb).numpy(), fa @ fb, **TOL[dt])
+        np.testing.assert_allclose((ta @ tv[:, :, None]).numpy(), fa @ fv[:, :, None], **TOL[dt])
+        np.testing.assert_allclose((tv[:, None, :] @ tb).numpy(), fv[:, None, :] @ fb, **TOL[dt])
+        np.testing.assert_allclose((ta @ ad.from_numpy(b[0])).numpy(), fa @ b[0], **TOL[dt])
+
+
 # m around every level's MR (portable 4, AVX2 6, AVX-512 12) and its row
 # tails; n around NR (8, 16, 32 for float32; half that for float64), with last
 # micro-panels at most half full (half-width kernels) and more than half full.

@@ -333,7 +333,7 @@ typedef struct {
     int dot;
     mv_dot_fn fdot;
     mv_axpy_fn faxpy;
-    size_t es;
+    int64_t es; /* signed: offsets and strides can be negative (reversed views) */
     int64_t outs, cols, rsm, incx, incy;
     const char *mat, *x;
     char *y;
@@ -342,14 +342,13 @@ typedef struct {
 } mv_job;
 
 static void mv_range(const mv_job *j, int64_t it, int64_t r0, int64_t r1) {
-    const char *mat = j->mat + (size_t)j->mo[it] * j->es, *x = j->x + (size_t)j->xo[it] * j->es;
-    char *y = j->y + (size_t)j->yo[it] * j->es;
+    const char *mat = j->mat + j->mo[it] * j->es, *x = j->x + j->xo[it] * j->es;
+    char *y = j->y + j->yo[it] * j->es;
     if (j->dot)
-        j->fdot(r1 - r0, j->cols, mat + (size_t)(r0 * j->rsm) * j->es, j->rsm, x,
-                y + (size_t)(r0 * j->incy) * j->es, j->incy);
+        j->fdot(r1 - r0, j->cols, mat + r0 * j->rsm * j->es, j->rsm, x,
+                y + r0 * j->incy * j->es, j->incy);
     else
-        j->faxpy(j->cols, r1 - r0, x, j->incx, mat + (size_t)r0 * j->es, j->rsm,
-                 y + (size_t)r0 * j->es);
+        j->faxpy(j->cols, r1 - r0, x, j->incx, mat + r0 * j->es, j->rsm, y + r0 * j->es);
 }
 
 static void mv_items_task(void *ctx, int64_t i0, int64_t i1) {
@@ -399,7 +398,7 @@ static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64
 
 typedef struct {
     mv_skinny_fn f;
-    size_t es;
+    int64_t es; /* signed, as mv_job's */
     int64_t m, k, n, rsa, csa, rsb;
     const char *a, *b;
     char *c;
@@ -408,9 +407,8 @@ typedef struct {
 } sk_job;
 
 static void sk_range(const sk_job *j, int64_t it, int64_t j0, int64_t j1) {
-    j->f(j->m, j->k, j1 - j0, j->a + (size_t)j->ao[it] * j->es, j->rsa, j->csa,
-         j->b + (size_t)(j->bo[it] + j0) * j->es, j->rsb, j->c + (size_t)(j->co[it] + j0) * j->es,
-         j->n);
+    j->f(j->m, j->k, j1 - j0, j->a + j->ao[it] * j->es, j->rsa, j->csa,
+         j->b + (j->bo[it] + j0) * j->es, j->rsb, j->c + (j->co[it] + j0) * j->es, j->n);
 }
 
 static void sk_items_task(void *ctx, int64_t i0, int64_t i1) {
@@ -432,8 +430,8 @@ static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64
                         int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
                         void *c) {
     const mv_kernels *mk = mv_pick(dtype);
-    size_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
-    int64_t rows = k * n * (int64_t)es > SK_CACHED ? mk->skinny_max : SK_MAX_M;
+    int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    int64_t rows = k * n * es > SK_CACHED ? mk->skinny_max : SK_MAX_M;
     if (m < 2 || m > rows || csb != 1 || !mk->skinny) return 0;
     sk_job j = {mk->skinny, es, m, k, n, rsa, csa, rsb, a, b, c, ao, bo, co, 0};
     mv_run(batch, m * n * k, n, SK_GRAIN, sk_items_task, sk_cols_task, &j, &j.item);
