@@ -14,6 +14,13 @@
  *       build/fuzz_abi -max_total_time=180 -rss_limit_mb=0 -timeout=10 \
  *       -max_len=512 build/fuzz_corpus
  *
+ * (The one command above spends over 20 minutes compiling gemm_avx512.c with
+ * the sanitizers on 2 cores.  Compiling each file to an object instead, the
+ * two gemm_avx*.c kernel files with -O2 -fsanitize=fuzzer-no-link only and
+ * the others with -fsanitize=fuzzer-no-link,address,undefined and the flags
+ * above, then linking the objects with -fsanitize=fuzzer,address,undefined
+ * -lm, takes about a minute; the GEMM kernels then run unchecked.)
+ *
  * (fuzz_abi.supp suppresses only the known wrap-around of integer tensor
  * arithmetic in the kernels, which is why signed-integer-overflow is built
  * recoverable; halt_on_error=1 still stops at any other finding.  The ISA
@@ -38,8 +45,13 @@
  * Each input is decoded into a sequence of ABI calls over a small pool of
  * handles: tensor creation with arbitrary shapes / dtypes / data, ad_op_call
  * with arbitrary op ids, iargs and fargs, ad_unary / ad_binary /
- * ad_scalar_op, views, ad_backward, the GradStore functions, ad_var_set,
- * ad_tensor_detach, ad_sorted_nodes, grad and anomaly mode, allocation
+ * ad_scalar_op, the quick calls (each result must be the ordinary call's, to
+ * the bit), views, ad_backward / _ex (create_graph) / _hooked (a callback
+ * that may stop the walk), the GradStore functions, ad_var_set,
+ * ad_tensor_detach, ad_sorted_nodes, the graph introspection getters and
+ * memory counters, custom ops (ad_custom_record; a backward that hands back
+ * tensors of any shape and dtype, NULLs or a failure; each node's release
+ * must run exactly once), the thread count, grad and anomaly mode, allocation
  * failure injection, the op registry (ad_op_info of any value), tensors over
  * external memory (NULL data, zero-length and strided layouts, misaligned
  * addresses; the release callback must run exactly once per storage), the
@@ -168,6 +180,8 @@ static void touch(const ad_tensor *t) {
     }
 }
 
+static long quick_taken; /* quick calls that did not decline (the standalone run reports it) */
+
 /* Two results of one computation: the same dtype, shape and bytes. */
 static void same_bits(const ad_tensor *x, const ad_tensor *y, int line) {
     int nd = ad_tensor_ndim(x);
@@ -281,7 +295,6 @@ static void custom_release(void *ctx) {
    callback that counts, so that every storage made over it is released
    exactly once by the end of each input. */
 static _Alignas(64) uint8_t ext_buf[8192];
-static long quick_taken; /* quick calls that did not decline (the standalone run reports it) */
 static int64_t ext_made, ext_released;
 static void ext_release(void *ctx) { ++*(int64_t *)ctx; }
 
