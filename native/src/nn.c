@@ -289,9 +289,10 @@ done:
  * SMG_BLOCK positions of those at a time. */
 enum { SMG_BLOCK = 256 };
 /* the float32 kernels per ISA level (none at the portable level) */
+typedef void (*smg_f32_fn)(const float *, const float *, float *, int64_t, int64_t, int64_t,
+                           int);
 static const struct {
-    void (*rows)(const float *, const float *, float *, int64_t, int64_t, int64_t, int);
-    void (*cols)(const float *, const float *, float *, int64_t, int64_t, int64_t, int);
+    smg_f32_fn rows, cols;
 } smg_f32[] = {
     [AD_ISA_AVX2] = {ad_softmax_grad_rows_f32_avx2, ad_softmax_grad_cols_f32_avx2},
     [AD_ISA_AVX512] = {ad_softmax_grad_rows_f32_avx512, ad_softmax_grad_cols_f32_avx512},
@@ -320,8 +321,7 @@ static void smg_units(void *ctx, int64_t u0, int64_t u1) {
     const smg_job *j = ctx;
     const int64_t len = j->len, inner = j->inner;
     if (inner == 1) {
-        void (*vrows)(const float *, const float *, float *, int64_t, int64_t, int64_t, int) =
-            j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].rows : NULL;
+        smg_f32_fn vrows = j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].rows : NULL;
         if (vrows) {
             vrows(j->y, j->g, j->dx, u0, u1, len, j->log);
             return;
@@ -339,8 +339,7 @@ static void smg_units(void *ctx, int64_t u0, int64_t u1) {
         return;
     }
     double acc[SMG_BLOCK];
-    void (*vcols)(const float *, const float *, float *, int64_t, int64_t, int64_t, int) =
-        j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].cols : NULL;
+    smg_f32_fn vcols = j->dt == AD_FLOAT32 ? smg_f32[ad_cpu_isa()].cols : NULL;
     for (int64_t u = u0; u < u1; u++) {
         int64_t j0 = u % j->nblk * SMG_BLOCK, b = u / j->nblk * len * inner + j0;
         int w = inner - j0 < SMG_BLOCK ? (int)(inner - j0) : SMG_BLOCK;

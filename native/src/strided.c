@@ -243,8 +243,9 @@ void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, 
     int d = 0;
     while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
     int64_t numel = nditer_numel(it);
+    int64_t threads = par_num_threads();
     if (cost < 1) cost = 1;
-    if (d == it->ndim || numel < ITER_PAR_MIN / cost || par_num_threads() < 2) {
+    if (d == it->ndim || numel < ITER_PAR_MIN / cost || threads < 2) {
         nditer_run(it, base, fn, ctx);
         return;
     }
@@ -255,7 +256,6 @@ void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, 
        34464 (blocks of 32768, 32768 | 32768, 1696): an add took 12.1 us
        against 10.3 for 131072 elements (Zen 4). */
     int64_t block = ITER_PAR_BLOCK / cost > 1024 ? ITER_PAR_BLOCK / cost : 1024;
-    int64_t threads = par_num_threads();
     int64_t nblocks = (numel + block - 1) / block;
     nblocks = (nblocks + threads - 1) / threads * threads;
     int64_t unit = (it->shape[d] + nblocks - 1) / nblocks;
