@@ -187,28 +187,43 @@ with np.errstate(all="ignore"):
     ints = ad.from_numpy((x[np.isfinite(x)] * 1000).astype(np.int64) % 1000003)
     kernels += [ints * ints + ints, -ints, ints.clamp(-5, 7)]
 from pyautodiff._lib import ffi, lib
-pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), [k.numpy().tobytes() for k in maps],
-             [k.numpy().tobytes() for k in kernels]), sys.stdout.buffer)
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), ffi.string(lib.ad_ew_kernel()).decode(),
+             [k.numpy().tobytes() for k in maps], [k.numpy().tobytes() for k in kernels]),
+            sys.stdout.buffer)
 """
+
+
+def _isa_run(script, **env_extra):
+    env = dict(os.environ, PYTHONPATH=ROOT, **env_extra)
+    for k in ("PYAUTODIFF_ISA", "PYAUTODIFF_PORTABLE", "PYAUTODIFF_EW_BITS"):
+        if k not in env_extra:
+            env.pop(k, None)
+    r = subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__)],
+                       env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return pickle.loads(r.stdout)
 
 
 def test_kernels_same_bits_on_every_isa():
     """Every ISA level gives the same bits: the float32 SIMD maps at AVX2 and
     AVX-512 (same algorithm, same operation order), and the elementwise
     kernel tables at all three levels (compiled from one source, no FMA
-    contraction in ISO C). PYAUTODIFF_ISA caps the level in a subprocess."""
+    contraction in ISO C), the AVX-512 level's in 512-bit vectors and in the
+    AVX2 tables' 256-bit ones (PYAUTODIFF_EW_BITS). PYAUTODIFF_ISA caps the
+    level in a subprocess."""
     outs = {}
-    for isa in ("avx512", "avx2", "portable"):
-        env = dict(os.environ, PYAUTODIFF_ISA=isa, PYTHONPATH=ROOT)
-        r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, os.path.dirname(__file__)],
-                           env=env, capture_output=True, timeout=300)
-        assert r.returncode == 0, r.stderr.decode()[-2000:]
-        level, maps, kernels = pickle.loads(r.stdout)
+    for name, isa, bits, ew_want in (("avx512", "avx512", "512", "avx512"),
+                                     ("avx512/256", "avx512", "256", "avx2"),
+                                     ("avx2", "avx2", "512", "avx2"),
+                                     ("portable", "portable", "512", "portable")):
+        level, ew, maps, kernels = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa,
+                                            PYAUTODIFF_EW_BITS=bits)
         if level == isa:  # PYAUTODIFF_ISA only caps: a level this CPU lacks is left out
-            outs[isa] = maps, kernels
+            assert ew == ew_want, f"{name}: elementwise tables {ew}"
+            outs[name] = maps, kernels
     # every comparison between the levels this CPU has runs (an AVX2-only
     # machine still compares AVX2 with portable)
-    levels = [isa for isa in ("avx512", "avx2", "portable") if isa in outs]
+    levels = [n for n in ("avx512", "avx512/256", "avx2", "portable") if n in outs]
     if len(levels) < 2:
         pytest.skip("this CPU has only the portable level")
     if "avx512" in outs and "avx2" in outs:
@@ -217,6 +232,36 @@ def test_kernels_same_bits_on_every_isa():
     for lo, hi in zip(levels[1:], levels):
         for i, (a, b) in enumerate(zip(outs[hi][1], outs[lo][1])):
             assert a == b, f"kernel {i}: {hi} and {lo} differ"
+
+
+def _cpuinfo():
+    """(vendor, family) of the first CPU in /proc/cpuinfo, or None."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return None
+    info = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    if "vendor_id" not in info or "cpu family" not in info:
+        return None
+    return info["vendor_id"], int(info["cpu family"])
+
+
+def test_elementwise_vector_width_default():
+    """By default the AVX-512 level runs the compiler-vectorised elementwise
+    kernels in 256-bit vectors on AMD's family 19h (Zen 4, which splits
+    512-bit ops), in 512-bit ones on every other AVX-512 CPU; the other levels
+    keep their own tables."""
+    cpu = _cpuinfo()
+    if cpu is None:
+        pytest.skip("no /proc/cpuinfo with vendor and family")
+    vendor, family = cpu
+    for isa in ("avx512", "avx2", "portable"):
+        level, ew, _, _ = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa)
+        if level != isa:
+            continue
+        zen4 = isa == "avx512" and vendor == "AuthenticAMD" and family == 0x19
+        assert ew == ("avx2" if zen4 else isa), (isa, vendor, family, ew)
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "log"])

@@ -857,7 +857,8 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import numpy
 from pyautodiff._lib import ffi, lib
-info = {"isa": ffi.string(lib.ad_gemm_kernel()).decode(), "cpus": os.cpu_count(),
+info = {"isa": ffi.string(lib.ad_gemm_kernel()).decode(),
+        "ew": ffi.string(lib.ad_ew_kernel()).decode(), "cpus": os.cpu_count(),
         "cap": os.environ.get("PYAUTODIFF_ISA", "")}
 try:  # the SIMD targets numpy's ufunc loops dispatch to on this CPU
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
@@ -891,7 +892,9 @@ print(json.dumps(info))
         return
     info = json.loads(r.stdout.strip().splitlines()[-1])
     cap = f" (capped by PYAUTODIFF_ISA={info['cap']})" if info["cap"] else ""
-    print(f"pyautodiff ISA level: {info['isa']}{cap}")
+    ew = (f"; elementwise tables {info['ew']} (256-bit vectors: this CPU splits 512-bit ops)"
+          if info["ew"] != info["isa"] else "")
+    print(f"pyautodiff ISA level: {info['isa']}{cap}{ew}")
     print(f"threads: each section runs at 1 and at 2 threads (this machine: "
           f"{info['cpus']} CPUs); numpy's elementwise ops are single-threaded at both")
     want = env.get("OPENBLAS_CORETYPE")

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 8
+#define AD_ABI_MINOR 9
 
 /* cffi:begin */
 
@@ -429,6 +429,13 @@ AD_API const char *ad_gemm_kernel(void);
 /* The SIMD level the reductions run at ("avx2" or "portable"): the CPU's
    best, capped by PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE. (ABI 1.2) */
 AD_API const char *ad_reduce_kernel(void);
+/* The level of the compiler-vectorised elementwise kernels (binary, unary,
+   tensor-scalar): "avx512", "avx2" or "portable".  "avx2" also at the
+   AVX-512 level on a CPU that runs 512-bit ops as two 256-bit halves (AMD
+   Zen 4), where those memory-bound loops are faster in 256-bit vectors;
+   PYAUTODIFF_EW_BITS=256|512 overrides that choice.  Same bits either way.
+   (ABI 1.9) */
+AD_API const char *ad_ew_kernel(void);
 
 /* ---- external memory, DLPack, file mappings (ABI 1.2) -------------------- */
 /* A release callback: called exactly once, with its ctx, when the last

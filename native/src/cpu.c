@@ -3,6 +3,8 @@
  *   PYAUTODIFF_PORTABLE=1        plain C everywhere
  *   PYAUTODIFF_ISA=avx2|portable at most that level (a level the CPU lacks
  *                                is ignored)
+ *   PYAUTODIFF_EW_BITS=256|512   the width of the compiler-vectorised
+ *                                elementwise kernels at the AVX-512 level
  * GEMM (gemm.c) and the float32 maps (elementwise.c) both dispatch on it. */
 #define _GNU_SOURCE /* sysconf's _SC_LEVEL*_CACHE_SIZE */
 #include <pthread.h>
@@ -15,7 +17,7 @@
 
 #include "cpu.h"
 
-static int isa = -1;
+static int isa = -1, ew_bits = 512;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static const char *const names[] = {"portable", "avx2", "avx512"};
 
@@ -27,6 +29,23 @@ int ad_isa_by_name(const char *name) {
 
 const char *ad_isa_name(int level) {
     return level >= 0 && level <= AD_ISA_AVX512 ? names[level] : "?";
+}
+
+/* Whether the CPU executes a 512-bit vector op as two 256-bit halves: AMD's
+   family 19h, whose only AVX-512 parts are Zen 4 (Zen 3 has none). Zen 5
+   (1Ah) and Intel's AVX-512 cores have full-width units. */
+static int splits_512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541) /* "AuthenticAMD" */
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    unsigned base = a >> 8 & 15, family = base == 15 ? base + (a >> 20 & 255) : base;
+    return family == 0x19;
+#else
+    return 0;
+#endif
 }
 
 static void detect(void) {
@@ -46,11 +65,21 @@ static void detect(void) {
     const char *env = getenv("PYAUTODIFF_PORTABLE");
     if (env && strcmp(env, "1") == 0) best = AD_ISA_PORTABLE;
     isa = best;
+    env = getenv("PYAUTODIFF_EW_BITS");
+    if (env && (strcmp(env, "256") == 0 || strcmp(env, "512") == 0))
+        ew_bits = atoi(env);
+    else if (isa == AD_ISA_AVX512 && splits_512())
+        ew_bits = 256;
 }
 
 int ad_cpu_isa(void) {
     pthread_once(&isa_once, detect);
     return isa;
+}
+
+int ad_cpu_ew_bits(void) {
+    pthread_once(&isa_once, detect);
+    return ew_bits;
 }
 
 /* ---- cache sizes ---- */

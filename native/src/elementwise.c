@@ -77,13 +77,19 @@ static int64_t llc_bytes(void) { return 0; }
     }
 SIMD_MAPS(DEF_SIMD_UN)
 
+static int vec_level; /* ad_ew_kernel's level */
+
 static void tables_init(void) {
     int isa = ad_cpu_isa();
-    memcpy(bin_table, isa == AD_ISA_AVX512 ? ew_bin_table_avx512
-                      : isa == AD_ISA_AVX2 ? ew_bin_table_avx2 : ew_bin_table_portable,
+    /* the compiler-vectorised tables' level: AVX2's (256-bit, the same bits)
+       at the AVX-512 level too where ad_cpu_ew_bits says so */
+    int vec = isa == AD_ISA_AVX512 && ad_cpu_ew_bits() == 256 ? AD_ISA_AVX2 : isa;
+    vec_level = vec;
+    memcpy(bin_table, vec == AD_ISA_AVX512 ? ew_bin_table_avx512
+                      : vec == AD_ISA_AVX2 ? ew_bin_table_avx2 : ew_bin_table_portable,
            sizeof bin_table);
-    memcpy(un_table, isa == AD_ISA_AVX512 ? ew_un_table_avx512
-                     : isa == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable,
+    memcpy(un_table, vec == AD_ISA_AVX512 ? ew_un_table_avx512
+                     : vec == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable,
            sizeof un_table);
     stream_copy = isa == AD_ISA_AVX512 ? ew_stream_copy_avx512
                   : isa == AD_ISA_AVX2 ? ew_stream_copy_avx2 : ew_stream_copy_portable;
@@ -102,6 +108,11 @@ static void tables_init(void) {
     un_table[AD_OP_##OPU][AD_FLOAT32] = un_##OP##_f32_simd;                            \
     simd_nt[AD_OP_##OPU] = isa == AD_ISA_AVX512 ? ad_##OP##_f32_avx512_nt : ad_##OP##_f32_avx2_nt;
     SIMD_MAPS(SIMD_PICK)
+}
+
+AD_API const char *ad_ew_kernel(void) {
+    pthread_once(&tables_once, tables_init);
+    return ad_isa_name(vec_level);
 }
 
 /* ---- forward functions ----------------------------------------------------------- */

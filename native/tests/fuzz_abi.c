@@ -863,6 +863,7 @@ static void one_input(reader *r) {
         (void)ad_dtype_name(v);
         (void)ad_dtype_size(v);
         (void)ad_abi_version();
+        (void)ad_ew_kernel();
         break;
     }
     }
