@@ -42,6 +42,7 @@ for or when a peer still runs AVX-512 under an AVX2 cap.
 """
 import argparse
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -105,11 +106,14 @@ def timeit(fns, repeat, number=None, budget=None):
         one = max(time.perf_counter() - t0, 1e-7)
         number = max(1, int(budget / one))
     samples = [[] for _ in fns]
-    order = list(range(len(fns)))
+    # each round runs the libraries in the next of all their orders: every
+    # library follows every other one equally often, so a predecessor's
+    # spinning workers and the cache lines it evicted cost all alike (a
+    # rotation would keep the cyclic order: with three, each library would
+    # always follow the same one)
+    orders = list(itertools.permutations(range(len(fns))))
     for r in range(repeat):
-        # rotate the order each round: every library follows every other one
-        # equally often, so a predecessor's spinning workers cost all alike
-        for i in order[r % len(order):] + order[:r % len(order)]:
+        for i in orders[r % len(orders)]:
             f = fns[i]
             if SETTLE:
                 settle()
