@@ -197,6 +197,31 @@ def test_small_products_in_place(kernel, threads, dt):
             assert other.tobytes() == got.tobytes(), "thread count " + what
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_small_batches_split_over_threads(kernel, dt):
+    """Batches of small products split over threads, whole items per thread,
+    from GEMM_BATCH_PAR_MIN (2^17) multiply-adds in all: just below, at and
+    past it, the bits at 2 threads are those at 1, and numpy's within
+    rounding."""
+    rng = np.random.default_rng(31)
+    old = ad.get_num_threads()
+    try:
+        for batch, m, k, n in ((3, 64, 32, 8), (8, 64, 32, 8), (32, 64, 32, 8),
+                               (128, 8, 16, 8), (33, 16, 16, 16), (7, 64, 64, 33)):
+            a = rng.standard_normal((batch, m, k)).astype(dt)
+            b = rng.standard_normal((batch, k, n)).astype(dt)
+            ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+            ad.set_num_threads(1)
+            one = np.asarray(ta @ tb)
+            ad.set_num_threads(2)
+            two = np.asarray(ta @ tb)
+            what = f"{batch} x ({m}x{k} @ {k}x{n})"
+            np.testing.assert_allclose(one, a @ b, **TOL[dt], err_msg=what)
+            assert one.tobytes() == two.tobytes(), what
+    finally:
+        ad.set_num_threads(old)
+
+
 def test_gradients_through_both_kernels(kernel):
     from gradcheck import check_grad
 

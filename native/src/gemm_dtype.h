@@ -767,7 +767,7 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
         return;
     }
     struct S(batch_job) bj = {pr, a_off, b_off, c_off};
-    if (!inner && threads > 1 && work * batch >= GEMM_PAR_MIN_WORK) {
+    if (!inner && threads > 1 && work * batch >= GEMM_BATCH_PAR_MIN) {
         par_for(batch, S(batch_task), &bj);
         return;
     }
