@@ -222,6 +222,29 @@ def test_small_batches_split_over_threads(kernel, dt):
         ad.set_num_threads(old)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_large_b_feeding_few_row_tiles(kernel, threads, dt):
+    """A row-major B past L2 feeding at most 4 row tiles (in all, over a
+    batch sharing it) is read in place when a pass's micro-panel fits L1;
+    against numpy, and the same bits as the same product with B packed (a
+    column-major copy of B).  k stays within the AVX-512 level's kc (512 float64):
+    past it, a row-major B of up to 24 rows takes the skinny kernel's one
+    FMA chain over k, the packed GEMM a chain per pass."""
+    rng = np.random.default_rng(41)
+    for batch, m, k, n in ((1, 9, 512, 700), (1, 16, 300, 1031), (1, 24, 200, 517),
+                           (1, 30, 128, 1500), (2, 7, 256, 600), (1, 50, 256, 600),
+                           (1, 12, 500, 300)):  # k past AVX2's kc (336 on a 32 KiB L1)
+        a = rng.standard_normal((batch, m, k)).astype(dt)
+        b = rng.standard_normal((k, n)).astype(dt)
+        ta, tb = ad.from_numpy(a), ad.from_numpy(b)
+        tbp = ad.from_numpy(np.ascontiguousarray(b.T)).t()  # column-major: packed
+        what = f"{batch} x ({m}x{k}) @ {k}x{n}"
+        got = np.asarray(ta @ tb)
+        tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
+        np.testing.assert_allclose(got, a @ b, **tol, err_msg=what)
+        assert np.asarray(ta @ tbp).tobytes() == got.tobytes(), what
+
+
 def test_gradients_through_both_kernels(kernel):
     from gradcheck import check_grad
 

@@ -82,6 +82,18 @@
    each of its micro-panels would feed at most this many row tiles. */
 #define GEMM_BINPLACE_MAX_TILES 16
 #define GEMM_BINPLACE_MAX_ELEMS (256 * 256)
+/* ... or, of any size, when its micro-panels feed at most this many row
+   tiles and a pass's micro-panel fits L1 (gemm_dtype.h run_group).
+   PYAUTODIFF_ISA=avx2 on Zen 4 (kc 336: 21 KiB micro-panels), float32, 1
+   thread, against packing B (interleaved in one process, medians): 12 rows
+   x 512 @ 512 x 4096 849 -> 606 us, 16 rows 1058 -> 869, 24 rows 1580 ->
+   1437, 16 x 2048 @ 2048 x 2048 3047 -> 2243, 16 x 1024 @ 1024 x 1024 471
+   -> 426; 48 rows (8 tiles) lost 5-10%; at 2 threads noisier, 7% either
+   way at 16-24 rows, up to 27% faster elsewhere.  AVX-512 (32-wide panels:
+   k <= 256 fits), 1 thread: 32 x 256 @ 256 x 4096 856 -> 672, 48 rows 1149
+   -> 973, 30 x 128 @ 128 x 8192 755 -> 615; past L1 (kc 1024, a 128 KiB
+   micro-panel) the same reading lost up to 30% from k = 2048. */
+#define GEMM_BINPLACE_FEW_TILES 4
 
 /* ---- kernel selection ---- */
 

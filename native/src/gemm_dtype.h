@@ -592,10 +592,15 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     int64_t kcb = min64(kn.kc, pr->k);
     /* A row-major B reused by only a few row tiles is read in place (its full
        micro-panels; every kernel loads B unaligned): packing it
-       would cost about as much as the products it feeds. */
+       would cost about as much as the products it feeds.  So is a B of any
+       size feeding at most GEMM_BINPLACE_FEW_TILES when a pass's micro-panel
+       fits L1: the first tile brings it in, the others find it there. */
+    int64_t tiles = ceil_div(pr->m, kn.mr) * pr->count;
+    int few = tiles <= GEMM_BINPLACE_FEW_TILES &&
+              kcb * kn.nr * (int64_t)sizeof(T) <= ad_cpu_caches()->l1d;
     int binplace = pr->csb == 1 && kn.packbt &&
-                   ceil_div(pr->m, kn.mr) * pr->count <= GEMM_BINPLACE_MAX_TILES &&
-                   pr->n * pr->k <= GEMM_BINPLACE_MAX_ELEMS;
+                   (few || (tiles <= GEMM_BINPLACE_MAX_TILES &&
+                            pr->n * pr->k <= GEMM_BINPLACE_MAX_ELEMS));
     T *bp = packbuf_get(1, (size_t)(ncb * kcb) * sizeof(T));
     if (!bp) {
         for (int64_t it = 0; it < pr->count; it++)
