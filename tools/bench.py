@@ -896,7 +896,7 @@ print(json.dumps(info))
         return
     info = json.loads(r.stdout.strip().splitlines()[-1])
     cap = f" (capped by PYAUTODIFF_ISA={info['cap']})" if info["cap"] else ""
-    ew = (f"; elementwise tables {info['ew']} (256-bit vectors: this CPU splits 512-bit ops)"
+    ew = (f"; elementwise tables {info['ew']} (256-bit vectors, ad_ew_kernel)"
           if info["ew"] != info["isa"] else "")
     print(f"pyautodiff ISA level: {info['isa']}{cap}{ew}")
     print(f"threads: each section runs at 1 and at 2 threads (this machine: "

@@ -9,8 +9,8 @@ int ad_cpu_isa(void);
 /* The vector width, 256 or 512 bits, of the compiler-vectorised elementwise
    kernels (binary, unary, tensor-scalar) at the AVX-512 level: 256 where the
    CPU splits 512-bit ops into halves (AMD Zen 4), on which a loop bound by
-   L2/L3 bandwidth ran 5-25% faster in 256-bit vectors (add, relu, neg at 1e5
-   - 1e6 float32); else 512.  PYAUTODIFF_EW_BITS=256|512 overrides (tests
+   L2/L3 bandwidth ran faster in 256-bit vectors (float32 add and mul 3% at
+   1e5 elements, 8-10% at 3e5 - 1e6; relu 2-7%); else 512.  PYAUTODIFF_EW_BITS=256|512 overrides (tests
    reach both tables with it).  The hand-written float32 maps (exp, tanh, ...)
    keep 512: they are bound by arithmetic, and lost 20-35% in 256. */
 int ad_cpu_ew_bits(void);
