@@ -31,13 +31,24 @@ const char *ad_isa_name(int level) {
     return level >= 0 && level <= AD_ISA_AVX512 ? names[level] : "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* Whether cpuid leaf 0's vendor string (ebx, edx, ecx) is `name` */
+static int vendor_is(unsigned b, unsigned c, unsigned d, const char *name) {
+    char v[12];
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    return memcmp(v, name, 12) == 0;
+}
+#endif
+
 /* Whether the CPU executes a 512-bit vector op as two 256-bit halves: AMD's
    family 19h, whose only AVX-512 parts are Zen 4 (Zen 3 has none). Zen 5
    (1Ah) and Intel's AVX-512 cores have full-width units. */
 static int splits_512(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541) /* "AuthenticAMD" */
+    if (!__get_cpuid(0, &a, &b, &c, &d) || !vendor_is(b, c, d, "AuthenticAMD"))
         return 0;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return 0;
@@ -121,8 +132,7 @@ static void cpuid_detect(struct ad_caches *c)
     if (!__get_cpuid(0, &a, &b, &cx, &d))
         return;
     unsigned max_basic = a;
-    int amd = (b == 0x68747541 && cx == 0x444d4163 && d == 0x69746e65) || /* AuthenticAMD */
-              (b == 0x6f677948 && cx == 0x656e6975 && d == 0x6e65476e);  /* HygonGenuine */
+    int amd = vendor_is(b, cx, d, "AuthenticAMD") || vendor_is(b, cx, d, "HygonGenuine");
     unsigned max_ext = __get_cpuid_max(0x80000000, NULL);
     if (amd) {
         /* 0x8000001D needs the topology extensions (0x80000001 ECX bit 22) */

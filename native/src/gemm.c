@@ -40,14 +40,14 @@
 /* Products below this many multiply-adds (m*n*k) run on the calling thread
    (measured: two threads start to win between 96^3 and 128^3) ... */
 #define GEMM_PAR_MIN_WORK (96 * 96 * 96)
+/* ... and below this one skip packing altogether. */
+#define GEMM_DIRECT_MAX_WORK (8 * 8 * 8)
 /* A batch of products is split over threads, whole items per thread, from
    this many multiply-adds in all: nothing is packed or shared, so a wake-up
    pays off sooner (Zen 4, 2 threads against 1, float32: 8 x (64x32 @ 32x8)
    5.6 -> 3.7 us, 128 x (8x16 @ 16x8) 8.5 -> 6.9; at 2^16 level, one of five
-   shapes slower) ... */
+   shapes slower). */
 #define GEMM_BATCH_PAR_MIN (1 << 17)
-/* ... and below this one skip packing altogether. */
-#define GEMM_DIRECT_MAX_WORK (8 * 8 * 8)
 /* A matrix-vector product (memory bound) is split over threads from this many
    matrix elements (1 MiB of float32), in ranges of GEMM_GEMV_GRAIN outputs. */
 #define GEMM_GEMV_PAR_MIN (256 * 1024)
