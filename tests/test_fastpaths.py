@@ -186,16 +186,27 @@ with np.errstate(all="ignore"):
                t.recip(), (t > u).to_dtype(ad.float32), t[:-1:3] + u[1::3], t + u[:1]]
     ints = ad.from_numpy((x[np.isfinite(x)] * 1000).astype(np.int64) % 1000003)
     kernels += [ints * ints + ints, -ints, ints.clamp(-5, 7)]
+# products at most 8 float32 (4 float64) columns wide, short and tall, single
+# and batched: the AVX-512 level's paired rows at 512 bits, AVX2's narrow
+# kernel at 256 bits and at the AVX2 level (the portable level has no FMA)
+rng, products = np.random.default_rng(5), []
+for shape, n, dt in (((64, 32), 8, np.float32), ((37, 100), 5, np.float32),
+                     ((300, 200), 3, np.float32), ((4, 64, 32), 8, np.float32),
+                     ((130, 64), 12, np.float32), ((50, 70), 4, np.float64),
+                     ((301, 33), 2, np.float64), ((3, 40, 9), 3, np.float64)):
+    a = rng.standard_normal(shape).astype(dt)
+    b = rng.standard_normal(shape[:-2] + (shape[-1], n)).astype(dt)
+    products.append(ad.from_numpy(a) @ ad.from_numpy(b))
 from pyautodiff._lib import ffi, lib
 pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), ffi.string(lib.ad_ew_kernel()).decode(),
-             [k.numpy().tobytes() for k in maps], [k.numpy().tobytes() for k in kernels]),
-            sys.stdout.buffer)
+             [k.numpy().tobytes() for k in maps], [k.numpy().tobytes() for k in kernels],
+             [p.numpy().tobytes() for p in products]), sys.stdout.buffer)
 """
 
 
 def _isa_run(script, **env_extra):
     env = dict(os.environ, PYTHONPATH=ROOT, **env_extra)
-    for k in ("PYAUTODIFF_ISA", "PYAUTODIFF_PORTABLE", "PYAUTODIFF_EW_BITS"):
+    for k in ("PYAUTODIFF_ISA", "PYAUTODIFF_PORTABLE", "PYAUTODIFF_VEC_BITS"):
         if k not in env_extra:
             env.pop(k, None)
     r = subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__)],
@@ -209,18 +220,20 @@ def test_kernels_same_bits_on_every_isa():
     AVX-512 (same algorithm, same operation order), and the elementwise
     kernel tables at all three levels (compiled from one source, no FMA
     contraction in ISO C), the AVX-512 level's in 512-bit vectors and in the
-    AVX2 tables' 256-bit ones (PYAUTODIFF_EW_BITS). PYAUTODIFF_ISA caps the
-    level in a subprocess."""
+    AVX2 tables' 256-bit ones (PYAUTODIFF_VEC_BITS), and narrow matrix
+    products (one FMA chain over k per element in every kernel: at the
+    AVX-512 level the paired rows at 512 bits, AVX2's narrow kernel at 256).
+    PYAUTODIFF_ISA caps the level in a subprocess."""
     outs = {}
     for name, isa, bits, ew_want in (("avx512", "avx512", "512", "avx512"),
                                      ("avx512/256", "avx512", "256", "avx2"),
                                      ("avx2", "avx2", "512", "avx2"),
                                      ("portable", "portable", "512", "portable")):
-        level, ew, maps, kernels = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa,
-                                            PYAUTODIFF_EW_BITS=bits)
+        level, ew, maps, kernels, products = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa,
+                                                      PYAUTODIFF_VEC_BITS=bits)
         if level == isa:  # PYAUTODIFF_ISA only caps: a level this CPU lacks is left out
             assert ew == ew_want, f"{name}: elementwise tables {ew}"
-            outs[name] = maps, kernels
+            outs[name] = maps, kernels, products
     # every comparison between the levels this CPU has runs (an AVX2-only
     # machine still compares AVX2 with portable)
     levels = [n for n in ("avx512", "avx512/256", "avx2", "portable") if n in outs]
@@ -232,6 +245,8 @@ def test_kernels_same_bits_on_every_isa():
     for lo, hi in zip(levels[1:], levels):
         for i, (a, b) in enumerate(zip(outs[hi][1], outs[lo][1])):
             assert a == b, f"kernel {i}: {hi} and {lo} differ"
+        for i, (a, b) in enumerate(zip(outs[hi][2], outs[lo][2])):
+            assert a == b or lo == "portable", f"product {i}: {hi} and {lo} differ"
 
 
 def _cpuinfo():
@@ -257,7 +272,7 @@ def test_elementwise_vector_width_default():
         pytest.skip("no /proc/cpuinfo with vendor and family")
     vendor, family = cpu
     for isa in ("avx512", "avx2", "portable"):
-        level, ew, _, _ = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa)
+        level, ew, _, _, _ = _isa_run(ISA_SCRIPT, PYAUTODIFF_ISA=isa)
         if level != isa:
             continue
         zen4 = isa == "avx512" and vendor == "AuthenticAMD" and family == 0x19

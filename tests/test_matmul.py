@@ -245,6 +245,43 @@ def test_large_b_feeding_few_row_tiles(kernel, threads, dt):
         assert np.asarray(ta @ tbp).tobytes() == got.tobytes(), what
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_narrow_products_of_any_height(kernel, threads, dt):
+    """A row-major product at most one 512-bit vector wide (16 float32, 8
+    float64 columns) is one whole-kernel call whatever its height (A read
+    once in place; rows split over threads), up to kc: against numpy, with
+    the bits of the same product with A packed (a column-major copy of A) and
+    of the other thread count, single, batched, with sliced rows of A; and
+    through F.linear's epilogue (bias and ReLU) with a transposed weight."""
+    import pyautodiff.nn.functional as F
+
+    rng = np.random.default_rng(43)
+    for batch, m, k, n in ((1, 97, 64, 8), (1, 130, 33, 3), (1, 300, 200, 5), (1, 1000, 7, 2),
+                           (1, 257, 100, 16), (1, 129, 250, 12), (3, 600, 120, 4),
+                           (2, 200, 50, 7), (1, 2000, 64, 8), (1, 99, 9, 9)):
+        a = rng.standard_normal((batch, m, k + 2)).astype(dt)
+        b = rng.standard_normal((k, n)).astype(dt)
+        ta, tb = ad.from_numpy(a)[:, :, :k], ad.from_numpy(b)  # rows of A k + 2 apart
+        ac = np.ascontiguousarray(a[:, :, :k])
+        tap = ad.from_numpy(np.ascontiguousarray(ac.transpose(0, 2, 1))).transpose(1, 2)
+        what = f"{batch} x ({m}x{k}) @ {k}x{n}"
+        tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
+        got = np.asarray(ta @ tb)
+        np.testing.assert_allclose(got, ac @ b, **tol, err_msg=what)
+        assert np.asarray(tap @ tb).tobytes() == got.tobytes(), "packed A " + what
+        ad.set_num_threads(3 - threads)
+        try:
+            assert np.asarray(ta @ tb).tobytes() == got.tobytes(), "thread count " + what
+        finally:
+            ad.set_num_threads(threads)
+        bias = rng.standard_normal(n).astype(dt)
+        lin = F.linear(ta[0], tb.t(), ad.from_numpy(bias), activation="relu")
+        np.testing.assert_allclose(np.asarray(lin), np.maximum(ac[0] @ b + bias, 0), **tol,
+                                   err_msg="linear " + what)
+        assert np.asarray(lin).tobytes() == np.asarray(
+            F.relu(F.linear(tap[0], tb.t(), ad.from_numpy(bias)))).tobytes(), "linear " + what
+
+
 def test_gradients_through_both_kernels(kernel):
     from gradcheck import check_grad
 

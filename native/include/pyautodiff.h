@@ -433,7 +433,7 @@ AD_API const char *ad_reduce_kernel(void);
    tensor-scalar): "avx512", "avx2" or "portable".  "avx2" also at the
    AVX-512 level on a CPU that runs 512-bit ops as two 256-bit halves (AMD
    Zen 4), where those memory-bound loops are faster in 256-bit vectors;
-   PYAUTODIFF_EW_BITS=256|512 overrides that choice.  Same bits either way.
+   PYAUTODIFF_VEC_BITS=256|512 overrides that choice.  Same bits either way.
    (ABI 1.9) */
 AD_API const char *ad_ew_kernel(void);
 

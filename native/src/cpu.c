@@ -3,9 +3,9 @@
  *   PYAUTODIFF_PORTABLE=1        plain C everywhere
  *   PYAUTODIFF_ISA=avx2|portable at most that level (a level the CPU lacks
  *                                is ignored)
- *   PYAUTODIFF_EW_BITS=256|512   the width of the compiler-vectorised
- *                                elementwise kernels at the AVX-512 level
- * GEMM (gemm.c) and the float32 maps (elementwise.c) both dispatch on it. */
+ *   PYAUTODIFF_VEC_BITS=256|512  the vector width at the AVX-512 level of
+ *                                the kernels that come in both (cpu.h)
+ * GEMM (gemm.c) and the elementwise kernels (elementwise.c) dispatch on it. */
 #define _GNU_SOURCE /* sysconf's _SC_LEVEL*_CACHE_SIZE */
 #include <pthread.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 
 #include "cpu.h"
 
-static int isa = -1, ew_bits = 512;
+static int isa = -1, vec_bits = 512;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static const char *const names[] = {"portable", "avx2", "avx512"};
 
@@ -76,11 +76,11 @@ static void detect(void) {
     const char *env = getenv("PYAUTODIFF_PORTABLE");
     if (env && strcmp(env, "1") == 0) best = AD_ISA_PORTABLE;
     isa = best;
-    env = getenv("PYAUTODIFF_EW_BITS");
+    env = getenv("PYAUTODIFF_VEC_BITS");
     if (env && (strcmp(env, "256") == 0 || strcmp(env, "512") == 0))
-        ew_bits = atoi(env);
+        vec_bits = atoi(env);
     else if (isa == AD_ISA_AVX512 && splits_512())
-        ew_bits = 256;
+        vec_bits = 256;
 }
 
 int ad_cpu_isa(void) {
@@ -88,9 +88,9 @@ int ad_cpu_isa(void) {
     return isa;
 }
 
-int ad_cpu_ew_bits(void) {
+int ad_cpu_vec_bits(void) {
     pthread_once(&isa_once, detect);
-    return ew_bits;
+    return vec_bits;
 }
 
 /* ---- cache sizes ---- */

@@ -82,8 +82,8 @@ static int vec_level; /* ad_ew_kernel's level */
 static void tables_init(void) {
     int isa = ad_cpu_isa();
     /* the compiler-vectorised tables' level: AVX2's (256-bit, the same bits)
-       at the AVX-512 level too where ad_cpu_ew_bits says so */
-    int vec = vec_level = isa == AD_ISA_AVX512 && ad_cpu_ew_bits() == 256 ? AD_ISA_AVX2 : isa;
+       at the AVX-512 level too where ad_cpu_vec_bits says so */
+    int vec = vec_level = isa == AD_ISA_AVX512 && ad_cpu_vec_bits() == 256 ? AD_ISA_AVX2 : isa;
     memcpy(bin_table, vec == AD_ISA_AVX512 ? ew_bin_table_avx512
                       : vec == AD_ISA_AVX2 ? ew_bin_table_avx2 : ew_bin_table_portable,
            sizeof bin_table);

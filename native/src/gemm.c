@@ -12,8 +12,10 @@
    column mask, by a half-width kernel when at most half of it is used. A
    row-major A or B whose packed copy would be reused only a few times is read
    in place instead (small products skip packing altogether: at the
-   AVX-512 level one gemm_small call per product, gemm_small_avx512.h), and
-   matrix-vector products (m or n == 1) skip packing.
+   AVX-512 level one gemm_small call per product, gemm_small_avx512.h; so do
+   products at most one vector wide, of any height: gemm_small, or AVX2's
+   gemm_narrow where 256-bit vectors are chosen), and matrix-vector products
+   (m or n == 1) skip packing.
    Threads split the m x nc work of one B panel into a grid of row x column
    ranges (columns preferred: each thread packs and keeps its own B
    micro-panels); batches of small products are split over the batch instead.
@@ -52,6 +54,9 @@
    matrix elements (1 MiB of float32), in ranges of GEMM_GEMV_GRAIN outputs. */
 #define GEMM_GEMV_PAR_MIN (256 * 1024)
 #define GEMM_GEMV_GRAIN 64
+/* Rows of C per grain of a whole-kernel product split over threads
+   (gemm_dtype.h whole_task): one 8-row tile of the narrow kernel. */
+#define GEMM_WHOLE_GRAIN 8
 /* A row-major A is read in place instead of packed when a thread's share of
    a B panel has at most this many NR-wide micro-panels (too few reuses of a
    packed copy to pay for it: batches of small products, n = 32 .. 128). */
@@ -200,6 +205,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define TAILS_AVX512 gemm_tails_f32_avx512, gemm_tails_half_f32_avx512
 #define TAILS_AVX2 gemm_tails_f32_avx2, gemm_tails_half_f32_avx2
 #define SMALL_AVX512 gemm_small_f32_avx512
+#define NARROW_AVX2 gemm_narrow_f32_avx2
 #include "gemm_dtype.h"
 #undef T
 #undef S
@@ -210,6 +216,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef TAILS_AVX512
 #undef TAILS_AVX2
 #undef SMALL_AVX512
+#undef NARROW_AVX2
 
 #define T double
 #define S(name) name##_f64
@@ -220,6 +227,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define TAILS_AVX512 gemm_tails_f64_avx512, gemm_tails_half_f64_avx512
 #define TAILS_AVX2 gemm_tails_f64_avx2, gemm_tails_half_f64_avx2
 #define SMALL_AVX512 gemm_small_f64_avx512
+#define NARROW_AVX2 gemm_narrow_f64_avx2
 #include "gemm_dtype.h"
 #undef T
 #undef S
@@ -230,3 +238,4 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef TAILS_AVX512
 #undef TAILS_AVX2
 #undef SMALL_AVX512
+#undef NARROW_AVX2

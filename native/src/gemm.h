@@ -117,14 +117,24 @@ static inline int64_t gemm_tile_rows(int64_t th, int64_t cap, int64_t rem) {
     return rem <= last ? rem : th;
 }
 
-/* A whole small product at the AVX-512 level, C[m,n] = A[m,k] @ B[k,n] with
-   A, B and C row-major (unit column strides; row strides rsa, rsb, rsc),
-   read and written in place (gemm_small_avx512.h); C is overwritten. */
-#define GEMM_SMALL_DECLARE(SFX, T)                                                          \
-    void gemm_small_##SFX(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa,         \
-                          const T *b, int64_t rsb, T *c, int64_t rsc);
-GEMM_SMALL_DECLARE(f32_avx512, float)
-GEMM_SMALL_DECLARE(f64_avx512, double)
+/* X(1) X(2) ... X(12): the cases of a switch over a tile's rows (the small
+   and narrow kernels' tiles are at most 12 rows, each a constant-size
+   instance of one inlined loop) */
+#define GEMM_ROWS_1_TO_12(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12)
+
+/* Whole small products, C[m,n] = A[m,k] @ B[k,n] with A, B and C row-major
+   (unit column strides; row strides rsa, rsb, rsc), read and written in
+   place; C is overwritten:
+     gemm_small:  the AVX-512 level's (gemm_small_avx512.h);
+     gemm_narrow: at most one 256-bit vector wide (n <= 8 float32, 4
+                  float64), AVX2 code (gemm_ukr_avx2.h). */
+#define GEMM_WHOLE_DECLARE(NAME, T)                                                         \
+    void NAME(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, const T *b,         \
+              int64_t rsb, T *c, int64_t rsc);
+GEMM_WHOLE_DECLARE(gemm_small_f32_avx512, float)
+GEMM_WHOLE_DECLARE(gemm_small_f64_avx512, double)
+GEMM_WHOLE_DECLARE(gemm_narrow_f32_avx2, float)
+GEMM_WHOLE_DECLARE(gemm_narrow_f64_avx2, double)
 
 /* Matrix-vector products (m == 1 or n == 1) skip packing: y = M x with either
      dotrows:  M rows unit-stride, x contiguous:  y[i*incy] = sum_p M[i*rsm + p] x[p]

@@ -57,6 +57,9 @@ static void S(packbt_portable)(int64_t kb, const T *src, int64_t csb, T *bp, int
             bp[p * nr + j] = src[j * csb + p];
 }
 
+typedef void (*S(whole_fn))(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t,
+                           T *, int64_t);
+
 struct S(kernel) {
     S(ukr_fn) ukr;
     S(ukr_fn) half; /* NULL, or an MR x NR/2 kernel for a last micro-panel at most half full */
@@ -70,9 +73,10 @@ struct S(kernel) {
     int apanels; /* > 0: a unit-row-stride A is packed row by row, this many panels at once */
     int bpanels; /* a row-major B is packed row by row, this many panels at once */
     int imr;     /* 0, or rows per tile (< mr) of an A read in place, by the tail kernels */
-    /* NULL, or a whole small row-major product read in place (gemm_small_avx512.h) */
-    void (*small)(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t, T *,
-                  int64_t);
+    /* NULL, or a whole small row-major product read in place (gemm_small_avx512.h);
+       narrow: the same at most one 256-bit vector wide (gemm_narrow, gemm.h),
+       taken over from small where both apply */
+    S(whole_fn) small, narrow;
     /* 1: the kernels read a packed A panel's column stride at run time, so a
        block's row tiles need not be mr tall (S(block_rows)) */
     int split;
@@ -134,18 +138,22 @@ static struct S(kernel) S(pick_kernel)(void)
     int f32 = sizeof(T) == 4;
     (void)f32;
 #if defined(__x86_64__) || defined(__i386__)
-    if (sel == KSEL_AVX512)
-        return f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_BROWS_PANELS,
-                                        GEMM_AVX512_IMR,
-                                        SMALL_AVX512, 0}
-                   : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS, GEMV(avx512),
-                                        PACKBT_AVX2, TAILS_AVX512, 0, GEMM_BROWS_PANELS,
-                                        GEMM_AVX512_IMR,
-                                        SMALL_AVX512, 0};
+    if (sel == KSEL_AVX512) {
+        struct S(kernel) kn = f32 ? (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F32_BLOCKS,
+                                                       GEMV(avx512), PACKBT_AVX2, TAILS_AVX512,
+                                                       0, GEMM_BROWS_PANELS, GEMM_AVX512_IMR,
+                                                       SMALL_AVX512, NULL, 0}
+                                  : (struct S(kernel)){UKR_AVX512, GEMM_AVX512_F64_BLOCKS,
+                                                       GEMV(avx512), PACKBT_AVX2, TAILS_AVX512,
+                                                       0, GEMM_BROWS_PANELS, GEMM_AVX512_IMR,
+                                                       SMALL_AVX512, NULL, 0};
+        if (ad_cpu_vec_bits() == 256)
+            kn.narrow = NARROW_AVX2;
+        return kn;
+    }
     if (sel == KSEL_AVX2) {
         struct S(kernel) kn = {UKR_AVX2, 0, 0, 0, GEMV(avx2), PACKBT_AVX2, TAILS_AVX2,
-                               GEMM_AVX2_APANELS, GEMM_AVX2_BPANELS, 0, NULL, 1};
+                               GEMM_AVX2_APANELS, GEMM_AVX2_BPANELS, 0, NULL, NARROW_AVX2, 1};
         S(avx2_blocks)(kn.mr, kn.nr, &kn.kc, &kn.mc, &kn.nc);
         return kn;
     }
@@ -153,7 +161,7 @@ static struct S(kernel) S(pick_kernel)(void)
     (void)sel;
     return (struct S(kernel)){S(ukr_portable), S(ukrh_portable), PORT_MR, PORT_NR, 256, 128,
                               2048, GEMV(portable), S(packbt_portable), S(tails_portable),
-                              S(tails_half_portable), 0, GEMM_BROWS_PANELS, 0, NULL, 1};
+                              S(tails_half_portable), 0, GEMM_BROWS_PANELS, 0, NULL, NULL, 1};
 }
 
 /* kb runs of w contiguous elements, src + p*ld -> dst + p*w: the packing of
@@ -557,6 +565,64 @@ static void S(vec_task)(void *ctx, int64_t g0, int64_t g1) /* in grains of outpu
                 min64(g1 * GEMM_GEMV_GRAIN, job->outs));
 }
 
+/* Whether a product is small enough for A and B read in place with none of
+   run_group's blocking (one A block, B's panel in place, k within one
+   panel; a kernel with row tails, as every level has). */
+static int S(small_fits)(const struct S(kernel) *kn, const struct S(prob) *pr)
+{
+    return kn->tails && kn->packbt && pr->csa == 1 && pr->csb == 1 && pr->m > 1 && pr->n > 1 &&
+           pr->m <= kn->mc && pr->k <= kn->kc && pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK &&
+           ceil_div(pr->n, kn->nr) <= GEMM_INPLACE_MAX_PANELS &&
+           ceil_div(pr->m, kn->mr) <= GEMM_BINPLACE_MAX_TILES;
+}
+
+/* The whole-product kernel for a problem (its items all alike), or NULL:
+   - at most one 512-bit vector wide (16 float32, 8 float64 columns), any m:
+     the level's narrow kernel up to 256 bits wide, else its small one.  A is
+     read once, in place, beside a k x n B that stays in L1 (k <= kc, which
+     also keeps the bits those of the packed path: one FMA chain over k),
+     where the macro-kernel would pack A for at most 16 multiply-adds an
+     element.  Zen 4, float32 (2 threads where the product splits):
+     128x784 @ 784x8 31.6 -> 17.6 us, 256x128 @ 128x8 10.6 -> 6.5, 4096x512
+     @ 512x8 638 -> 405, 128x512 @ 512x10 21.3 -> 19.0, 128x784 @ 784x16
+     32 -> 18; the rows split over `threads` in S(whole_task)'s grains;
+   - else on one thread, a product that fits small_fits: the level's small
+     kernel. */
+static S(whole_fn) S(whole_kernel)(const struct S(kernel) *kn, const struct S(prob) *pr,
+                                   int threads)
+{
+    if (pr->csa != 1 || pr->csb != 1 || pr->csc != 1)
+        return NULL;
+    int64_t bytes = pr->n * (int64_t)sizeof(T);
+    if (bytes <= 64 && pr->m > 1 && pr->n > 1 && pr->k <= kn->kc &&
+        pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK) {
+        if (kn->narrow && bytes <= 32)
+            return kn->narrow;
+        if (kn->small)
+            return kn->small;
+    }
+    return threads == 1 && kn->small && S(small_fits)(kn, pr) ? kn->small : NULL;
+}
+
+/* One thread's rows of an item of a whole-kernel problem, in grains of
+   GEMM_WHOLE_GRAIN rows, and the epilogue over them. */
+struct S(whole_job) {
+    S(whole_fn) fn;
+    const struct S(prob) *pr;
+    int64_t item;
+};
+
+static void S(whole_task)(void *ctx, int64_t g0, int64_t g1)
+{
+    const struct S(whole_job) *job = ctx;
+    const struct S(prob) *pr = job->pr;
+    int64_t r0 = g0 * GEMM_WHOLE_GRAIN, r1 = min64(g1 * GEMM_WHOLE_GRAIN, pr->m);
+    const T *a = pr->a + (pr->a_off ? pr->a_off[job->item] : 0) + r0 * pr->rsa;
+    T *c = pr->c + (pr->c_off ? pr->c_off[job->item] : 0) + r0 * pr->rsc;
+    job->fn(r1 - r0, pr->n, pr->k, a, pr->rsa, pr->b, pr->rsb, c, pr->rsc);
+    S(epi_block)(pr, r0, r1 - r0, 0, pr->n);
+}
+
 /* Runs a group of items sharing B; `threads` > 1 parallelises inside each panel
    (inside each item's outputs for a matrix-vector product). */
 static void S(run_group)(const struct S(prob) *pr, int threads)
@@ -578,6 +644,18 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
         for (int64_t it = 0; it < pr->count; it++)
             S(slow)(pr, it, 0, pr->m, 0, pr->n, 0, pr->k, 0);
         S(epi_block)(pr, 0, pr->m, 0, pr->n);
+        return;
+    }
+    S(whole_fn) whole = S(whole_kernel)(&kn, pr, threads);
+    if (whole) {
+        int64_t grains = ceil_div(pr->m, GEMM_WHOLE_GRAIN);
+        for (int64_t it = 0; it < pr->count; it++) {
+            struct S(whole_job) job = {whole, pr, it};
+            if (threads > 1 && grains > 1)
+                par_for(grains, S(whole_task), &job);
+            else
+                S(whole_task)(&job, 0, grains);
+        }
         return;
     }
     /* n in equal column panels of at most nc (1536 = 768 + 768, not 1024 + 512) */
@@ -670,33 +748,23 @@ struct S(batch_job) {
     const int64_t *a_off, *b_off, *c_off;
 };
 
-/* Whether a product is small enough for A and B read in place with none of
-   run_group's blocking (one A block, B's panel in place, k within one
-   panel; a kernel with row tails, as every level has). */
-static int S(small_fits)(const struct S(kernel) *kn, const struct S(prob) *pr)
-{
-    return kn->tails && kn->packbt && pr->csa == 1 && pr->csb == 1 && pr->m > 1 && pr->n > 1 &&
-           pr->m <= kn->mc && pr->k <= kn->kc && pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK &&
-           ceil_div(pr->n, kn->nr) <= GEMM_INPLACE_MAX_PANELS &&
-           ceil_div(pr->m, kn->mr) <= GEMM_BINPLACE_MAX_TILES;
-}
-
 /* A batch of small products (small_fits) needs none of run_group's
-   blocking: at the AVX-512 level one small-kernel call per item, elsewhere
-   one macro-kernel call, decided once for the batch.  Returns 0 when the
-   shapes or layouts do not fit. */
+   blocking: one whole-kernel call per item where the level has one
+   (S(whole_kernel)), else one macro-kernel call, decided once for the
+   batch.  Returns 0 when the shapes or layouts do not fit. */
 static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
 {
     const struct S(prob) *pr = &bj->base;
     struct S(kernel) kn = S(pick_kernel)();
-    if (!S(small_fits)(&kn, pr))
-        return 0;
-    if (kn.small && pr->csc == 1) {
+    S(whole_fn) whole = S(whole_kernel)(&kn, pr, 1);
+    if (whole) {
         for (int64_t i = i0; i < i1; i++)
-            kn.small(pr->m, pr->n, pr->k, pr->a + bj->a_off[i], pr->rsa, pr->b + bj->b_off[i],
-                     pr->rsb, pr->c + bj->c_off[i], pr->rsc);
+            whole(pr->m, pr->n, pr->k, pr->a + bj->a_off[i], pr->rsa, pr->b + bj->b_off[i],
+                  pr->rsb, pr->c + bj->c_off[i], pr->rsc);
         return 1;
     }
+    if (!S(small_fits)(&kn, pr))
+        return 0;
     int64_t full = pr->n / kn.nr * kn.nr; /* a partial last panel is packed, per item */
     T *bp = NULL;
     if (full < pr->n && !(bp = packbuf_get(1, (size_t)(kn.nr * pr->k) * sizeof(T))))
@@ -762,12 +830,6 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
         pr.a += a_off[0];
         pr.b += b_off[0];
         pr.c += c_off[0];
-        /* a small single product: the small kernel where the level has one */
-        struct S(kernel) kn = S(pick_kernel)();
-        if (!inner && kn.small && pr.csc == 1 && S(small_fits)(&kn, &pr)) {
-            kn.small(pr.m, pr.n, pr.k, pr.a, pr.rsa, pr.b, pr.rsb, pr.c, pr.rsc);
-            return;
-        }
         S(run_group)(&pr, inner ? threads : 1);
         return;
     }

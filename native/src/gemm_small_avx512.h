@@ -30,33 +30,7 @@
 
 #define SMALL_S(name) UKR_CAT(name, SFX)
 
-static inline __attribute__((always_inline)) void SMALL_S(small_tile)(
-    const int MR, const int NV, const int MASKED, int64_t k, const T *restrict a, int64_t rsa,
-    const T *restrict b, int64_t rsb, T *restrict c, int64_t rsc, int last)
-{
-    V acc[12][4];
-    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] = ZERO();
-    for (int64_t p = 0; p < k; p++) {
-        V bv[4];
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] =
-            MASKED && j == NV - 1 ? MLOAD(b + j * VL, last) : LOADU(b + j * VL);
-        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {
-            V av = SET1(a[i * rsa]);
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
-                acc[i][j] = FMA(av, bv[j], acc[i][j]);
-        }
-        a++;
-        b += rsb;
-    }
-    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {
-            if (MASKED && j == NV - 1)
-                MSTORE(c + i * rsc + j * VL, acc[i][j], last);
-            else
-                STOREU(c + i * rsc + j * VL, acc[i][j]);
-        }
-}
+#include "gemm_small_tile.h"
 
 /* C's rows in pairs, for n <= VL / 2 columns: one accumulator holds rows i
    and i + 1 with their columns interleaved (lane 2j + r is C[i + r, j]), fed
@@ -65,7 +39,11 @@ static inline __attribute__((always_inline)) void SMALL_S(small_tile)(
    full-width FMA is used; the bits are those of every other path (one FMA
    chain over p per element).  The broadcast pairs come from a copy of the
    tile's rows interleaved in pairs, SMALL_KCH columns at a time on the
-   stack.  An odd last row is paired with itself and stored once. */
+   stack.  An odd last row is paired with itself and stored once.  Where
+   512-bit ops run as two halves (Zen 4, ad_cpu_vec_bits 256) the driver
+   calls AVX2's gemm_narrow for these widths instead: its one 256-bit vector
+   a row, fed by broadcast loads, ran 32 x (64x32 @ 32x8) in 1320 cycles an
+   item against 2100 here. */
 #define SMALL_KCH 128
 
 static inline __attribute__((always_inline)) void SMALL_S(pair_tile)(
@@ -133,9 +111,7 @@ void SMALL_S(gemm_small)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rs
         SMALL_S(pair_tile)(P, k, aq, rsa, rows, b, rsb, (int)n, cq, rsc);                   \
         break;
             switch ((int)pb) {
-                SMALL_PAIR_(1) SMALL_PAIR_(2) SMALL_PAIR_(3) SMALL_PAIR_(4) SMALL_PAIR_(5)
-                SMALL_PAIR_(6) SMALL_PAIR_(7) SMALL_PAIR_(8) SMALL_PAIR_(9) SMALL_PAIR_(10)
-                SMALL_PAIR_(11) SMALL_PAIR_(12)
+                GEMM_ROWS_1_TO_12(SMALL_PAIR_)
             }
 #undef SMALL_PAIR_
         }
