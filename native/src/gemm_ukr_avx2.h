@@ -102,9 +102,9 @@ const UKR_FN UKR_CAT(gemm_tails_half, SFX)[PMR] = {
    cycles latency) and pack B's partial panel per product.  The AVX-512
    level calls it too where 512-bit ops run as two halves (gemm_dtype.h).
    Zen 4, float32, 32 x (m x k @ k x 8), C harness, cycles an item
-   (medians): against the AVX-512 paired rows 64x32 1320 vs 2100, 64x128
-   7250 vs 9500, 256x32 5330 vs 8490, 16x64 640 vs 995; 8-row tiles matched
-   or beat 12 and 16 (16 spills at 16 registers). */
+   (medians, interleaved): against the AVX-512 paired rows 64x32 1324 vs
+   2103, 64x128 8169 vs 9502, 256x32 5393 vs 8492, 16x64 641 vs 995; 8-row
+   tiles beat 12 and 16 (16 spills: 16 ymm registers). */
 #define SMALL_S(name) UKR_CAT(name, SFX)
 #include "gemm_small_tile.h"
 
