@@ -248,17 +248,22 @@ def test_large_b_feeding_few_row_tiles(kernel, threads, dt):
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_narrow_products_of_any_height(kernel, threads, dt):
     """A row-major product at most one 512-bit vector wide (16 float32, 8
-    float64 columns) is one whole-kernel call whatever its height (A read
-    once in place; rows split over threads), up to kc: against numpy, with
+    float64 columns) goes to a whole-product kernel whatever its height (A
+    read once in place; rows split over threads) and depth (the macro
+    kernel's passes over k, the later ones added to C): against numpy, with
     the bits of the same product with A packed (a column-major copy of A) and
     of the other thread count, single, batched, with sliced rows of A; and
-    through F.linear's epilogue (bias and ReLU) with a transposed weight."""
+    through F.linear's epilogue (bias and ReLU) with a transposed weight.
+    Depths past kc (AVX2 336 on a 32 KiB L1; AVX-512 1024 float32, 512
+    float64) keep m above the skinny kernel's 24 rows (one chain over k)."""
     import pyautodiff.nn.functional as F
 
     rng = np.random.default_rng(43)
     for batch, m, k, n in ((1, 97, 64, 8), (1, 130, 33, 3), (1, 300, 200, 5), (1, 1000, 7, 2),
                            (1, 257, 100, 16), (1, 129, 250, 12), (3, 600, 120, 4),
-                           (2, 200, 50, 7), (1, 2000, 64, 8), (1, 99, 9, 9)):
+                           (2, 200, 50, 7), (1, 2000, 64, 8), (1, 99, 9, 9),
+                           (1, 100, 700, 8), (2, 64, 1500, 5), (1, 300, 2100, 16),
+                           (1, 40, 1100, 3), (1, 33, 600, 2)):
         a = rng.standard_normal((batch, m, k + 2)).astype(dt)
         b = rng.standard_normal((k, n)).astype(dt)
         ta, tb = ad.from_numpy(a)[:, :, :k], ad.from_numpy(b)  # rows of A k + 2 apart

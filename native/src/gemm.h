@@ -124,13 +124,14 @@ static inline int64_t gemm_tile_rows(int64_t th, int64_t cap, int64_t rem) {
 
 /* Whole small products, C[m,n] = A[m,k] @ B[k,n] with A, B and C row-major
    (unit column strides; row strides rsa, rsb, rsc), read and written in
-   place; C is overwritten:
+   place; C is overwritten, or with accum C += A @ B (the sum over k added
+   to C, as a later pass over k):
      gemm_small:  the AVX-512 level's (gemm_small_avx512.h);
      gemm_narrow: at most one 256-bit vector wide (n <= 8 float32, 4
                   float64), AVX2 code (gemm_ukr_avx2.h). */
 #define GEMM_WHOLE_DECLARE(NAME, T)                                                         \
     void NAME(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, const T *b,         \
-              int64_t rsb, T *c, int64_t rsc);
+              int64_t rsb, T *c, int64_t rsc, int accum);
 GEMM_WHOLE_DECLARE(gemm_small_f32_avx512, float)
 GEMM_WHOLE_DECLARE(gemm_small_f64_avx512, double)
 GEMM_WHOLE_DECLARE(gemm_narrow_f32_avx2, float)

@@ -58,7 +58,7 @@ static void S(packbt_portable)(int64_t kb, const T *src, int64_t csb, T *bp, int
 }
 
 typedef void (*S(whole_fn))(int64_t, int64_t, int64_t, const T *, int64_t, const T *, int64_t,
-                           T *, int64_t);
+                           T *, int64_t, int);
 
 struct S(kernel) {
     S(ukr_fn) ukr;
@@ -576,13 +576,21 @@ static int S(small_fits)(const struct S(kernel) *kn, const struct S(prob) *pr)
            ceil_div(pr->m, kn->mr) <= GEMM_BINPLACE_MAX_TILES;
 }
 
+/* The length of run_group's passes over k: equal, at most kc, rounded up to
+   8 (AVX2 on Zen 3, kc 336: 1024 = 4 x 256, not 3 x 336 + a 16-deep pass
+   that reads and writes all of C for almost no work).  The whole kernels
+   take the same passes, so every path gives an element the same FMA chains. */
+static int64_t S(pass_len)(int64_t kc, int64_t k)
+{
+    return ceil_div(ceil_div(k, ceil_div(k, kc)), 8) * 8;
+}
+
 /* The whole-product kernel for a problem (its items all alike), or NULL:
-   - at most one 512-bit vector wide (16 float32, 8 float64 columns), any m:
-     the level's narrow kernel up to 256 bits wide, else its small one.  A is
-     read once, in place, beside a k x n B that stays in L1 (k <= kc, which
-     also keeps the bits those of the packed path: one FMA chain over k),
-     where the macro-kernel would pack A for at most 16 multiply-adds an
-     element.  Zen 4, float32 (2 threads where the product splits):
+   - at most one 512-bit vector wide (16 float32, 8 float64 columns), any m
+     and k: the level's narrow kernel up to 256 bits wide, else its small
+     one.  A is read once, in place, in run_group's passes over k (each
+     pass's kc x n slice of B stays in cache), where the macro-kernel would
+     pack A for at most 16 multiply-adds an element.  Zen 4, float32 (2 threads where the product splits):
      128x784 @ 784x8 31.6 -> 17.6 us, 256x128 @ 128x8 10.6 -> 6.5, 4096x512
      @ 512x8 638 -> 405, 128x512 @ 512x10 21.3 -> 19.0, 128x784 @ 784x16
      32 -> 18; the rows split over `threads` in S(whole_task)'s grains;
@@ -594,8 +602,7 @@ static S(whole_fn) S(whole_kernel)(const struct S(kernel) *kn, const struct S(pr
     if (pr->csa != 1 || pr->csb != 1 || pr->csc != 1)
         return NULL;
     int64_t bytes = pr->n * (int64_t)sizeof(T);
-    if (bytes <= 64 && pr->m > 1 && pr->n > 1 && pr->k <= kn->kc &&
-        pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK) {
+    if (bytes <= 64 && pr->m > 1 && pr->n > 1 && pr->m * pr->n * pr->k > GEMM_DIRECT_MAX_WORK) {
         if (kn->narrow && bytes <= 32)
             return kn->narrow;
         if (kn->small)
@@ -604,10 +611,21 @@ static S(whole_fn) S(whole_kernel)(const struct S(kernel) *kn, const struct S(pr
     return threads == 1 && kn->small && S(small_fits)(kn, pr) ? kn->small : NULL;
 }
 
+/* `rows` rows of an item (A at a, B at b, C at c) by a whole kernel, in
+   passes of kp over k: the first overwrites C, the others add to it. */
+static void S(whole_rows)(S(whole_fn) fn, int64_t kp, const struct S(prob) *pr, int64_t rows,
+                          const T *a, const T *b, T *c)
+{
+    for (int64_t pc = 0; pc < pr->k; pc += kp)
+        fn(rows, pr->n, min64(kp, pr->k - pc), a + pc, pr->rsa, b + pc * pr->rsb, pr->rsb, c,
+           pr->rsc, pc > 0);
+}
+
 /* One thread's rows of an item of a whole-kernel problem, in grains of
    GEMM_WHOLE_GRAIN rows, and the epilogue over them. */
 struct S(whole_job) {
     S(whole_fn) fn;
+    int64_t kp;
     const struct S(prob) *pr;
     int64_t item;
 };
@@ -619,7 +637,7 @@ static void S(whole_task)(void *ctx, int64_t g0, int64_t g1)
     int64_t r0 = g0 * GEMM_WHOLE_GRAIN, r1 = min64(g1 * GEMM_WHOLE_GRAIN, pr->m);
     const T *a = pr->a + (pr->a_off ? pr->a_off[job->item] : 0) + r0 * pr->rsa;
     T *c = pr->c + (pr->c_off ? pr->c_off[job->item] : 0) + r0 * pr->rsc;
-    job->fn(r1 - r0, pr->n, pr->k, a, pr->rsa, pr->b, pr->rsb, c, pr->rsc);
+    S(whole_rows)(job->fn, job->kp, pr, r1 - r0, a, pr->b, c);
     S(epi_block)(pr, r0, r1 - r0, 0, pr->n);
 }
 
@@ -650,7 +668,7 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     if (whole) {
         int64_t grains = ceil_div(pr->m, GEMM_WHOLE_GRAIN);
         for (int64_t it = 0; it < pr->count; it++) {
-            struct S(whole_job) job = {whole, pr, it};
+            struct S(whole_job) job = {whole, S(pass_len)(kn.kc, pr->k), pr, it};
             if (threads > 1 && grains > 1)
                 par_for(grains, S(whole_task), &job);
             else
@@ -661,11 +679,7 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     /* n in equal column panels of at most nc (1536 = 768 + 768, not 1024 + 512) */
     int64_t npanels = ceil_div(pr->n, kn.nc);
     kn.nc = ceil_div(ceil_div(pr->n, npanels), kn.nr) * kn.nr;
-    /* k in equal passes of at most kc, rounded up to 8 (AVX2 on Zen 3, kc
-       336: 1024 = 4 x 256, not 3 x 336 + a 16-deep pass that reads and
-       writes all of C for almost no work) */
-    int64_t kpasses = ceil_div(pr->k, kn.kc);
-    kn.kc = ceil_div(ceil_div(pr->k, kpasses), 8) * 8;
+    kn.kc = S(pass_len)(kn.kc, pr->k);
     int64_t ncb = min64(kn.nc, ceil_div(pr->n, kn.nr) * kn.nr);
     int64_t kcb = min64(kn.kc, pr->k);
     /* A row-major B reused by only a few row tiles is read in place (its full
@@ -758,9 +772,10 @@ static int S(small_batch)(const struct S(batch_job) *bj, int64_t i0, int64_t i1)
     struct S(kernel) kn = S(pick_kernel)();
     S(whole_fn) whole = S(whole_kernel)(&kn, pr, 1);
     if (whole) {
+        int64_t kp = S(pass_len)(kn.kc, pr->k);
         for (int64_t i = i0; i < i1; i++)
-            whole(pr->m, pr->n, pr->k, pr->a + bj->a_off[i], pr->rsa, pr->b + bj->b_off[i],
-                  pr->rsb, pr->c + bj->c_off[i], pr->rsc);
+            S(whole_rows)(whole, kp, pr, pr->m, pr->a + bj->a_off[i], pr->b + bj->b_off[i],
+                          pr->c + bj->c_off[i]);
         return 1;
     }
     if (!S(small_fits)(&kn, pr))

@@ -48,7 +48,7 @@
 
 static inline __attribute__((always_inline)) void SMALL_S(pair_tile)(
     const int P, int64_t k, const T *restrict a, int64_t rsa, int64_t rows,
-    const T *restrict b, int64_t rsb, int n, T *restrict c, int64_t rsc)
+    const T *restrict b, int64_t rsb, int n, T *restrict c, int64_t rsc, int accum)
 {
     ITYPE ilo[VL], ihi[VL], idup[VL], iev[VL], iod[VL];
     for (int l = 0; l < VL; l++) {
@@ -90,14 +90,16 @@ static inline __attribute__((always_inline)) void SMALL_S(pair_tile)(
     }
     const __m512i xev = _mm512_loadu_si512(iev), xod = _mm512_loadu_si512(iod);
     _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) {
-        MSTORE(c + 2 * q * rsc, PERMX(xev, acc[q]), n);
+        T *c0 = c + 2 * q * rsc, *c1 = c0 + rsc;
+        V r0 = PERMX(xev, acc[q]), r1 = PERMX(xod, acc[q]);
+        MSTORE(c0, accum ? ADD(r0, MLOAD(c0, n)) : r0, n);
         if (2 * q + 1 < rows)
-            MSTORE(c + (2 * q + 1) * rsc, PERMX(xod, acc[q]), n);
+            MSTORE(c1, accum ? ADD(r1, MLOAD(c1, n)) : r1, n);
     }
 }
 
 void SMALL_S(gemm_small)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, const T *b,
-                         int64_t rsb, T *c, int64_t rsc)
+                         int64_t rsb, T *c, int64_t rsc, int accum)
 {
     if (n <= VL / 2) {
         int64_t pairs = (m + 1) / 2;
@@ -108,7 +110,7 @@ void SMALL_S(gemm_small)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rs
             int64_t rows = m - 2 * q < 2 * pb ? m - 2 * q : 2 * pb;
 #define SMALL_PAIR_(P)                                                                      \
     case P:                                                                                 \
-        SMALL_S(pair_tile)(P, k, aq, rsa, rows, b, rsb, (int)n, cq, rsc);                   \
+        SMALL_S(pair_tile)(P, k, aq, rsa, rows, b, rsb, (int)n, cq, rsc, accum);            \
         break;
             switch ((int)pb) {
                 GEMM_ROWS_1_TO_12(SMALL_PAIR_)
@@ -129,9 +131,9 @@ void SMALL_S(gemm_small)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rs
 #define SMALL_CASE_(MR, NV)                                                                 \
     case (NV) * 16 + (MR):                                                                  \
         if (masked)                                                                         \
-            SMALL_S(small_tile)(MR, NV, 1, k, ai, rsa, bj, rsb, cij, rsc, last);            \
+            SMALL_S(small_tile)(MR, NV, 1, k, ai, rsa, bj, rsb, cij, rsc, last, accum);     \
         else                                                                                \
-            SMALL_S(small_tile)(MR, NV, 0, k, ai, rsa, bj, rsb, cij, rsc, last);            \
+            SMALL_S(small_tile)(MR, NV, 0, k, ai, rsa, bj, rsb, cij, rsc, last, accum);     \
         break;
 #define SMALL_ROWS6_(NV)                                                                    \
     SMALL_CASE_(1, NV) SMALL_CASE_(2, NV) SMALL_CASE_(3, NV) SMALL_CASE_(4, NV)             \

@@ -109,7 +109,7 @@ const UKR_FN UKR_CAT(gemm_tails_half, SFX)[PMR] = {
 #include "gemm_small_tile.h"
 
 void UKR_CAT(gemm_narrow, SFX)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa,
-                               const T *b, int64_t rsb, T *c, int64_t rsc)
+                               const T *b, int64_t rsb, T *c, int64_t rsc, int accum)
 {
     int last = (int)n;
     for (int64_t i = 0, ib; i < m; i += ib) {
@@ -119,9 +119,9 @@ void UKR_CAT(gemm_narrow, SFX)(int64_t m, int64_t n, int64_t k, const T *a, int6
 #define NARROW_CASE_(MR)                                                                    \
     case MR:                                                                                \
         if (last < VL)                                                                      \
-            SMALL_S(small_tile)(MR, 1, 1, k, ai, rsa, b, rsb, ci, rsc, last);               \
+            SMALL_S(small_tile)(MR, 1, 1, k, ai, rsa, b, rsb, ci, rsc, last, accum);        \
         else                                                                                \
-            SMALL_S(small_tile)(MR, 1, 0, k, ai, rsa, b, rsb, ci, rsc, last);               \
+            SMALL_S(small_tile)(MR, 1, 0, k, ai, rsa, b, rsb, ci, rsc, last, accum);        \
         break;
         switch ((int)ib) {
             GEMM_ROWS_1_TO_12(NARROW_CASE_)
