@@ -590,10 +590,11 @@ static int64_t S(pass_len)(int64_t kc, int64_t k)
      and k: the level's narrow kernel up to 256 bits wide, else its small
      one.  A is read once, in place, in run_group's passes over k (each
      pass's kc x n slice of B stays in cache), where the macro-kernel would
-     pack A for at most 16 multiply-adds an element.  Zen 4, float32 (2 threads where the product splits):
-     128x784 @ 784x8 31.6 -> 17.6 us, 256x128 @ 128x8 10.6 -> 6.5, 4096x512
-     @ 512x8 638 -> 405, 128x512 @ 512x10 21.3 -> 19.0, 128x784 @ 784x16
-     32 -> 18; the rows split over `threads` in S(whole_task)'s grains;
+     pack A for at most 16 multiply-adds an element.  Zen 4, float32 (2
+     threads where the product splits): 128x784 @ 784x8 31.6 -> 17.6 us,
+     256x128 @ 128x8 10.6 -> 6.5, 4096x512 @ 512x8 638 -> 405, 128x512 @
+     512x10 21.3 -> 19.0, 128x784 @ 784x16 32 -> 18, 256x1500 @ 1500x4
+     116 -> 74; the rows split over `threads` in S(whole_task)'s grains;
    - else on one thread, a product that fits small_fits: the level's small
      kernel. */
 static S(whole_fn) S(whole_kernel)(const struct S(kernel) *kn, const struct S(prob) *pr,
