@@ -186,9 +186,11 @@ with np.errstate(all="ignore"):
                t.recip(), (t > u).to_dtype(ad.float32), t[:-1:3] + u[1::3], t + u[:1]]
     ints = ad.from_numpy((x[np.isfinite(x)] * 1000).astype(np.int64) % 1000003)
     kernels += [ints * ints + ints, -ints, ints.clamp(-5, 7)]
-# products at most 8 float32 (4 float64) columns wide, short and tall, single
-# and batched: the AVX-512 level's paired rows at 512 bits, AVX2's narrow
-# kernel at 256 bits and at the AVX2 level (the portable level has no FMA)
+# narrow products (n <= 12), short and tall, single and batched: at most 8
+# float32 (4 float64) columns take the AVX-512 level's paired rows at 512
+# bits, AVX2's narrow kernel at 256 bits and at the AVX2 level; 12 float32
+# columns the AVX-512 small kernel at both widths and the AVX2 macro-kernel
+# (the portable level has no FMA)
 rng, products = np.random.default_rng(5), []
 for shape, n, dt in (((64, 32), 8, np.float32), ((37, 100), 5, np.float32),
                      ((300, 200), 3, np.float32), ((4, 64, 32), 8, np.float32),
