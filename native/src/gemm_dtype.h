@@ -668,8 +668,8 @@ static void S(run_group)(const struct S(prob) *pr, int threads)
     S(whole_fn) whole = S(whole_kernel)(&kn, pr, threads);
     if (whole) {
         int64_t grains = ceil_div(pr->m, GEMM_WHOLE_GRAIN);
-        for (int64_t it = 0; it < pr->count; it++) {
-            struct S(whole_job) job = {whole, S(pass_len)(kn.kc, pr->k), pr, it};
+        struct S(whole_job) job = {whole, S(pass_len)(kn.kc, pr->k), pr, 0};
+        for (; job.item < pr->count; job.item++) {
             if (threads > 1 && grains > 1)
                 par_for(grains, S(whole_task), &job);
             else
