@@ -251,9 +251,10 @@ def test_narrow_products_of_any_height(kernel, threads, dt):
     float64 columns) goes to a whole-product kernel whatever its height (A
     read once in place; rows split over threads) and depth (the macro
     kernel's passes over k, the later ones added to C): against numpy, with
-    the bits of the same product with A packed (a column-major copy of A) and
-    of the other thread count, single, batched, with sliced rows of A; and
-    through F.linear's epilogue (bias and ReLU) with a transposed weight.
+    the bits of the same product with A packed (every other column of a
+    wider A: neither stride is 1) and of the other thread count, single,
+    batched, with sliced rows of A; and through F.linear's epilogue (bias and
+    ReLU) with a transposed weight.
     Depths past kc (AVX2 336 on a 32 KiB L1; AVX-512 1024 float32, 512
     float64) keep m above the skinny kernel's 24 rows (one chain over k)."""
     import pyautodiff.nn.functional as F
@@ -268,7 +269,9 @@ def test_narrow_products_of_any_height(kernel, threads, dt):
         b = rng.standard_normal((k, n)).astype(dt)
         ta, tb = ad.from_numpy(a)[:, :, :k], ad.from_numpy(b)  # rows of A k + 2 apart
         ac = np.ascontiguousarray(a[:, :, :k])
-        tap = ad.from_numpy(np.ascontiguousarray(ac.transpose(0, 2, 1))).transpose(1, 2)
+        wide = np.zeros((batch, m, 2 * k), dt)
+        wide[:, :, ::2] = ac
+        tap = ad.from_numpy(wide)[:, :, ::2]
         what = f"{batch} x ({m}x{k}) @ {k}x{n}"
         tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
         got = np.asarray(ta @ tb)
@@ -285,6 +288,53 @@ def test_narrow_products_of_any_height(kernel, threads, dt):
                                    err_msg="linear " + what)
         assert np.asarray(lin).tobytes() == np.asarray(
             F.relu(F.linear(tap[0], tb.t(), ad.from_numpy(bias)))).tobytes(), "linear " + what
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_thin_products_with_column_major_a(kernel, threads, dt):
+    """A product of a few columns (2 up to the level's limit: 8 float32 and 4
+    float64 at AVX2, 24 at AVX-512) whose A has unit-stride columns (X^T G,
+    the weight gradient of a matmul head) runs as the skinny product C^T =
+    B^T A^T into a scratch transposed into C, A read in place: against numpy,
+    bit for bit against that transposed product itself, where the skinny
+    kernel takes it too (n <= 8), and at the other thread count; single,
+    batched (B broadcast or not), A's columns further apart than m, B
+    row-major, column-major and sliced; and through F.linear's epilogue with
+    a transposed x."""
+    import pyautodiff.nn.functional as F
+
+    thin_max = {"avx512": 24, "avx2": 8 if dt == np.float32 else 4}.get(kernel, 0)
+    rng = np.random.default_rng(44)
+    for batch, m, k, n in ((1, 9, 5, 2), (1, 512, 128, 4), (1, 300, 1, 3), (2, 77, 33, 8),
+                           (1, 600, 700, 5), (3, 257, 64, 2), (1, 1000, 40, 12),
+                           (1, 130, 300, 24), (2, 40, 1100, 16), (1, 2000, 3, 7)):
+        at = rng.standard_normal((batch, k, m + 3)).astype(dt)  # A^T, rows m + 3 apart
+        b = rng.standard_normal((batch, k, n)).astype(dt)
+        ta = ad.from_numpy(at)[:, :, :m].transpose(1, 2)
+        a = np.ascontiguousarray(at[:, :, :m].transpose(0, 2, 1))
+        what = f"{batch} x ({m}x{k}) @ {k}x{n}"
+        tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
+        for name, tb in (("row-major B", ad.from_numpy(b)),
+                         ("column-major B",
+                          ad.from_numpy(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(1, 2)),
+                         ("sliced B", ad.from_numpy(np.repeat(b, 2, axis=2))[:, :, ::2]),
+                         ("broadcast B", ad.from_numpy(b[0]))):
+            want = a @ (b[0] if name == "broadcast B" else b)
+            got = np.asarray(ta @ tb)
+            np.testing.assert_allclose(got, want, **tol, err_msg=f"{name} {what}")
+            if n <= min(8, thin_max):
+                assert np.asarray((tb.transpose(-1, -2) @ ta.transpose(1, 2)).transpose(-1, -2)
+                                  ).tobytes() == got.tobytes(), f"{name} C^T {what}"
+            ad.set_num_threads(3 - threads)
+            try:
+                assert np.asarray(ta @ tb).tobytes() == got.tobytes(), f"{name} threads {what}"
+            finally:
+                ad.set_num_threads(threads)
+        bias = rng.standard_normal(n).astype(dt)
+        tw = ad.from_numpy(np.ascontiguousarray(b[0].T))
+        lin = F.linear(ta[0], tw, ad.from_numpy(bias), activation="relu")
+        np.testing.assert_allclose(np.asarray(lin), np.maximum(a[0] @ b[0] + bias, 0), **tol,
+                                   err_msg="linear " + what)
 
 
 def test_gradients_through_both_kernels(kernel):

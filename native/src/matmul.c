@@ -165,6 +165,12 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
    Under PYAUTODIFF_ISA=avx2 the AVX2 tiles (6 x 2, 4 x 3, 8 x 1 vectors)
    lost to the packed GEMM at every size tried. */
 #define SK_MAX_M 8
+/* The thin path (thin_batch below) takes up to the skinny rows as columns of
+   C, except float64 at AVX2 from 5 on: tiles of more than 4 rows are a
+   single vector there, a broadcast per FMA of 4 lanes, and the packed GEMM
+   was faster ((512x128) @ (128x5..7), A column-major, Zen 4: 32 us against
+   38-47). */
+#define THIN_MAX_F64_AVX2 4
 #define SK_TALL_MAX 24
 #define SK_TALL_KC 512
 #define SK_FAR ((int64_t)4 << 20)
@@ -267,27 +273,28 @@ typedef struct {
     mv_axpy_fn axpy;
     mv_skinny_fn skinny;
     int64_t skinny_max; /* rows the skinny kernel takes (SK_TALL_MAX for a B past SK_CACHED) */
+    int64_t thin_max;   /* columns of C the thin path takes (its skinny rows) */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
     {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
-     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M},
+     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M},
     {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
-     (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M},
+     (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M, THIN_MAX_F64_AVX2},
 };
 static const mv_kernels mv_avx512[2] = {
     {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
-     (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX},
+     (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX, SK_TALL_MAX},
     {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
-     (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX},
+     (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX, SK_TALL_MAX},
 };
 #endif
 
@@ -438,6 +445,74 @@ static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64
     return 1;
 }
 
+/* ---- thin products: a few columns of C, A's columns unit-stride ----------------------
+
+   C^T = B^T A^T is a skinny product (n rows) whose B, A^T, has unit-stride
+   rows: the skinny kernel reads A in place into a scratch C^T (the item's
+   columns of C^T, or a grain of them, at a time), which the same task then
+   transposes into C.  The packed GEMM would copy all of A for the n
+   multiply-adds per element it feeds, and fill half-empty tiles (a matmul's
+   weight gradient X^T G for a head of a few outputs; Zen 4, 1 thread,
+   float32 (512x128) @ (128x4), A column-major: 28 -> 6 us).  Each element of
+   C is one FMA chain over k, the skinny kernel's. */
+typedef struct {
+    sk_job sk; /* the product C^T = B^T A^T, into the scratch */
+    char *y;   /* C, with sk's item offsets (sk.c is the scratch) */
+} thin_job;
+
+#define THIN_PUT(T)                                                                      \
+    for (int64_t i = i0; i < i1; i++)                                                    \
+        for (int64_t r = 0; r < rows; r++) ((T *)y)[i * rows + r] = ((const T *)s)[r * cols + i]
+
+/* C's rows [i0, i1) of item it (C^T's columns) from the scratch */
+static void thin_put(const thin_job *t, int64_t it, int64_t i0, int64_t i1) {
+    const int64_t rows = t->sk.m, cols = t->sk.n, off = t->sk.co[it] * t->sk.es;
+    const char *s = t->sk.c + off;
+    char *y = t->y + off;
+    if (t->sk.es == sizeof(float)) THIN_PUT(float);
+    else THIN_PUT(double);
+}
+#undef THIN_PUT
+
+/* item it's grains [g0, g1) of SK_GRAIN columns of C^T, each transposed into
+   C while it is in L1 */
+static void thin_grains(const thin_job *t, int64_t it, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t j0 = g * SK_GRAIN, j1 = j0 + SK_GRAIN < t->sk.n ? j0 + SK_GRAIN : t->sk.n;
+        sk_range(&t->sk, it, j0, j1);
+        thin_put(t, it, j0, j1);
+    }
+}
+
+static void thin_items_task(void *ctx, int64_t i0, int64_t i1) {
+    const thin_job *t = ctx;
+    for (int64_t it = i0; it < i1; it++) thin_grains(t, it, 0, (t->sk.n + SK_GRAIN - 1) / SK_GRAIN);
+}
+
+static void thin_cols_task(void *ctx, int64_t g0, int64_t g1) {
+    const thin_job *t = ctx;
+    thin_grains(t, t->sk.item, g0, g1);
+}
+
+/* The batch of products of fwd_matmul when A's columns are unit-stride (its
+   rows not) and n is within the skinny kernel's rows, at a level with the
+   kernel; item i's C at c + co[i] elements, co[i] = i m n (fwd_matmul's).
+   Returns 0 (nothing done) otherwise, or when the scratch cannot be had. */
+static int thin_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
+                      const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
+                      int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                      void *c) {
+    const mv_kernels *mk = mv_pick(dtype);
+    if (rsa != 1 || csa == 1 || n < 2 || n > mk->thin_max) return 0;
+    int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    char *s = ad_malloc((size_t)(batch * m * n * es));
+    if (!s) return 0;
+    thin_job t = {{mk->skinny, es, n, k, m, csb, rsb, csa, b, a, s, bo, ao, co, 0}, c};
+    mv_run(batch, m * n * k, m, SK_GRAIN, thin_items_task, thin_cols_task, &t, &t.sk.item);
+    ad_mfree(s);
+    return 1;
+}
+
 /* matmul with numpy's rules: a 1-d a is a row (its m dim is dropped from the
    result), a 1-d b a column (its n dim dropped); the other dims are batch
    dims, broadcast. */
@@ -518,6 +593,9 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
         /* done */
     } else if (k > 0 && skinny_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
                                      ad_ptr(b), rsb, csb, ad_ptr(y))) {
+        /* done */
+    } else if (k > 0 && thin_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
+                                   ad_ptr(b), rsb, csb, ad_ptr(y))) {
         /* done */
     } else if (a->dtype == AD_FLOAT32) {
         gemm_batch_f32(batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa, ad_ptr(b), rsb, csb,
@@ -723,8 +801,10 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
                    matvec_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
                                 ad_ptr(w), rsb, csb, ad_ptr(y))) ||
                   skinny_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
-                               ad_ptr(w), rsb, csb, ad_ptr(y))))
-        linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's matrix-vector and skinny paths */
+                               ad_ptr(w), rsb, csb, ad_ptr(y)) ||
+                  thin_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
+                             ad_ptr(w), rsb, csb, ad_ptr(y))))
+        linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's unpacked paths */
     else if (x->dtype == AD_FLOAT32)
         gemm_epi_f32(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
     else
