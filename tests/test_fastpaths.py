@@ -189,8 +189,9 @@ with np.errstate(all="ignore"):
 # narrow products (n <= 12), short and tall, single and batched: at most 8
 # float32 (4 float64) columns take the AVX-512 level's paired rows at 512
 # bits, AVX2's narrow kernel at 256 bits and at the AVX2 level; 12 float32
-# columns the AVX-512 small kernel at both widths and the AVX2 macro-kernel
-# (the portable level has no FMA)
+# columns the AVX-512 small kernel at both widths and the AVX2 macro-kernel;
+# 3 float32 and 2 float64 columns of a deeper product AVX2's dot kernel at
+# both levels (the portable level has no FMA)
 rng, products = np.random.default_rng(5), []
 for shape, n, dt in (((64, 32), 8, np.float32), ((37, 100), 5, np.float32),
                      ((300, 200), 3, np.float32), ((4, 64, 32), 8, np.float32),

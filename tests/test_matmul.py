@@ -24,6 +24,17 @@ SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29),
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 
+def takes_dot(kernel, dt, m, n, k, b_rows_unit=False):
+    """Whether a product of a row-major A goes to the dot kernel (matmul.c's
+    dotn_batch): a SIMD level, 2 <= n <= 12 if B's columns are unit-stride
+    (else 4 float32, 2 float64), k >= 16, and m past the skinny kernel's
+    rows (8; 24 at AVX-512 for a B past 256 KiB)."""
+    es = np.dtype(dt).itemsize
+    skinny = 24 if kernel == "avx512" and k * n * es > 256 << 10 else 8
+    most = 12 if b_rows_unit else 4 if dt == np.float32 else 2
+    return kernel in ("avx2", "avx512") and 2 <= n <= most and k >= 16 and m > skinny
+
+
 def _check(a, b, dt):
     got = (a @ b).numpy().astype(np.float64)
     want = np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
@@ -159,8 +170,9 @@ def test_small_products_in_place(kernel, threads, dt):
     """Against numpy: single products and batches, contiguous, with rows of A
     and B further apart than their lengths (sliced), a B broadcast over the
     batch, and transposed operands; the in-place result has the bits of the
-    same product with A packed (a column-major copy of A), and the same bits
-    at 1 and 2 threads."""
+    same product with A packed (every other column of a wider A), unless the
+    dot kernel takes it (its own order of sums), and the same bits at 1 and 2
+    threads."""
     rng = np.random.default_rng(23)
     for t, m in enumerate(SMALL_M):
         for u, n in enumerate(SMALL_N):
@@ -186,9 +198,12 @@ def test_small_products_in_place(kernel, threads, dt):
                                        err_msg="transposed " + what)
             if m * n * k <= 8 * 8 * 8:
                 continue  # GEMM_DIRECT_MAX_WORK: plain C loops, by any path
-            # A packed instead of read in place: the same FMA chain per element
-            tap = ad.from_numpy(np.ascontiguousarray(ac.transpose(0, 2, 1))).transpose(1, 2)
-            assert np.asarray(tap @ tbc).tobytes() == got.tobytes(), "packed A " + what
+            if not takes_dot(kernel, dt, m, n, k):
+                # A packed instead of read in place: the same FMA chain per element
+                wide = np.zeros((3, m, 2 * k), dt)
+                wide[:, :, ::2] = ac
+                tap = ad.from_numpy(wide)[:, :, ::2]
+                assert np.asarray(tap @ tbc).tobytes() == got.tobytes(), "packed A " + what
             ad.set_num_threads(3 - threads)
             try:
                 other = np.asarray(tac @ tbc)
@@ -276,7 +291,8 @@ def test_narrow_products_of_any_height(kernel, threads, dt):
         tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
         got = np.asarray(ta @ tb)
         np.testing.assert_allclose(got, ac @ b, **tol, err_msg=what)
-        assert np.asarray(tap @ tb).tobytes() == got.tobytes(), "packed A " + what
+        if not takes_dot(kernel, dt, m, n, k):
+            assert np.asarray(tap @ tb).tobytes() == got.tobytes(), "packed A " + what
         ad.set_num_threads(3 - threads)
         try:
             assert np.asarray(ta @ tb).tobytes() == got.tobytes(), "thread count " + what
@@ -286,8 +302,9 @@ def test_narrow_products_of_any_height(kernel, threads, dt):
         lin = F.linear(ta[0], tb.t(), ad.from_numpy(bias), activation="relu")
         np.testing.assert_allclose(np.asarray(lin), np.maximum(ac[0] @ b + bias, 0), **tol,
                                    err_msg="linear " + what)
-        assert np.asarray(lin).tobytes() == np.asarray(
-            F.relu(F.linear(tap[0], tb.t(), ad.from_numpy(bias)))).tobytes(), "linear " + what
+        if not takes_dot(kernel, dt, m, n, k):
+            assert np.asarray(lin).tobytes() == np.asarray(
+                F.relu(F.linear(tap[0], tb.t(), ad.from_numpy(bias)))).tobytes(), "linear " + what
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
@@ -335,6 +352,62 @@ def test_thin_products_with_column_major_a(kernel, threads, dt):
         lin = F.linear(ta[0], tw, ad.from_numpy(bias), activation="relu")
         np.testing.assert_allclose(np.asarray(lin), np.maximum(a[0] @ b[0] + bias, 0), **tol,
                                    err_msg="linear " + what)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_dot_products_of_few_columns(kernel, threads, dt):
+    """A row-major A times a B of 2-4 columns (float64: 2), or 2-12 with B's
+    columns unit-stride (x @ w.t(), a linear head), runs as dot products of
+    A's rows with B^T's, B^T read in place or copied once: against numpy;
+    the same bits whatever B's layout (in place or copied), wherever a row
+    falls in the tiles (A from its second row on), at the other thread count,
+    and through F.linear's epilogue (bias and ReLU, fused or not); single and
+    batched, B broadcast or not, rows of A further apart than k, k with and
+    without a tail of fewer than 8 (4) elements."""
+    import pyautodiff.nn.functional as F
+
+    rng = np.random.default_rng(45)
+    for batch, m, k, n in ((1, 9, 16, 2), (1, 512, 128, 4), (2, 77, 33, 3), (1, 300, 700, 12),
+                           (3, 130, 64, 2), (1, 1000, 17, 10), (1, 41, 2100, 5),
+                           (2, 600, 250, 8), (1, 2000, 40, 7), (1, 25, 100, 11)):
+        a = rng.standard_normal((batch, m, k + 3)).astype(dt)
+        b = rng.standard_normal((batch, k, n)).astype(dt)
+        ta, ac = ad.from_numpy(a)[:, :, :k], np.ascontiguousarray(a[:, :, :k])
+        what = f"{batch} x ({m}x{k}) @ {k}x{n}"
+        tol = dict(TOL[dt], atol=TOL[dt]["atol"] * max(1, k // 64))
+        cols = ad.from_numpy(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(1, 2)
+        ref = None
+        for name, tb in (("column-major B", cols), ("row-major B", ad.from_numpy(b)),
+                         ("sliced B", ad.from_numpy(np.repeat(b, 2, axis=2))[:, :, ::2]),
+                         ("broadcast B", cols[0])):
+            want = ac @ (b[0] if name == "broadcast B" else b)
+            got = np.asarray(ta @ tb)
+            np.testing.assert_allclose(got, want, **tol, err_msg=f"{name} {what}")
+            in_place = name in ("column-major B", "broadcast B")
+            if not takes_dot(kernel, dt, m, n, k, b_rows_unit=in_place):
+                continue
+            if name == "broadcast B":
+                assert got[0].tobytes() == ref[0].tobytes(), f"{name} {what}"
+            elif ref is None:
+                ref = got
+            else:  # B^T copied: the same kernel, the same sums
+                assert got.tobytes() == ref.tobytes(), f"{name} {what}"
+            if takes_dot(kernel, dt, m - 1, n, k, b_rows_unit=in_place):
+                # rows in other tile positions (and others left for single rows)
+                assert np.asarray(ta[:, 1:] @ tb).tobytes() == got[:, 1:].tobytes(), \
+                    f"{name} rows shifted {what}"
+            ad.set_num_threads(3 - threads)
+            try:
+                assert np.asarray(ta @ tb).tobytes() == got.tobytes(), f"{name} threads {what}"
+            finally:
+                ad.set_num_threads(threads)
+        bias = rng.standard_normal(n).astype(dt)
+        tw = ad.from_numpy(np.ascontiguousarray(b[0].T))
+        lin = F.linear(ta[0], tw, ad.from_numpy(bias), activation="relu")
+        np.testing.assert_allclose(np.asarray(lin), np.maximum(ac[0] @ b[0] + bias, 0), **tol,
+                                   err_msg="linear " + what)
+        assert np.asarray(lin).tobytes() == np.asarray(
+            F.relu(F.linear(ta[0], tw, ad.from_numpy(bias)))).tobytes(), "linear " + what
 
 
 def test_gradients_through_both_kernels(kernel):

@@ -238,6 +238,24 @@ def child(args):
                 libs_for(lambda a=a, b=b: a @ b, lambda ta=ta, tb=tb: ta @ tb,
                          (lambda x=torch.from_numpy(a), y=torch.from_numpy(b): x @ y)
                          if torch else None), {"flops": flops})
+        # a few columns of C: a linear head x @ w^T (w's rows are B's columns),
+        # a row-major B of 4 columns, and the weight gradient X^T G of a
+        # matmul head (A column-major)
+        x = rng.standard_normal((128, 512)).astype("float32")
+        w = rng.standard_normal((10, 512)).astype("float32")
+        b4 = rng.standard_normal((512, 4)).astype("float32")
+        g4 = rng.standard_normal((128, 4)).astype("float32")
+        tx, tw, tb4, tg4 = (ad.from_numpy(v) for v in (x, w, b4, g4))
+        T = {k: torch.from_numpy(v) for k, v in
+             (("x", x), ("w", w), ("b4", b4), ("g4", g4))} if torch else {}
+        for name, f_np, f_ad, f_t, flops in (
+                ("linear head (128x512) @ (10x512)^T", lambda: x @ w.T, lambda: tx @ tw.t(),
+                 lambda: T["x"] @ T["w"].t(), 2 * 128 * 512 * 10),
+                ("(128x512) @ (512x4)", lambda: x @ b4, lambda: tx @ tb4,
+                 lambda: T["x"] @ T["b4"], 2 * 128 * 512 * 4),
+                ("head gradient (128x512)^T @ (128x4)", lambda: x.T @ g4, lambda: tx.t() @ tg4,
+                 lambda: T["x"].t() @ T["g4"], 2 * 128 * 512 * 4)):
+            run("skinny", name, libs_for(f_np, f_ad, f_t if torch else None), {"flops": flops})
 
     if "elementwise" in only:
         sizes = [1000, 100_000, 1_000_000, 10_000_000] if not quick else [1000, 10_000_000]

@@ -194,6 +194,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f32
 #define SKNV SKNV_avx2
 #define AXG 8
+#define DOTN
 #include "matmul_simd.h"
 #define T double
 #define S(name) name##_f64_avx2
@@ -214,6 +215,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f64
 #define SKNV SKNV_avx2
 #define AXG 8
+#define DOTN
 #include "matmul_simd.h"
 #define T float
 #define S(name) name##_f32_avx512
@@ -263,6 +265,8 @@ typedef void (*mv_dot_fn)(int64_t, int64_t, const void *, int64_t, const void *,
 typedef void (*mv_axpy_fn)(int64_t, int64_t, const void *, int64_t, const void *, int64_t, void *);
 typedef void (*mv_skinny_fn)(int64_t, int64_t, int64_t, const void *, int64_t, int64_t,
                              const void *, int64_t, void *, int64_t);
+typedef void (*mv_dotn_fn)(int64_t, int64_t, int64_t, const void *, int64_t, const void *,
+                           int64_t, void *, int64_t);
 
 /* One level's kernels for one dtype: dot_short for rows shorter than
    short_k (the portable level's kernel with fewer partial sums), dot else;
@@ -274,27 +278,31 @@ typedef struct {
     mv_skinny_fn skinny;
     int64_t skinny_max; /* rows the skinny kernel takes (SK_TALL_MAX for a B past SK_CACHED) */
     int64_t thin_max;   /* columns of C the thin path takes (its skinny rows) */
+    mv_dotn_fn dotn;    /* the dot path's kernel (AVX2's at both SIMD levels), or NULL */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0, NULL},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0, NULL},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
     {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
-     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M},
+     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M, (mv_dotn_fn)mv_dotn_f32_avx2},
     {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
-     (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M, THIN_MAX_F64_AVX2},
+     (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M, THIN_MAX_F64_AVX2,
+     (mv_dotn_fn)mv_dotn_f64_avx2},
 };
 static const mv_kernels mv_avx512[2] = {
     {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
-     (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX, SK_TALL_MAX},
+     (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX, SK_TALL_MAX,
+     (mv_dotn_fn)mv_dotn_f32_avx2},
     {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
-     (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX, SK_TALL_MAX},
+     (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX, SK_TALL_MAX,
+     (mv_dotn_fn)mv_dotn_f64_avx2},
 };
 #endif
 
@@ -513,6 +521,102 @@ static int thin_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t
     return 1;
 }
 
+/* ---- dot products: a few columns of C, A's rows unit-stride ------------------------
+
+   C[i, j] = A[i, :] . B^T[j, :] (matmul_simd.h's dotn), A read in place and
+   B^T in place when B's columns are unit-stride (x @ w^T, a linear head),
+   else copied once (n k elements).  Every lane of every vector does useful
+   work: a B of n < W columns leaves W - n lanes of each idle in the narrow
+   kernel (one vector a row of C), and the packed GEMM fills its tiles as
+   little.  AVX2's kernel at the AVX-512 level too, so both give the same
+   bits.  An item's rows split over threads in one grain per thread (a
+   multiple of 12 rows: whole tiles), so that no thread takes two. */
+#define DN_MIN_K 16 /* shallower products: mostly the masked tail and the final sums */
+/* Columns of C the path takes: up to 12 with B^T in place (from 16 the
+   packed GEMM kept up); with B^T copied, those that leave at least half of
+   the narrow kernel's vector idle (4 float32, 2 float64), which the path
+   beat by 1.5-3x.  It gained 5-20% at 5-12 float32 columns on a large A,
+   but lost as much on a batch of small products, where the copy and the
+   final sums are a larger part ((64x32) @ (32x8): 13 -> 17.5 us). */
+#define DN_MAX_IN_PLACE 12
+#define DN_MAX_COPIED_F32 4
+#define DN_MAX_COPIED_F64 2
+
+typedef struct {
+    mv_dotn_fn f;
+    int64_t es, m, n, k, rsa, rsbt;
+    const char *a, *bt; /* bt: B itself (B^T's rows are its columns), or the copies */
+    char *c;
+    const int64_t *ao, *bo, *co; /* bo NULL: item i's copy at bt + i n k (or bt, shared) */
+    int shared;                  /* one copy for every item (B broadcast over the batch) */
+    int64_t grain, item;         /* rows per task when one item is split, and that item */
+} dn_job;
+
+static void dn_range(const dn_job *j, int64_t it, int64_t r0, int64_t r1) {
+    const char *bt = j->bo ? j->bt + j->bo[it] * j->es
+                           : j->bt + (j->shared ? 0 : it) * j->n * j->k * j->es;
+    j->f(r1 - r0, j->n, j->k, j->a + (j->ao[it] + r0 * j->rsa) * j->es, j->rsa, bt, j->rsbt,
+         j->c + (j->co[it] + r0 * j->n) * j->es, j->n);
+}
+
+static void dn_items_task(void *ctx, int64_t i0, int64_t i1) {
+    const dn_job *j = ctx;
+    for (int64_t it = i0; it < i1; it++) dn_range(j, it, 0, j->m);
+}
+
+static void dn_rows_task(void *ctx, int64_t g0, int64_t g1) {
+    const dn_job *j = ctx;
+    int64_t r1 = g1 * j->grain;
+    dn_range(j, j->item, g0 * j->grain, r1 < j->m ? r1 : j->m);
+}
+
+#define DN_COPY(T)                                                                       \
+    for (int64_t p = 0; p < k; p++)                                                      \
+        for (int64_t q = 0; q < n; q++) ((T *)d)[q * k + p] = ((const T *)s)[p * rsb + q * csb]
+
+/* B^T of each item (of the first only, if shared) into bt */
+static void dn_copy(int64_t es, int64_t items, const int64_t *bo, int64_t n, int64_t k,
+                    const char *b, int64_t rsb, int64_t csb, char *bt) {
+    for (int64_t it = 0; it < items; it++) {
+        const char *s = b + bo[it] * es;
+        char *d = bt + it * n * k * es;
+        if (es == sizeof(float)) DN_COPY(float);
+        else DN_COPY(double);
+    }
+}
+#undef DN_COPY
+
+/* The batch of products of fwd_matmul when A's rows are unit-stride, n is
+   from 2 to DN_MAX_* and k >= DN_MIN_K, at a SIMD level; item i's C at c +
+   co[i] elements with row stride n.  Returns 0 (nothing done) otherwise,
+   or when the copy of B^T cannot be had. */
+static int dotn_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
+                      const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
+                      int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                      void *c) {
+    const mv_kernels *mk = mv_pick(dtype);
+    int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    int in_place = rsb == 1;
+    int64_t most = in_place ? DN_MAX_IN_PLACE
+                   : dtype == AD_FLOAT32 ? DN_MAX_COPIED_F32 : DN_MAX_COPIED_F64;
+    if (!mk->dotn || csa != 1 || m < 2 || n < 2 || n > most || k < DN_MIN_K) return 0;
+    dn_job j = {mk->dotn, es, m, n, k, rsa, in_place ? csb : k, a, b, c, ao,
+                in_place ? bo : NULL, co, 1, 0, 0};
+    int64_t th = par_num_threads();
+    j.grain = ((m + th - 1) / th + 11) / 12 * 12;
+    char *bt = NULL;
+    if (!in_place) {
+        for (int64_t it = 1; it < batch && j.shared; it++) j.shared = bo[it] == bo[0];
+        int64_t items = j.shared ? 1 : batch;
+        if (!(bt = ad_malloc((size_t)(items * n * k * es)))) return 0;
+        dn_copy(es, items, bo, n, k, b, rsb, csb, bt);
+        j.bt = bt;
+    }
+    mv_run(batch, m * n * k, m, j.grain, dn_items_task, dn_rows_task, &j, &j.item);
+    ad_mfree(bt);
+    return 1;
+}
+
 /* matmul with numpy's rules: a 1-d a is a row (its m dim is dropped from the
    result), a 1-d b a column (its n dim dropped); the other dims are batch
    dims, broadcast. */
@@ -595,6 +699,9 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
                                      ad_ptr(b), rsb, csb, ad_ptr(y))) {
         /* done */
     } else if (k > 0 && thin_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
+                                   ad_ptr(b), rsb, csb, ad_ptr(y))) {
+        /* done */
+    } else if (k > 0 && dotn_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
                                    ad_ptr(b), rsb, csb, ad_ptr(y))) {
         /* done */
     } else if (a->dtype == AD_FLOAT32) {
@@ -803,6 +910,8 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
                   skinny_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
                                ad_ptr(w), rsb, csb, ad_ptr(y)) ||
                   thin_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
+                             ad_ptr(w), rsb, csb, ad_ptr(y)) ||
+                  dotn_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
                              ad_ptr(w), rsb, csb, ad_ptr(y))))
         linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's unpacked paths */
     else if (x->dtype == AD_FLOAT32)

@@ -13,7 +13,9 @@
      and AXG (rows of M^T per pass of the axpy form over y, for an M of more
      than AXPY_FAR bytes at one thread: 8 else);
      SK_TALL_NV, where the level has the tall form (sk_tall): its vectors of
-     columns per tile of 8 rows.
+     columns per tile of 8 rows;
+     DOTN, where the level has the dot kernel (dotn: the AVX2 level's, which
+     the AVX-512 level calls too).
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
 
@@ -237,6 +239,71 @@ MV_ATTR static void S(mv_skinny)(int64_t m, int64_t k, int64_t n, const T *a, in
     }
 }
 
+#ifdef DOTN
+/* dotn: C[0:m, 0:n) (row stride ldc) = A B for a few columns, A's rows and
+   B^T's (bt, row stride rsbt) unit-stride: C[i, j] = A[i, :] . B^T[j, :].
+   Tiles of R rows by C <= 4 columns of C (R C accumulators, C vectors of
+   B^T and one of A in registers); each element is a W-lane FMA chain over p
+   (lane l taking the p = l mod W), the k % W tail masked, then SUM8's
+   horizontal tree: the same bits in every tile, alone or split over threads.
+   R and C are constants in every call (the function is always inlined). */
+MV_ATTR static inline __attribute__((always_inline)) void
+S(dotn_tile)(const int R, const int C, int64_t k, const T *a, int64_t rsa, const T *bt,
+             int64_t rsbt, T *c, int64_t ldc) {
+    const int64_t kv = k / W * W;
+    const int tail = (int)(k - kv);
+    V acc[16], bv[4];
+    for (int q = 0; q < 16; q++) acc[q] = ZERO();
+    for (int64_t p = 0; p < kv; p += W) {
+        for (int j = 0; j < C; j++) bv[j] = LOAD(bt + j * rsbt + p);
+        for (int r = 0; r < R; r++) {
+            const V av = LOAD(a + r * rsa + p);
+            for (int j = 0; j < C; j++) acc[r * C + j] = FMA(av, bv[j], acc[r * C + j]);
+        }
+    }
+    if (tail) {
+        const MT mk = MASK(tail);
+        for (int j = 0; j < C; j++) bv[j] = MLOAD(bt + j * rsbt + kv, mk);
+        for (int r = 0; r < R; r++) {
+            const V av = MLOAD(a + r * rsa + kv, mk);
+            for (int j = 0; j < C; j++) acc[r * C + j] = FMA(av, bv[j], acc[r * C + j]);
+        }
+    }
+    T t[16];
+    SUM8(t, 1, acc);
+    if (R * C > 8) SUM8(t + 8, 1, acc + 8);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < C; j++) c[r * ldc + j] = t[r * C + j];
+}
+
+/* rows [0, m) of C for columns [0, C): tiles of R rows, then single rows */
+#define DOTN_ROWS(R, C)                                                                    \
+    do {                                                                                   \
+        int64_t i_ = 0;                                                                    \
+        for (; i_ + (R) <= m; i_ += (R))                                                   \
+            S(dotn_tile)(R, C, k, a + i_ * rsa, rsa, btj, rsbt, cj + i_ * ldc, ldc);        \
+        for (; i_ < m; i_++)                                                               \
+            S(dotn_tile)(1, C, k, a + i_ * rsa, rsa, btj, rsbt, cj + i_ * ldc, ldc);        \
+    } while (0)
+
+/* column groups of 4 (3 rows a tile), then the 1-3 left (4, 6, 8 rows) */
+MV_ATTR static void S(mv_dotn)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa,
+                               const T *bt, int64_t rsbt, T *c, int64_t ldc) {
+    for (int64_t j = 0; j < n; j += 4) {
+        const T *btj = bt + j * rsbt;
+        T *cj = c + j;
+        switch (n - j < 4 ? n - j : 4) {
+        case 1: DOTN_ROWS(8, 1); break;
+        case 2: DOTN_ROWS(6, 2); break;
+        case 3: DOTN_ROWS(4, 3); break;
+        default: DOTN_ROWS(3, 4); break;
+        }
+    }
+}
+#undef DOTN_ROWS
+#endif
+
+#undef DOTN
 #undef T
 #undef S
 #undef MV_ATTR
