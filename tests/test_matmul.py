@@ -35,6 +35,26 @@ def takes_dot(kernel, dt, m, n, k, b_rows_unit=False):
     return kernel in ("avx2", "avx512") and 2 <= n <= most and k >= 16 and m > skinny
 
 
+def at_other_thread_count(threads, f):
+    """f() run at the other thread count (1 <-> 2), as an array."""
+    ad.set_num_threads(3 - threads)
+    try:
+        return np.asarray(f())
+    finally:
+        ad.set_num_threads(threads)
+
+
+def check_linear_relu(x, w, bias, want, tol, what):
+    """F.linear(x, w, bias, activation="relu") against numpy's x @ w.T + bias
+    (want, before the ReLU), with the bits of the unfused relu(linear)."""
+    import pyautodiff.nn.functional as F
+
+    tb = ad.from_numpy(bias)
+    lin = np.asarray(F.linear(x, w, tb, activation="relu"))
+    np.testing.assert_allclose(lin, np.maximum(want + bias, 0), **tol, err_msg="linear " + what)
+    assert lin.tobytes() == np.asarray(F.relu(F.linear(x, w, tb))).tobytes(), "linear " + what
+
+
 def _check(a, b, dt):
     got = (a @ b).numpy().astype(np.float64)
     want = np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
@@ -318,8 +338,6 @@ def test_thin_products_with_column_major_a(kernel, threads, dt):
     batched (B broadcast or not), A's columns further apart than m, B
     row-major, column-major and sliced; and through F.linear's epilogue with
     a transposed x."""
-    import pyautodiff.nn.functional as F
-
     thin_max = {"avx512": 24, "avx2": 8 if dt == np.float32 else 4}.get(kernel, 0)
     rng = np.random.default_rng(44)
     for batch, m, k, n in ((1, 9, 5, 2), (1, 512, 128, 4), (1, 300, 1, 3), (2, 77, 33, 8),
@@ -342,16 +360,10 @@ def test_thin_products_with_column_major_a(kernel, threads, dt):
             if n <= min(8, thin_max):
                 assert np.asarray((tb.transpose(-1, -2) @ ta.transpose(1, 2)).transpose(-1, -2)
                                   ).tobytes() == got.tobytes(), f"{name} C^T {what}"
-            ad.set_num_threads(3 - threads)
-            try:
-                assert np.asarray(ta @ tb).tobytes() == got.tobytes(), f"{name} threads {what}"
-            finally:
-                ad.set_num_threads(threads)
-        bias = rng.standard_normal(n).astype(dt)
-        tw = ad.from_numpy(np.ascontiguousarray(b[0].T))
-        lin = F.linear(ta[0], tw, ad.from_numpy(bias), activation="relu")
-        np.testing.assert_allclose(np.asarray(lin), np.maximum(a[0] @ b[0] + bias, 0), **tol,
-                                   err_msg="linear " + what)
+            other = at_other_thread_count(threads, lambda: ta @ tb)
+            assert other.tobytes() == got.tobytes(), f"{name} threads {what}"
+        check_linear_relu(ta[0], ad.from_numpy(np.ascontiguousarray(b[0].T)),
+                          rng.standard_normal(n).astype(dt), a[0] @ b[0], tol, what)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
@@ -364,8 +376,6 @@ def test_dot_products_of_few_columns(kernel, threads, dt):
     and through F.linear's epilogue (bias and ReLU, fused or not); single and
     batched, B broadcast or not, rows of A further apart than k, k with and
     without a tail of fewer than 8 (4) elements."""
-    import pyautodiff.nn.functional as F
-
     rng = np.random.default_rng(45)
     for batch, m, k, n in ((1, 9, 16, 2), (1, 512, 128, 4), (2, 77, 33, 3), (1, 300, 700, 12),
                            (3, 130, 64, 2), (1, 1000, 17, 10), (1, 41, 2100, 5),
@@ -396,18 +406,10 @@ def test_dot_products_of_few_columns(kernel, threads, dt):
                 # rows in other tile positions (and others left for single rows)
                 assert np.asarray(ta[:, 1:] @ tb).tobytes() == got[:, 1:].tobytes(), \
                     f"{name} rows shifted {what}"
-            ad.set_num_threads(3 - threads)
-            try:
-                assert np.asarray(ta @ tb).tobytes() == got.tobytes(), f"{name} threads {what}"
-            finally:
-                ad.set_num_threads(threads)
-        bias = rng.standard_normal(n).astype(dt)
-        tw = ad.from_numpy(np.ascontiguousarray(b[0].T))
-        lin = F.linear(ta[0], tw, ad.from_numpy(bias), activation="relu")
-        np.testing.assert_allclose(np.asarray(lin), np.maximum(ac[0] @ b[0] + bias, 0), **tol,
-                                   err_msg="linear " + what)
-        assert np.asarray(lin).tobytes() == np.asarray(
-            F.relu(F.linear(ta[0], tw, ad.from_numpy(bias)))).tobytes(), "linear " + what
+            other = at_other_thread_count(threads, lambda: ta @ tb)
+            assert other.tobytes() == got.tobytes(), f"{name} threads {what}"
+        check_linear_relu(ta[0], ad.from_numpy(np.ascontiguousarray(b[0].T)),
+                          rng.standard_normal(n).astype(dt), ac[0] @ b[0], tol, what)
 
 
 def test_gradients_through_both_kernels(kernel):

@@ -324,39 +324,80 @@ static const mv_kernels *mv_pick(int dtype) {
    costs more). */
 #define MV_PAR_MIN ((int64_t)1 << 17)
 
-/* Runs a batch of products, each of `work` multiply-adds and `outs` outputs:
-   whole items per thread when there are enough of them, else each item's
-   outputs in grains of `grain` per task (outs_task reads the item from
-   *item). */
-static void mv_run(int64_t batch, int64_t work, int64_t outs, int64_t grain,
-                   void (*items_task)(void *, int64_t, int64_t),
-                   void (*outs_task)(void *, int64_t, int64_t), void *job, int64_t *item) {
+/* A batch of products for the unpacked paths below: item i is C_i = A_i
+   B_i with A_i at a + ao[i] elements (row stride rsa, column stride csa),
+   B_i at b + bo[i], C_i at c + co[i] (co[i] = i m n: row-major, items one
+   after the other).  MM_UNPACK(p) names its fields as locals. */
+typedef struct {
+    int dtype;
+    int64_t batch;
+    const int64_t *ao, *bo, *co;
+    int64_t m, n, k, rsa, csa, rsb, csb;
+    const void *a, *b;
+    void *c;
+} mm_args;
+#define MM_UNPACK(p)                                                                      \
+    const int dtype = (p)->dtype;                                                         \
+    const int64_t batch = (p)->batch, m = (p)->m, n = (p)->n, k = (p)->k;                 \
+    const int64_t rsa = (p)->rsa, csa = (p)->csa, rsb = (p)->rsb, csb = (p)->csb;         \
+    const int64_t *const ao = (p)->ao, *const bo = (p)->bo, *const co = (p)->co;          \
+    const void *const a = (p)->a, *const b = (p)->b;                                      \
+    void *const c = (p)->c;                                                               \
+    (void)dtype, (void)batch, (void)m, (void)n, (void)k, (void)rsa, (void)csa, (void)rsb, \
+        (void)csb, (void)ao, (void)bo, (void)co, (void)a, (void)b, (void)c
+
+/* A batch of products as mv_run runs it: range(j, it, r0, r1) computes item
+   it's outputs [r0, r1) (rows or columns of C, as each path counts them),
+   outs of them per item, grain per task when one item is split over threads
+   (item: that one).  Each path's job struct starts with one. */
+typedef struct run_job run_job;
+struct run_job {
+    void (*range)(const run_job *j, int64_t it, int64_t r0, int64_t r1);
+    int64_t outs, grain, item;
+};
+
+static void run_items_task(void *ctx, int64_t i0, int64_t i1) {
+    const run_job *j = ctx;
+    for (int64_t it = i0; it < i1; it++) j->range(j, it, 0, j->outs);
+}
+
+static void run_outs_task(void *ctx, int64_t g0, int64_t g1) {
+    const run_job *j = ctx;
+    int64_t r1 = g1 * j->grain;
+    j->range(j, j->item, g0 * j->grain, r1 < j->outs ? r1 : j->outs);
+}
+
+/* Runs a batch of products, each of `work` multiply-adds: whole items per
+   thread when there are enough of them, else each item's outputs in grains
+   per task. */
+static void mv_run(int64_t batch, int64_t work, run_job *j) {
     int threads = par_num_threads();
     if (threads > 1 && batch > 1 && work * batch >= MV_PAR_MIN && batch >= threads) {
-        par_for(batch, items_task, job);
+        par_for(batch, run_items_task, j);
     } else if (threads > 1 && work >= MV_PAR_MIN) {
-        for (*item = 0; *item < batch; ++*item)
-            par_for((outs + grain - 1) / grain, outs_task, job);
+        for (j->item = 0; j->item < batch; j->item++)
+            par_for((j->outs + j->grain - 1) / j->grain, run_outs_task, j);
     } else {
-        items_task(job, 0, batch);
+        run_items_task(j, 0, batch);
     }
 }
 
 /* One matrix-vector job: per item i, y_i = M_i x_i with M_i = mat + mo[i] and
    so on (element offsets); either form above. */
 typedef struct {
+    run_job run;
     int dot;
     mv_dot_fn fdot;
     mv_axpy_fn faxpy;
     int64_t es; /* signed: offsets and strides can be negative (reversed views) */
-    int64_t outs, cols, rsm, incx, incy;
+    int64_t cols, rsm, incx, incy;
     const char *mat, *x;
     char *y;
     const int64_t *mo, *xo, *yo;
-    int64_t grain, item; /* outputs per task when one item is split, and that item */
 } mv_job;
 
-static void mv_range(const mv_job *j, int64_t it, int64_t r0, int64_t r1) {
+static void mv_range(const run_job *rj, int64_t it, int64_t r0, int64_t r1) {
+    const mv_job *j = (const mv_job *)rj;
     const char *mat = j->mat + j->mo[it] * j->es, *x = j->x + j->xo[it] * j->es;
     char *y = j->y + j->yo[it] * j->es;
     if (j->dot)
@@ -366,40 +407,27 @@ static void mv_range(const mv_job *j, int64_t it, int64_t r0, int64_t r1) {
         j->faxpy(j->cols, r1 - r0, x, j->incx, mat + r0 * j->es, j->rsm, y + r0 * j->es);
 }
 
-static void mv_items_task(void *ctx, int64_t i0, int64_t i1) {
-    const mv_job *j = ctx;
-    for (int64_t it = i0; it < i1; it++) mv_range(j, it, 0, j->outs);
-}
-
-static void mv_outs_task(void *ctx, int64_t g0, int64_t g1) {
-    const mv_job *j = ctx;
-    int64_t r1 = g1 * j->grain;
-    mv_range(j, j->item, g0 * j->grain, r1 < j->outs ? r1 : j->outs);
-}
-
 /* The batch of products of fwd_matmul when m == 1 or n == 1 and a layout
    fits one of the two forms; returns 0 (nothing done) otherwise. */
-static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
-                        const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
-                        int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
-                        void *c) {
-    mv_job j = {0};
-    j.es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+static int matvec_batch(const mm_args *p) {
+    MM_UNPACK(p);
+    int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
+    mv_job j;
     if (n == 1 && csa == 1 && rsb == 1) { /* rows of A . b */
-        j = (mv_job){1, 0, 0, j.es, m, k, rsa, 1, 1, a, b, c, ao, bo, co, 64, 0};
+        j = (mv_job){{mv_range, m, 64, 0}, 1, 0, 0, es, k, rsa, 1, 1, a, b, c, ao, bo, co};
     } else if (n == 1 && rsa == 1) { /* sum_p b[p] A[:, p] */
-        j = (mv_job){0, 0, 0, j.es, m, k, csa, rsb, 1, a, b, c, ao, bo, co, 256, 0};
+        j = (mv_job){{mv_range, m, 256, 0}, 0, 0, 0, es, k, csa, rsb, 1, a, b, c, ao, bo, co};
     } else if (m == 1 && csb == 1) { /* sum_p a[p] B[p, :] */
-        j = (mv_job){0, 0, 0, j.es, n, k, rsb, csa, 1, b, a, c, bo, ao, co, 256, 0};
+        j = (mv_job){{mv_range, n, 256, 0}, 0, 0, 0, es, k, rsb, csa, 1, b, a, c, bo, ao, co};
     } else if (m == 1 && rsb == 1 && csa == 1) { /* columns of B . a */
-        j = (mv_job){1, 0, 0, j.es, n, k, csb, 1, 1, b, a, c, bo, ao, co, 64, 0};
+        j = (mv_job){{mv_range, n, 64, 0}, 1, 0, 0, es, k, csb, 1, 1, b, a, c, bo, ao, co};
     } else {
         return 0;
     }
     const mv_kernels *mk = mv_pick(dtype);
     j.fdot = k < mk->short_k ? mk->dot_short : mk->dot;
     j.faxpy = mk->axpy;
-    mv_run(batch, j.outs * k, j.outs, j.grain, mv_items_task, mv_outs_task, &j, &j.item);
+    mv_run(batch, j.run.outs * k, &j.run);
     return 1;
 }
 
@@ -412,44 +440,33 @@ static int matvec_batch(int dtype, int64_t batch, const int64_t *ao, const int64
 #define SK_GRAIN 256
 
 typedef struct {
+    run_job run; /* its outputs: columns of C */
     mv_skinny_fn f;
     int64_t es; /* signed, as mv_job's */
     int64_t m, k, n, rsa, csa, rsb;
     const char *a, *b;
     char *c;
     const int64_t *ao, *bo, *co;
-    int64_t item;
 } sk_job;
 
-static void sk_range(const sk_job *j, int64_t it, int64_t j0, int64_t j1) {
+static void sk_range(const run_job *rj, int64_t it, int64_t j0, int64_t j1) {
+    const sk_job *j = (const sk_job *)rj;
     j->f(j->m, j->k, j1 - j0, j->a + j->ao[it] * j->es, j->rsa, j->csa,
          j->b + (j->bo[it] + j0) * j->es, j->rsb, j->c + (j->co[it] + j0) * j->es, j->n);
-}
-
-static void sk_items_task(void *ctx, int64_t i0, int64_t i1) {
-    const sk_job *j = ctx;
-    for (int64_t it = i0; it < i1; it++) sk_range(j, it, 0, j->n);
-}
-
-static void sk_cols_task(void *ctx, int64_t g0, int64_t g1) {
-    const sk_job *j = ctx;
-    int64_t j1 = g1 * SK_GRAIN;
-    sk_range(j, j->item, g0 * SK_GRAIN, j1 < j->n ? j1 : j->n);
 }
 
 /* The batch of products of fwd_matmul when 2 <= m <= SK_MAX_M (the level's
    skinny_max for a B past SK_CACHED) and B's rows are unit-stride, at a
    level with the kernel; returns 0 (nothing done) otherwise. */
-static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
-                        const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
-                        int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
-                        void *c) {
+static int skinny_batch(const mm_args *p) {
+    MM_UNPACK(p);
     const mv_kernels *mk = mv_pick(dtype);
     int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
     int64_t rows = k * n * es > SK_CACHED ? mk->skinny_max : SK_MAX_M;
     if (m < 2 || m > rows || csb != 1 || !mk->skinny) return 0;
-    sk_job j = {mk->skinny, es, m, k, n, rsa, csa, rsb, a, b, c, ao, bo, co, 0};
-    mv_run(batch, m * n * k, n, SK_GRAIN, sk_items_task, sk_cols_task, &j, &j.item);
+    sk_job j = {{sk_range, n, SK_GRAIN, 0}, mk->skinny, es, m, k, n, rsa, csa, rsb, a, b, c,
+                ao, bo, co};
+    mv_run(batch, m * n * k, &j.run);
     return 1;
 }
 
@@ -464,8 +481,9 @@ static int skinny_batch(int dtype, int64_t batch, const int64_t *ao, const int64
    float32 (512x128) @ (128x4), A column-major: 28 -> 6 us).  Each element of
    C is one FMA chain over k, the skinny kernel's. */
 typedef struct {
-    sk_job sk; /* the product C^T = B^T A^T, into the scratch */
-    char *y;   /* C, with sk's item offsets (sk.c is the scratch) */
+    run_job run; /* its outputs: rows of C */
+    sk_job sk;   /* the product C^T = B^T A^T, into the scratch */
+    char *y;     /* C, with sk's item offsets (sk.c is the scratch) */
 } thin_job;
 
 #define THIN_PUT(T)                                                                      \
@@ -482,41 +500,33 @@ static void thin_put(const thin_job *t, int64_t it, int64_t i0, int64_t i1) {
 }
 #undef THIN_PUT
 
-/* item it's grains [g0, g1) of SK_GRAIN columns of C^T, each transposed into
-   C while it is in L1 */
-static void thin_grains(const thin_job *t, int64_t it, int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; g++) {
-        int64_t j0 = g * SK_GRAIN, j1 = j0 + SK_GRAIN < t->sk.n ? j0 + SK_GRAIN : t->sk.n;
-        sk_range(&t->sk, it, j0, j1);
+/* item it's rows [i0, i1) of C: C^T's columns SK_GRAIN at a time, each
+   block transposed into C while it is in L1 */
+static void thin_range(const run_job *rj, int64_t it, int64_t i0, int64_t i1) {
+    const thin_job *t = (const thin_job *)rj;
+    for (int64_t j0 = i0; j0 < i1; j0 += SK_GRAIN) {
+        int64_t j1 = j0 + SK_GRAIN < i1 ? j0 + SK_GRAIN : i1;
+        sk_range(&t->sk.run, it, j0, j1);
         thin_put(t, it, j0, j1);
     }
-}
-
-static void thin_items_task(void *ctx, int64_t i0, int64_t i1) {
-    const thin_job *t = ctx;
-    for (int64_t it = i0; it < i1; it++) thin_grains(t, it, 0, (t->sk.n + SK_GRAIN - 1) / SK_GRAIN);
-}
-
-static void thin_cols_task(void *ctx, int64_t g0, int64_t g1) {
-    const thin_job *t = ctx;
-    thin_grains(t, t->sk.item, g0, g1);
 }
 
 /* The batch of products of fwd_matmul when A's columns are unit-stride (its
    rows not) and n is within the skinny kernel's rows, at a level with the
    kernel; item i's C at c + co[i] elements, co[i] = i m n (fwd_matmul's).
    Returns 0 (nothing done) otherwise, or when the scratch cannot be had. */
-static int thin_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
-                      const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
-                      int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
-                      void *c) {
+static int thin_batch(const mm_args *p) {
+    MM_UNPACK(p);
     const mv_kernels *mk = mv_pick(dtype);
     if (rsa != 1 || csa == 1 || n < 2 || n > mk->thin_max) return 0;
     int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
     char *s = ad_malloc((size_t)(batch * m * n * es));
     if (!s) return 0;
-    thin_job t = {{mk->skinny, es, n, k, m, csb, rsb, csa, b, a, s, bo, ao, co, 0}, c};
-    mv_run(batch, m * n * k, m, SK_GRAIN, thin_items_task, thin_cols_task, &t, &t.sk.item);
+    thin_job t = {{thin_range, m, SK_GRAIN, 0},
+                  {{sk_range, m, SK_GRAIN, 0}, mk->skinny, es, n, k, m, csb, rsb, csa, b, a, s,
+                   bo, ao, co},
+                  c};
+    mv_run(batch, m * n * k, &t.run);
     ad_mfree(s);
     return 1;
 }
@@ -543,31 +553,21 @@ static int thin_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t
 #define DN_MAX_COPIED_F64 2
 
 typedef struct {
+    run_job run; /* its outputs: rows of C */
     mv_dotn_fn f;
-    int64_t es, m, n, k, rsa, rsbt;
+    int64_t es, n, k, rsa, rsbt;
     const char *a, *bt; /* bt: B itself (B^T's rows are its columns), or the copies */
     char *c;
     const int64_t *ao, *bo, *co; /* bo NULL: item i's copy at bt + i n k (or bt, shared) */
     int shared;                  /* one copy for every item (B broadcast over the batch) */
-    int64_t grain, item;         /* rows per task when one item is split, and that item */
 } dn_job;
 
-static void dn_range(const dn_job *j, int64_t it, int64_t r0, int64_t r1) {
+static void dn_range(const run_job *rj, int64_t it, int64_t r0, int64_t r1) {
+    const dn_job *j = (const dn_job *)rj;
     const char *bt = j->bo ? j->bt + j->bo[it] * j->es
                            : j->bt + (j->shared ? 0 : it) * j->n * j->k * j->es;
     j->f(r1 - r0, j->n, j->k, j->a + (j->ao[it] + r0 * j->rsa) * j->es, j->rsa, bt, j->rsbt,
          j->c + (j->co[it] + r0 * j->n) * j->es, j->n);
-}
-
-static void dn_items_task(void *ctx, int64_t i0, int64_t i1) {
-    const dn_job *j = ctx;
-    for (int64_t it = i0; it < i1; it++) dn_range(j, it, 0, j->m);
-}
-
-static void dn_rows_task(void *ctx, int64_t g0, int64_t g1) {
-    const dn_job *j = ctx;
-    int64_t r1 = g1 * j->grain;
-    dn_range(j, j->item, g0 * j->grain, r1 < j->m ? r1 : j->m);
 }
 
 #define DN_COPY(T)                                                                       \
@@ -590,20 +590,18 @@ static void dn_copy(int64_t es, int64_t items, const int64_t *bo, int64_t n, int
    from 2 to DN_MAX_* and k >= DN_MIN_K, at a SIMD level; item i's C at c +
    co[i] elements with row stride n.  Returns 0 (nothing done) otherwise,
    or when the copy of B^T cannot be had. */
-static int dotn_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t *bo,
-                      const int64_t *co, int64_t m, int64_t n, int64_t k, const void *a,
-                      int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
-                      void *c) {
+static int dotn_batch(const mm_args *p) {
+    MM_UNPACK(p);
     const mv_kernels *mk = mv_pick(dtype);
     int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
     int in_place = rsb == 1;
     int64_t most = in_place ? DN_MAX_IN_PLACE
                    : dtype == AD_FLOAT32 ? DN_MAX_COPIED_F32 : DN_MAX_COPIED_F64;
     if (!mk->dotn || csa != 1 || m < 2 || n < 2 || n > most || k < DN_MIN_K) return 0;
-    dn_job j = {mk->dotn, es, m, n, k, rsa, in_place ? csb : k, a, b, c, ao,
-                in_place ? bo : NULL, co, 1, 0, 0};
     int64_t th = par_num_threads();
-    j.grain = ((m + th - 1) / th + 11) / 12 * 12;
+    dn_job j = {{dn_range, m, ((m + th - 1) / th + 11) / 12 * 12, 0},
+                mk->dotn, es, n, k, rsa, in_place ? csb : k, a, b, c, ao, in_place ? bo : NULL,
+                co, 1};
     char *bt = NULL;
     if (!in_place) {
         for (int64_t it = 1; it < batch && j.shared; it++) j.shared = bo[it] == bo[0];
@@ -612,9 +610,21 @@ static int dotn_batch(int dtype, int64_t batch, const int64_t *ao, const int64_t
         dn_copy(es, items, bo, n, k, b, rsb, csb, bt);
         j.bt = bt;
     }
-    mv_run(batch, m * n * k, m, j.grain, dn_items_task, dn_rows_task, &j, &j.item);
+    mv_run(batch, m * n * k, &j.run);
     ad_mfree(bt);
     return 1;
+}
+
+/* The paths that read A and B in place (or nearly), in the order they are
+   tried; the packed GEMM takes the products none of them does. */
+static int (*const mm_paths[])(const mm_args *) = {matvec_batch, skinny_batch, thin_batch,
+                                                    dotn_batch};
+
+static int mm_unpacked(const mm_args *p) {
+    if (p->k <= 0) return 0;
+    for (size_t i = 0; i < sizeof mm_paths / sizeof *mm_paths; i++)
+        if (mm_paths[i](p)) return 1;
+    return 0;
 }
 
 /* matmul with numpy's rules: a 1-d a is a row (its m dim is dropped from the
@@ -691,18 +701,9 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
     /* a 1-d a is one row (its row stride never read), a 1-d b one column */
     int64_t rsa = a1 ? 0 : T_STRIDES(a)[a->ndim - 2], csa = T_STRIDES(a)[a->ndim - 1];
     int64_t rsb = T_STRIDES(b)[b1 ? 0 : b->ndim - 2], csb = b1 ? 0 : T_STRIDES(b)[b->ndim - 1];
-    if (k > 0 && (m == 1 || n == 1) &&
-        matvec_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa, ad_ptr(b), rsb,
-                     csb, ad_ptr(y))) {
-        /* done */
-    } else if (k > 0 && skinny_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
-                                     ad_ptr(b), rsb, csb, ad_ptr(y))) {
-        /* done */
-    } else if (k > 0 && thin_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
-                                   ad_ptr(b), rsb, csb, ad_ptr(y))) {
-        /* done */
-    } else if (k > 0 && dotn_batch(a->dtype, batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa,
-                                   ad_ptr(b), rsb, csb, ad_ptr(y))) {
+    mm_args p = {a->dtype, batch, ao, bo, co, m, n, k, rsa, csa, rsb, csb, ad_ptr(a), ad_ptr(b),
+                 ad_ptr(y)};
+    if (mm_unpacked(&p)) {
         /* done */
     } else if (a->dtype == AD_FLOAT32) {
         gemm_batch_f32(batch, ao, bo, co, m, n, k, ad_ptr(a), rsa, csa, ad_ptr(b), rsb, csb,
@@ -904,15 +905,9 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
     int64_t csa = T_STRIDES(xa)[xa->ndim - 1];
     int64_t rsb = T_STRIDES(w)[1], csb = T_STRIDES(w)[0]; /* B = w^T */
     static const int64_t zero = 0;
-    if (k > 0 && (((m == 1 || n == 1) &&
-                   matvec_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
-                                ad_ptr(w), rsb, csb, ad_ptr(y))) ||
-                  skinny_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
-                               ad_ptr(w), rsb, csb, ad_ptr(y)) ||
-                  thin_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
-                             ad_ptr(w), rsb, csb, ad_ptr(y)) ||
-                  dotn_batch(x->dtype, 1, &zero, &zero, &zero, m, n, k, ad_ptr(xa), rsa, csa,
-                             ad_ptr(w), rsb, csb, ad_ptr(y))))
+    mm_args p = {x->dtype, 1, &zero, &zero, &zero, m, n, k, rsa, csa, rsb, csb, ad_ptr(xa),
+                 ad_ptr(w), ad_ptr(y)};
+    if (mm_unpacked(&p))
         linear_epi(&e, ad_ptr(y), n, 0, m, 0, n); /* as matmul's unpacked paths */
     else if (x->dtype == AD_FLOAT32)
         gemm_epi_f32(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
