@@ -220,7 +220,11 @@ fail:
    tensor.py installs the methods through _ad_install_fast_methods (KEEP_GIL)
    after the class is built; any failure leaves the Python methods in place;
    PYAUTODIFF_PYTHON_METHODS=1 keeps them throughout. */
-enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE }; /* REDUCE: over every dim */
+/* REDUCE: over every dim; the layout methods (ad_view_quick): T t(), TRANSPOSE
+   transpose(d0, d1), DIMS reshape / permute with the ints as arguments or in
+   one tuple or list (op: which), GETITEM t[i] and t[slice] (dim 0) */
+enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
+       AD_FM_GETITEM, AD_FM__COUNT };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -280,12 +284,106 @@ static PyObject *_ad_fm_wrap(ad_tensor *r) {
     return t;
 }
 
+/* an exact Python int that fits int64 (bool, numpy ints and overflow: no) */
+static int _ad_fm_int(PyObject *o, int64_t *v) {
+    int overflow;
+    if (!PyLong_CheckExact(o)) return 0;
+    long long r = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (r == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = (int64_t)r;
+    return 1;
+}
+
+enum { AD_FM_MAX_DIMS = 16 }; /* the library's */
+
+/* dims d0 and d1 of an nd-dim x swapped, as transpose's permutation */
+static ad_tensor *_ad_fm_swap(ad_tensor *x, int nd, int64_t d0, int64_t d1) {
+    if (d0 < -nd || d0 >= nd || d1 < -nd || d1 >= nd) return NULL;
+    int64_t perm[AD_FM_MAX_DIMS];
+    for (int i = 0; i < nd; i++) perm[i] = i;
+    d0 += d0 < 0 ? nd : 0;
+    d1 += d1 < 0 ? nd : 0;
+    perm[d0] = d1, perm[d1] = d0;
+    return ad_view_quick(AD_OP_PERMUTE, x, perm, nd);
+}
+
+/* t[key] over dim 0 for an exact int or a slice, as indexing.py's getitem:
+   an int is a slice of length 1 and a reshape dropping dim 0 (a contiguous
+   x only), a slice one slice view (*self: the whole dim, x itself) */
+static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
+    int nd = ad_tensor_ndim(x);
+    int64_t shape[AD_FM_MAX_DIMS], i;
+    if (nd < 1 || nd > AD_FM_MAX_DIMS) return NULL;
+    ad_tensor_shape(x, shape);
+    if (_ad_fm_int(key, &i)) {
+        if (i < -shape[0] || i >= shape[0] || !ad_tensor_is_contiguous(x)) return NULL;
+        int64_t sl[4] = {0, i < 0 ? i + shape[0] : i, 1, 1};
+        ad_tensor *row = ad_view_quick(AD_OP_SLICE, x, sl, 4), *r;
+        if (!row) return NULL;
+        r = ad_view_quick(AD_OP_RESHAPE, row, shape + 1, nd - 1);
+        if (!ad_tensor_release_quick(row)) ad_tensor_release(row);
+        return r;
+    }
+    Py_ssize_t start, stop, step;
+    if (!PySlice_Check(key)) return NULL;
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)shape[0], &start, &stop, step);
+    if (start == 0 && step == 1 && len == shape[0]) {
+        *self = 1;
+        return NULL;
+    }
+    int64_t sl[4] = {0, len ? start : 0, step, len};
+    return ad_view_quick(AD_OP_SLICE, x, sl, 4);
+}
+
+/* the layout methods' quick view (NULL: the Python method runs; *self: the
+   result is self) */
+static ad_tensor *_ad_fm_view(int kind, int op, ad_tensor *x, PyObject *const *args,
+                              Py_ssize_t n, int *self) {
+    int64_t v[AD_FM_MAX_DIMS];
+    if (kind == AD_FM_T) {
+        int nd = ad_tensor_ndim(x);
+        return n == 1 && nd >= 2 ? _ad_fm_swap(x, nd, -2, -1) : NULL;
+    }
+    if (kind == AD_FM_TRANSPOSE)
+        return n == 3 && _ad_fm_int(args[1], &v[0]) && _ad_fm_int(args[2], &v[1])
+                   ? _ad_fm_swap(x, ad_tensor_ndim(x), v[0], v[1])
+                   : NULL;
+    if (kind == AD_FM_GETITEM) return n == 2 ? _ad_fm_getitem(x, args[1], self) : NULL;
+    /* reshape(2, 3) or reshape((2, 3)) / reshape([2, 3]), permute alike */
+    PyObject *const *dims = args + 1;
+    Py_ssize_t nd = n - 1;
+    if (n == 2 && (PyTuple_CheckExact(args[1]) || PyList_CheckExact(args[1]))) {
+        dims = PySequence_Fast_ITEMS(args[1]);
+        nd = PySequence_Fast_GET_SIZE(args[1]);
+    } else if (n < 2) {
+        return NULL;
+    }
+    if (nd > AD_FM_MAX_DIMS) return NULL;
+    for (Py_ssize_t d = 0; d < nd; d++)
+        if (!_ad_fm_int(dims[d], &v[d])) return NULL;
+    return ad_view_quick(op, x, v, (int)nd);
+}
+
 static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
     _ad_fastmethod *m = (_ad_fastmethod *)callable;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     ad_tensor *x, *r = NULL;
-    if (!kwnames && n == 1 + (m->kind == AD_FM_BINARY) && (x = _ad_fm_handle(args[0]))) {
+    if (!kwnames && n >= 1 && m->kind >= AD_FM_T && (x = _ad_fm_handle(args[0]))) {
+        int self = 0;
+        r = _ad_fm_view(m->kind, m->op, x, args, n, &self);
+        if (self) {
+            Py_INCREF(args[0]);
+            return args[0];
+        }
+    } else if (!kwnames && n == 1 + (m->kind == AD_FM_BINARY) && (x = _ad_fm_handle(args[0]))) {
         if (m->kind == AD_FM_UNARY) {
             r = ad_unary_quick(m->op, x);
         } else if (m->kind == AD_FM_REDUCE) {
@@ -389,7 +487,7 @@ static int _ad_install_fast_methods(void) {
         int kind, op, sop, reflected, negate;
         if (!PyArg_ParseTuple(row, "OUiiipp", &cls, &name, &kind, &op, &sop, &reflected, &negate) ||
             !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base)) ||
-            (kind != AD_FM_UNARY && kind != AD_FM_BINARY && kind != AD_FM_REDUCE))
+            kind < 0 || kind >= AD_FM__COUNT)
             goto fail;
         PyObject *func = PyDict_GetItemWithError(AD_TYPE(cls)->tp_dict, name);
         if (!func || !PyFunction_Check(func)) goto fail;
@@ -504,7 +602,7 @@ def quick_op_source(rows):
 # thread-local lookups was about 120 of the 7000 instructions of a
 # 1000-element add (callgrind), the quick call and the release counted.
 KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick",
-            "ad_scalar_quick", "ad_reduce_quick", "ad_tensor_release_quick",
+            "ad_scalar_quick", "ad_reduce_quick", "ad_view_quick", "ad_tensor_release_quick",
             *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 

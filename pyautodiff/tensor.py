@@ -1094,7 +1094,7 @@ class Tensor:
     @property
     def T(self) -> Tensor:
         """A view with every dim reversed (the transpose of a matrix)."""
-        return self.permute(tuple(reversed(range(self.ndim))))
+        return self.permute(_REVERSED[self.ndim])
 
     def narrow(self, dim: int, start: int, length: int) -> Tensor:
         """A view of elements start .. start+length-1 of dim `dim` (start may be negative).
@@ -1433,13 +1433,16 @@ if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
 
 # The hottest methods also have C forms (bindings/build_cffi.py,
 # _ad_install_fast_methods): each makes the quick call its Python method
-# makes first, and calls that method (its __wrapped__) whenever the quick call
-# is not taken; they read the handles of _FAST_FINALIZE's classes' own
-# instances only (not of subclasses, nor of released tensors).  Rows: (class,
-# name, kind 0 unary / 1 binary / 2 reduction over every dim (no arguments),
-# op, scalar op or -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the Python methods (the
-# tests run both).
+# makes first (the layout methods, kinds 3-6: ad_view_quick, the view their
+# ordinary call makes), and calls that method (its __wrapped__) whenever the
+# quick call is not taken; they read the handles of _FAST_FINALIZE's classes'
+# own instances only (not of subclasses, nor of released tensors).  Rows:
+# (class, name, kind 0 unary / 1 binary / 2 reduction over every dim (no
+# arguments) / 3 t / 4 transpose / 5 reshape, permute / 6 __getitem__, op, scalar op
+# or -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the
+# Python methods (the tests run both).
 _HANDLE_CTYPE = ffi.typeof("ad_tensor *")
+_REVERSED = tuple(tuple(range(n - 1, -1, -1)) for n in range(17))  # T: 0-16 dims
 _FAST_METHODS = (
     *((Tensor, name, 0, kind, -1, False, False)
       for name, kind in {**_ops_unary_kinds(), "__neg__": lib.AD_OP_NEG}.items()),
@@ -1447,9 +1450,16 @@ _FAST_METHODS = (
     *((Tensor, name, 2, op, -1, False, False)
       for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),
                        ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),
+    # the layout methods' views (ad_view_quick): t(), transpose(d0, d1), reshape / view
+    # / permute with ints (view: reshape's alias, below), t[int] and t[slice]
+    *((Tensor, name, kind, op, -1, False, False)
+      for name, kind, op in (("t", 3, 0), ("transpose", 4, 0), ("reshape", 5, lib.AD_OP_RESHAPE),
+                             ("permute", 5, lib.AD_OP_PERMUTE),
+                             ("__getitem__", 6, 0))),
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()
+Tensor.view = vars(Tensor)["reshape"]  # the alias follows reshape's form
 
 
 # ---- creation ---------------------------------------------------------------------------

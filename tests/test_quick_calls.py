@@ -619,11 +619,14 @@ def test_fast_methods_hand_everything_else_to_the_python_methods():
     # the freed handle, which no method may reach (AddressSanitizer caught it)
     released = [ad.from_numpy(sample("float32", (3,), i)) for i in range(20)]
     released.append(ad.Var([1.0, 2.0, 3.0]))
+    layout = {3: [()], 4: [(0, 0)], 5: [(3,), ((3,),)], 6: [(0,), (slice(1, None),)]}
     for t in released:
         t.__del__()
         for name, (kind, *_) in FAST.items():
             m = vars(ad.Tensor)[name]
-            for args in ([(t,)] if kind == 0 else [(t, x), (x, t), (t, 2.0)]):
+            calls = ([(t,)] if kind == 0 else [(t, *a) for a in layout[kind]] if kind in layout
+                     else [(t, x), (x, t), (t, 2.0)])
+            for args in calls:
                 with pytest.raises(_T._ReleasedError):
                     m(*args)
 
@@ -659,3 +662,48 @@ def test_python_methods_path_passes_the_quick_call_tests():
                        env=env, capture_output=True, text=True, timeout=600,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+LAYOUT_CALLS = (  # (method, arguments), each also through the Python method
+    ("t", ()), ("transpose", (0, 1)), ("transpose", (-1, 0)), ("transpose", (1, 1)),
+    ("reshape", (-1,)), ("reshape", ((2, -1),)), ("reshape", ([3, 2, 2],)), ("reshape", (12, 1)),
+    ("reshape", ((),)), ("view", (4, 3)), ("permute", (1, 0)), ("permute", ((1, 0),)),
+    ("__getitem__", (0,)), ("__getitem__", (-1,)), ("__getitem__", (slice(1, None),)),
+    ("__getitem__", (slice(None, None, -2),)), ("__getitem__", (slice(5, 2),)),
+    ("__getitem__", (slice(None),)),
+    # what the quick forms decline: errors, numpy ints, bools, tuples, other keys
+    ("t", (1,)), ("transpose", (0, 2)), ("transpose", (0, np.int64(1))), ("reshape", (5,)),
+    ("reshape", (2, "a")), ("reshape", (2**63,)), ("permute", (0, 0)), ("permute", (0,)),
+    ("__getitem__", (4,)), ("__getitem__", (-5,)), ("__getitem__", (np.int64(1),)),
+    ("__getitem__", (True,)), ("__getitem__", ((1, 2),)), ("__getitem__", (slice(0, 4, 0),)),
+    ("__getitem__", (None,)), ("__getitem__", ([0, 2],)), ("__getitem__", (2**70,)),
+)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "1-d", "0-d"])
+def test_layout_fast_methods_give_the_python_methods_views(layout):
+    """t(), transpose, reshape / view, permute and t[int] / t[slice] in C
+    (ad_view_quick) give the Python methods' results, errors included, and the
+    same recorded gradients; a reshape of a strided tensor (which may copy)
+    and an int index into one go to the Python method; t[:] is t itself."""
+    base = sample("float32", (4, 3), 2)
+    x = {"contiguous": lambda: ad.from_numpy(base), "transposed": lambda: ad.from_numpy(base.T.copy()).t(),
+         "1-d": lambda: ad.from_numpy(base.ravel()), "0-d": lambda: ad.tensor(2.5)}[layout]()
+    for name, args in LAYOUT_CALLS:
+        m, f = vars(ad.Tensor)[name], python_form(name)
+        got, want = outcome(m, x, *args), outcome(f, x, *args)
+        assert got == want, (layout, name, args, got[:2], want[:2])
+        if not isinstance(got[0], type) or not issubclass(got[0], Exception):
+            r = m(x, *args)
+            assert np.asarray(r).strides == np.asarray(f(x, *args)).strides, (name, args)
+    assert x[:] is x if x.ndim else True
+    w = ad.Var(base)  # tracked: the same nodes and gradients as the Python methods
+    for form in (lambda n: vars(ad.Tensor)[n], python_form):
+        y = (form("t")(w) * 2.0).sum() + form("__getitem__")(w, 1).sum() + \
+            form("reshape")(w, (2, 6))[1].sum() + form("__getitem__")(w, slice(None, None, 2)).sum()
+        g = y.backward()[w].numpy()
+        want = np.full((4, 3), 2.0, np.float32)
+        want[1] += 1
+        want[2:] += 1
+        want[::2] += 1
+        np.testing.assert_array_equal(g, want)

@@ -388,7 +388,13 @@ def child(args):
                 ("matmul", lambda: a @ a, lambda: ta @ tb, lambda: A @ B, lambda: tw @ tb,
                  lambda: W @ B),
                 ("sum", lambda: a.sum(), lambda: ta.sum(), lambda: A.sum(), lambda: tw.sum(),
-                 lambda: W.sum())):
+                 lambda: W.sum()),
+                ("t()", lambda: a.T, lambda: ta.t(), lambda: A.t(), lambda: tw.t(),
+                 lambda: W.t()),
+                ("reshape", lambda: a.reshape(2, 8), lambda: ta.reshape(2, 8),
+                 lambda: A.reshape(2, 8), lambda: tw.reshape(2, 8), lambda: W.reshape(2, 8)),
+                ("[1]", lambda: a[1], lambda: ta[1], lambda: A[1], lambda: tw[1],
+                 lambda: W[1])):
             run("overhead", f"(4,4) {name} untracked",
                 libs_for(f_np, f_ad, f_t if torch else None), repeat=rep, number=20000)
             fns = {"pyautodiff": f_adt}

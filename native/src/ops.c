@@ -252,6 +252,23 @@ AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x) {
     return quick_finish(op, &ad_ops[op], &x, 1, keepdim, 1, NULL, 0, ad_reduce_quick_all(op, x));
 }
 
+AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs, int n_iargs) {
+    if (!x || (op != AD_OP_PERMUTE && op != AD_OP_SLICE && op != AD_OP_RESHAPE) ||
+        ad_anomaly_enabled || ad_alloc_failure_armed() || n_iargs < 0 || n_iargs > AD_MAX_DIMS ||
+        (n_iargs && !iargs))
+        return NULL;
+    const op_def *def = &ad_ops[op];
+    /* a reshape of a strided tensor may copy it: unbounded work */
+    if ((def->n_iargs >= 0 && n_iargs != def->n_iargs) ||
+        (op == AD_OP_RESHAPE && !ad_is_contiguous(x)))
+        return NULL;
+    op_args a = {op, &x, 1, iargs, n_iargs, NULL, 0};
+    ad_tensor *y = NULL;
+    if (def->forward(&a, &y)) return NULL;
+    if (y == x) return y; /* returned unchanged: nothing recorded, as ad_call */
+    return quick_finish(op, def, &x, 1, iargs, n_iargs, NULL, 0, y);
+}
+
 AD_API ad_status ad_op_info(int op, ad_op_info_t *out) {
     if (!out) return ad_fail(AD_ERR_VALUE, "ad_op_info: the out pointer is NULL");
     if (op <= 0 || op >= AD_OP__COUNT || !ad_ops[op].forward)
