@@ -222,7 +222,7 @@ fail:
    PYAUTODIFF_PYTHON_METHODS=1 keeps them throughout. */
 /* REDUCE: over every dim; the layout methods (ad_view_quick): T t(), TRANSPOSE
    transpose(d0, d1), DIMS reshape / permute with the ints as arguments or in
-   one tuple or list (op: which), GETITEM t[i] and t[slice] (dim 0) */
+   one tuple or list (op: which), GETITEM t[key] for ints and slices */
 enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
        AD_FM_GETITEM, AD_FM__COUNT };
 typedef struct {
@@ -310,36 +310,55 @@ static ad_tensor *_ad_fm_swap(ad_tensor *x, int nd, int64_t d0, int64_t d1) {
     return ad_view_quick(AD_OP_PERMUTE, x, perm, nd);
 }
 
-/* t[key] over dim 0 for an exact int or a slice, as indexing.py's getitem:
-   an int is a slice of length 1 and a reshape dropping dim 0 (a contiguous
-   x only), a slice one slice view (*self: the whole dim, x itself) */
+/* t[key] for an exact int, a slice, or a tuple of them (at most one per
+   dim), as indexing.py's getitem: a slice that is not the whole dim a slice
+   view, an int a slice of length 1, then one reshape dropping the ints'
+   dims (*self: nothing to do, the result is x itself) */
 static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
-    int nd = ad_tensor_ndim(x);
-    int64_t shape[AD_FM_MAX_DIMS], i;
-    if (nd < 1 || nd > AD_FM_MAX_DIMS) return NULL;
+    PyObject *const *keys = &key;
+    Py_ssize_t nk = 1;
+    if (PyTuple_CheckExact(key)) {
+        keys = PySequence_Fast_ITEMS(key);
+        nk = PyTuple_GET_SIZE(key);
+    }
+    int nd = ad_tensor_ndim(x), nf = 0, owned = 0;
+    int64_t shape[AD_FM_MAX_DIMS], final[AD_FM_MAX_DIMS];
+    if (nk < 1 || nk > nd || nd > AD_FM_MAX_DIMS) return NULL;
     ad_tensor_shape(x, shape);
-    if (_ad_fm_int(key, &i)) {
-        if (i < -shape[0] || i >= shape[0] || !ad_tensor_is_contiguous(x)) return NULL;
-        int64_t sl[4] = {0, i < 0 ? i + shape[0] : i, 1, 1};
-        ad_tensor *row = ad_view_quick(AD_OP_SLICE, x, sl, 4), *r;
-        if (!row) return NULL;
-        r = ad_view_quick(AD_OP_RESHAPE, row, shape + 1, nd - 1);
-        if (!ad_tensor_release_quick(row)) ad_tensor_release(row);
-        return r;
+    ad_tensor *out = x, *next;
+    for (int d = 0; d < nk; d++) {
+        int64_t i, sl[4] = {d, 0, 1, 1};
+        Py_ssize_t start, stop, step;
+        if (_ad_fm_int(keys[d], &i)) {
+            if (i < -shape[d] || i >= shape[d]) goto decline;
+            sl[1] = i < 0 ? i + shape[d] : i;
+        } else if (PySlice_Check(keys[d])) {
+            if (PySlice_Unpack(keys[d], &start, &stop, &step) < 0) {
+                PyErr_Clear();
+                goto decline;
+            }
+            Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)shape[d], &start, &stop, step);
+            final[nf++] = len;
+            if (start == 0 && step == 1 && len == shape[d]) continue;
+            sl[1] = len ? start : 0, sl[2] = step, sl[3] = len;
+        } else {
+            goto decline;
+        }
+        if (!(next = ad_view_quick(AD_OP_SLICE, out, sl, 4))) goto decline;
+        if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
+        out = next, owned = 1;
     }
-    Py_ssize_t start, stop, step;
-    if (!PySlice_Check(key)) return NULL;
-    if (PySlice_Unpack(key, &start, &stop, &step) < 0) {
-        PyErr_Clear();
-        return NULL;
+    for (int d = (int)nk; d < nd; d++) final[nf++] = shape[d];
+    if (nf != nd) { /* ints: their dims dropped */
+        if (!(next = ad_view_quick(AD_OP_RESHAPE, out, final, nf))) goto decline;
+        if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
+        out = next, owned = 1;
     }
-    Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)shape[0], &start, &stop, step);
-    if (start == 0 && step == 1 && len == shape[0]) {
-        *self = 1;
-        return NULL;
-    }
-    int64_t sl[4] = {0, len ? start : 0, step, len};
-    return ad_view_quick(AD_OP_SLICE, x, sl, 4);
+    if (!owned) *self = 1;
+    return owned ? out : NULL;
+decline:
+    if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
+    return NULL;
 }
 
 /* the layout methods' quick view (NULL: the Python method runs; *self: the
@@ -601,9 +620,11 @@ def quick_op_source(rows):
 # (ffi.errno): nothing reads errno after them, and the pair with its two
 # thread-local lookups was about 120 of the 7000 instructions of a
 # 1000-element add (callgrind), the quick call and the release counted.
+# The handle accessors below read a field or two (tensor.c) and join them.
 KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick",
             "ad_scalar_quick", "ad_reduce_quick", "ad_view_quick", "ad_tensor_release_quick",
-            *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
+            "ad_tensor_ndim", "ad_tensor_dtype", "ad_tensor_numel", "ad_tensor_shape",
+            "ad_tensor_strides", *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 
 def keep_gil_source(names=KEEP_GIL):

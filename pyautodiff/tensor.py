@@ -242,6 +242,8 @@ def _arg_error(op, inputs, iargs, fargs, e):
 
 
 _ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
+_ndim, _shape = lib.ad_tensor_ndim, lib.ad_tensor_shape
+_DIMS = ffi.new("int64_t[16]")  # shape and strides (at most 16 dims)
 _ad_op_call = lib.ad_op_call
 _OP_MATMUL = lib.AD_OP_MATMUL
 _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reductions' 1st iarg
@@ -542,10 +544,9 @@ class Tensor:
     def shape(self) -> Tuple[int, ...]:
         """The sizes of the dims, as a tuple of ints (() for a 0-d tensor)."""
         h = self._h
-        n = lib.ad_tensor_ndim(h)
-        buf = ffi.new("int64_t[]", n or 1)
-        lib.ad_tensor_shape(h, buf)
-        return tuple(buf[0:n])
+        n = _ndim(h)
+        _shape(h, _DIMS)  # the accessors keep the GIL: one buffer serves every thread
+        return tuple(_DIMS[0:n])
 
     def size(self, dim: Optional[int] = None) -> Any:
         """The shape, or the size of dim `dim` (negative dims count from the end).
@@ -559,15 +560,14 @@ class Tensor:
     def strides(self) -> Tuple[int, ...]:
         """Strides in elements (may be 0 or negative for views)."""
         h = self._h
-        n = lib.ad_tensor_ndim(h)
-        buf = ffi.new("int64_t[]", n or 1)
-        lib.ad_tensor_strides(h, buf)
-        return tuple(buf[0:n])
+        n = _ndim(h)
+        lib.ad_tensor_strides(h, _DIMS)
+        return tuple(_DIMS[0:n])
 
     @property
     def ndim(self) -> int:
         """The number of dims (0 for a scalar tensor)."""
-        return lib.ad_tensor_ndim(self._h)
+        return _ndim(self._h)
 
     def dim(self) -> int:
         """The number of dims (PyTorch's method; `ndim` is the property)."""
@@ -1131,14 +1131,14 @@ class Tensor:
         else:
             dims = {_norm_dim(d, len(shape), "squeeze") for d in _dims_arg(dim)}
             new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
-        return _call(lib.AD_OP_RESHAPE, (self,), new)
+        return self.reshape(new)
 
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a size-1 dim at position `dim` (in range(-ndim-1, ndim+1))."""
         shape = list(self.shape)
         d = _norm_dim(dim, len(shape) + 1, "unsqueeze")
         shape.insert(d, 1)
-        return _call(lib.AD_OP_RESHAPE, (self,), shape)
+        return self.reshape(shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         """Merge dims start_dim .. end_dim into one (a 0-d tensor becomes shape (1,)).
@@ -1154,7 +1154,7 @@ class Tensor:
         n = 1
         for x in shape[s:e + 1]:
             n *= x
-        return _call(lib.AD_OP_RESHAPE, (self,), shape[:s] + (n,) + shape[e + 1:])
+        return self.reshape(shape[:s] + (n,) + shape[e + 1:])
 
     def contiguous(self) -> Tensor:
         """A row-major copy when the tensor is a strided view, else the same values."""
@@ -1451,7 +1451,7 @@ _FAST_METHODS = (
       for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),
                        ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),
     # the layout methods' views (ad_view_quick): t(), transpose(d0, d1), reshape / view
-    # / permute with ints (view: reshape's alias, below), t[int] and t[slice]
+    # / permute with ints (view: reshape's alias, below), t[key] for ints and slices
     *((Tensor, name, kind, op, -1, False, False)
       for name, kind, op in (("t", 3, 0), ("transpose", 4, 0), ("reshape", 5, lib.AD_OP_RESHAPE),
                              ("permute", 5, lib.AD_OP_PERMUTE),
@@ -1600,14 +1600,30 @@ def full(shape: ShapeArg, value: Union[float, bool], dtype: Optional[DTypeLike] 
     return _result(lib.ad_tensor_full(v, dt.code, list(shape) or _NULL, len(shape), out), out)
 
 
+def _filled(shape, value, dtype, fn):
+    """zeros / ones: a shape of Python ints (or one tuple or list of them) goes
+    straight to the native fill (full's call); anything else through full."""
+    dt = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+    dims = shape[0] if len(shape) == 1 and type(shape[0]) in (tuple, list) else shape
+    if all(type(s) is int for s in dims):
+        out = _out()
+        try:
+            st = lib.ad_tensor_full(value, dt.code, list(dims) or _NULL, len(dims), out)
+        except OverflowError:  # a size past int64: full names it
+            pass
+        else:
+            return _result(st, out)
+    return full(_shape_varargs(shape, fn), value, dt)
+
+
 def zeros(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Zeros of the shape given as ints or as one tuple: zeros(2, 3) or zeros((2, 3))."""
-    return full(_shape_varargs(shape, "zeros"), 0.0, _default_dtype(dtype))
+    return _filled(shape, 0.0, dtype, "zeros")
 
 
 def ones(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Ones of the shape given as ints or as one tuple: ones(2, 3) or ones((2, 3))."""
-    return full(_shape_varargs(shape, "ones"), 1.0, _default_dtype(dtype))
+    return _filled(shape, 1.0, dtype, "ones")
 
 
 def zeros_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:

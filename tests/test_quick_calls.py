@@ -670,22 +670,28 @@ LAYOUT_CALLS = (  # (method, arguments), each also through the Python method
     ("reshape", ((),)), ("view", (4, 3)), ("permute", (1, 0)), ("permute", ((1, 0),)),
     ("__getitem__", (0,)), ("__getitem__", (-1,)), ("__getitem__", (slice(1, None),)),
     ("__getitem__", (slice(None, None, -2),)), ("__getitem__", (slice(5, 2),)),
-    ("__getitem__", (slice(None),)),
+    ("__getitem__", (slice(None),)), ("__getitem__", ((slice(None), 1),)),
+    ("__getitem__", ((1, slice(1, 3)),)), ("__getitem__", ((-1, -1),)),
+    ("__getitem__", ((slice(None, None, -1), slice(None)),)), ("__getitem__", ((2,),)),
+    ("reshape", ((4, 1, 3),)), ("reshape", ((1, 4, 3, 1),)), ("reshape", (1, 12)),
     # what the quick forms decline: errors, numpy ints, bools, tuples, other keys
     ("t", (1,)), ("transpose", (0, 2)), ("transpose", (0, np.int64(1))), ("reshape", (5,)),
     ("reshape", (2, "a")), ("reshape", (2**63,)), ("permute", (0, 0)), ("permute", (0,)),
     ("__getitem__", (4,)), ("__getitem__", (-5,)), ("__getitem__", (np.int64(1),)),
-    ("__getitem__", (True,)), ("__getitem__", ((1, 2),)), ("__getitem__", (slice(0, 4, 0),)),
+    ("__getitem__", (True,)), ("__getitem__", ((1, 2, 0),)), ("__getitem__", (slice(0, 4, 0),)),
     ("__getitem__", (None,)), ("__getitem__", ([0, 2],)), ("__getitem__", (2**70,)),
+    ("__getitem__", ((None, 1),)), ("__getitem__", ((Ellipsis, 1),)), ("__getitem__", ((),)),
+    ("__getitem__", ((1, [0, 1]),)), ("__getitem__", ((0, 3),)),
 )
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "1-d", "0-d"])
 def test_layout_fast_methods_give_the_python_methods_views(layout):
-    """t(), transpose, reshape / view, permute and t[int] / t[slice] in C
-    (ad_view_quick) give the Python methods' results, errors included, and the
-    same recorded gradients; a reshape of a strided tensor (which may copy)
-    and an int index into one go to the Python method; t[:] is t itself."""
+    """t(), transpose, reshape / view, permute and t[key] for ints and slices
+    in C (ad_view_quick) give the Python methods' results, errors included,
+    and the same recorded gradients; a reshape of a strided tensor that is
+    more than dropping or adding dims of size 1 (it may copy) goes to the
+    Python method; t[:] is t itself."""
     base = sample("float32", (4, 3), 2)
     x = {"contiguous": lambda: ad.from_numpy(base), "transposed": lambda: ad.from_numpy(base.T.copy()).t(),
          "1-d": lambda: ad.from_numpy(base.ravel()), "0-d": lambda: ad.tensor(2.5)}[layout]()
@@ -700,10 +706,12 @@ def test_layout_fast_methods_give_the_python_methods_views(layout):
     w = ad.Var(base)  # tracked: the same nodes and gradients as the Python methods
     for form in (lambda n: vars(ad.Tensor)[n], python_form):
         y = (form("t")(w) * 2.0).sum() + form("__getitem__")(w, 1).sum() + \
-            form("reshape")(w, (2, 6))[1].sum() + form("__getitem__")(w, slice(None, None, 2)).sum()
+            form("reshape")(w, (2, 6))[1].sum() + form("__getitem__")(w, slice(None, None, 2)).sum() + \
+            form("__getitem__")(form("t")(w), (1, slice(1, None))).sum()
         g = y.backward()[w].numpy()
         want = np.full((4, 3), 2.0, np.float32)
         want[1] += 1
         want[2:] += 1
         want[::2] += 1
+        want[1:, 1] += 1
         np.testing.assert_array_equal(g, want)

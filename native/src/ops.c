@@ -252,15 +252,29 @@ AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x) {
     return quick_finish(op, &ad_ops[op], &x, 1, keepdim, 1, NULL, 0, ad_reduce_quick_all(op, x));
 }
 
+/* whether shape[0:nd) is x's shape with only dims of size 1 dropped or added
+   (a reshape that is always a view, whatever x's strides) */
+static bool unit_dims_only(const ad_tensor *x, const int64_t *shape, int nd) {
+    const int64_t *xs = T_SHAPE(x);
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < x->ndim && xs[i] == 1) i++;
+        while (j < nd && shape[j] == 1) j++;
+        if (i == x->ndim || j == nd) return i == x->ndim && j == nd;
+        if (xs[i++] != shape[j++]) return false;
+    }
+}
+
 AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs, int n_iargs) {
     if (!x || (op != AD_OP_PERMUTE && op != AD_OP_SLICE && op != AD_OP_RESHAPE) ||
         ad_anomaly_enabled || ad_alloc_failure_armed() || n_iargs < 0 || n_iargs > AD_MAX_DIMS ||
         (n_iargs && !iargs))
         return NULL;
     const op_def *def = &ad_ops[op];
-    /* a reshape of a strided tensor may copy it: unbounded work */
+    /* a reshape of a strided tensor may copy it (unbounded work), unless it
+       only drops or adds dims of size 1 */
     if ((def->n_iargs >= 0 && n_iargs != def->n_iargs) ||
-        (op == AD_OP_RESHAPE && !ad_is_contiguous(x)))
+        (op == AD_OP_RESHAPE && !ad_is_contiguous(x) && !unit_dims_only(x, iargs, n_iargs)))
         return NULL;
     op_args a = {op, &x, 1, iargs, n_iargs, NULL, 0};
     ad_tensor *y = NULL;
