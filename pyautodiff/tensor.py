@@ -243,7 +243,17 @@ def _arg_error(op, inputs, iargs, fargs, e):
 
 _ad_unary, _ad_binary, _ad_scalar = lib.ad_unary, lib.ad_binary, lib.ad_scalar_op
 _ndim, _shape = lib.ad_tensor_ndim, lib.ad_tensor_shape
-_DIMS = ffi.new("int64_t[16]")  # shape and strides (at most 16 dims)
+
+
+def _dims():
+    """This thread's buffer for shape and strides (at most 16 dims): another
+    thread may run between the native call that fills it and the read."""
+    try:
+        return _tls.dims
+    except AttributeError:
+        p = _tls.dims = ffi.new("int64_t[16]")
+        return p
+
 _ad_op_call = lib.ad_op_call
 _OP_MATMUL = lib.AD_OP_MATMUL
 _KEEPDIM = (ffi.new("int64_t[1]", [0]), ffi.new("int64_t[1]", [1]))  # reductions' 1st iarg
@@ -543,10 +553,10 @@ class Tensor:
     @property
     def shape(self) -> Tuple[int, ...]:
         """The sizes of the dims, as a tuple of ints (() for a 0-d tensor)."""
-        h = self._h
+        h, buf = self._h, _dims()
         n = _ndim(h)
-        _shape(h, _DIMS)  # the accessors keep the GIL: one buffer serves every thread
-        return tuple(_DIMS[0:n])
+        _shape(h, buf)
+        return tuple(buf[0:n])
 
     def size(self, dim: Optional[int] = None) -> Any:
         """The shape, or the size of dim `dim` (negative dims count from the end).
@@ -559,10 +569,10 @@ class Tensor:
     @property
     def strides(self) -> Tuple[int, ...]:
         """Strides in elements (may be 0 or negative for views)."""
-        h = self._h
+        h, buf = self._h, _dims()
         n = _ndim(h)
-        lib.ad_tensor_strides(h, _DIMS)
-        return tuple(_DIMS[0:n])
+        lib.ad_tensor_strides(h, buf)
+        return tuple(buf[0:n])
 
     @property
     def ndim(self) -> int:
