@@ -271,13 +271,18 @@ static int _ad_fm_scalar(PyObject *o, double *s) {
     return 0;
 }
 
+/* drops a handle this module owns, as Tensor.__del__ does */
+static void _ad_fm_drop(ad_tensor *r) {
+    if (!ad_tensor_release_quick(r)) ad_tensor_release(r);
+}
+
 /* a Tensor owning the new handle r, as tensor.py's _new(Tensor) and t._h = h */
 static PyObject *_ad_fm_wrap(ad_tensor *r) {
     PyObject *h = _cffi_from_c_pointer((char *)r, _ad_fm_ctype);
     PyObject *t = h ? _ad_fm_tensor->tp_alloc(_ad_fm_tensor, 0) : NULL;
     if (!t) {
         Py_XDECREF(h);
-        if (!ad_tensor_release_quick(r)) ad_tensor_release(r);
+        _ad_fm_drop(r);
         return NULL;
     }
     *(PyObject **)((char *)t + _ad_fm_offset) = h;
@@ -310,6 +315,16 @@ static ad_tensor *_ad_fm_swap(ad_tensor *x, int nd, int64_t d0, int64_t d1) {
     return ad_view_quick(AD_OP_PERMUTE, x, perm, nd);
 }
 
+/* *out replaced by its view (op, iargs), the tensor it replaces dropped if
+   *owned; 0: declined, *out unchanged */
+static int _ad_fm_step(ad_tensor **out, int *owned, int op, const int64_t *iargs, int n) {
+    ad_tensor *next = ad_view_quick(op, *out, iargs, n);
+    if (!next) return 0;
+    if (*owned) _ad_fm_drop(*out);
+    *out = next, *owned = 1;
+    return 1;
+}
+
 /* t[key] for an exact int, a slice, or a tuple of them (at most one per
    dim), as indexing.py's getitem: a slice that is not the whole dim a slice
    view, an int a slice of length 1, then one reshape dropping the ints'
@@ -325,7 +340,7 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
     int64_t shape[AD_FM_MAX_DIMS], final[AD_FM_MAX_DIMS];
     if (nk < 1 || nk > nd || nd > AD_FM_MAX_DIMS) return NULL;
     ad_tensor_shape(x, shape);
-    ad_tensor *out = x, *next;
+    ad_tensor *out = x;
     for (int d = 0; d < nk; d++) {
         int64_t i, sl[4] = {d, 0, 1, 1};
         Py_ssize_t start, stop, step;
@@ -344,20 +359,15 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
         } else {
             goto decline;
         }
-        if (!(next = ad_view_quick(AD_OP_SLICE, out, sl, 4))) goto decline;
-        if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
-        out = next, owned = 1;
+        if (!_ad_fm_step(&out, &owned, AD_OP_SLICE, sl, 4)) goto decline;
     }
     for (int d = (int)nk; d < nd; d++) final[nf++] = shape[d];
-    if (nf != nd) { /* ints: their dims dropped */
-        if (!(next = ad_view_quick(AD_OP_RESHAPE, out, final, nf))) goto decline;
-        if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
-        out = next, owned = 1;
-    }
+    /* ints: their dims dropped */
+    if (nf != nd && !_ad_fm_step(&out, &owned, AD_OP_RESHAPE, final, nf)) goto decline;
     if (!owned) *self = 1;
     return owned ? out : NULL;
 decline:
-    if (owned && !ad_tensor_release_quick(out)) ad_tensor_release(out);
+    if (owned) _ad_fm_drop(out);
     return NULL;
 }
 
