@@ -24,15 +24,21 @@ SHAPES = [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 2), (7, 13, 11), (17, 31, 29),
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 
-def takes_dot(kernel, dt, m, n, k, b_rows_unit=False):
+def takes_dot(kernel, dt, m, n, k, b_rows_unit=False, b_cols_unit=True):
     """Whether a product of a row-major A goes to the dot kernel (matmul.c's
-    dotn_batch): a SIMD level, 2 <= n <= 12 if B's columns are unit-stride
-    (else 4 float32, 2 float64), k >= 16, and m past the skinny kernel's
-    rows (8; 24 at AVX-512 for a B past 256 KiB)."""
+    dotn_batch): a SIMD level, 2 <= n <= 12, k >= 16, and m past the skinny
+    kernel's rows (8; 24 at AVX-512 for a B past 256 KiB); B^T copied (B's
+    columns not unit-stride) only for the level's DN_COPIED_* columns, and
+    rows of B wider than 16 bytes only from k = 64 and unit-stride."""
     es = np.dtype(dt).itemsize
     skinny = 24 if kernel == "avx512" and k * n * es > 256 << 10 else 8
-    most = 12 if b_rows_unit else 4 if dt == np.float32 else 2
-    return kernel in ("avx2", "avx512") and 2 <= n <= most and k >= 16 and m > skinny
+    if kernel not in ("avx2", "avx512") or not 2 <= n <= 12 or k < 16 or m <= skinny:
+        return False
+    if b_rows_unit:
+        return True
+    copied = ({2, 3, 4, 5, 6, 7, 9, 10, 11, 12} if dt == np.float32
+              else {2, 3, 5, 6, 7, 9, 10, 11} if kernel == "avx2" else {2, 3, 9, 10, 11, 12})
+    return n in copied and (n * es <= 16 or (k >= 64 and b_cols_unit))
 
 
 def at_other_thread_count(threads, f):
@@ -353,6 +359,7 @@ def test_thin_products_with_column_major_a(kernel, threads, dt):
                          ("column-major B",
                           ad.from_numpy(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(1, 2)),
                          ("sliced B", ad.from_numpy(np.repeat(b, 2, axis=2))[:, :, ::2]),
+                         ("B of wider rows", ad.from_numpy(np.concatenate([b, b], axis=2))[:, :, :n]),
                          ("broadcast B", ad.from_numpy(b[0]))):
             want = a @ (b[0] if name == "broadcast B" else b)
             got = np.asarray(ta @ tb)
@@ -371,7 +378,8 @@ def test_dot_products_of_few_columns(kernel, threads, dt):
     """A row-major A times a B of 2-4 columns (float64: 2), or 2-12 with B's
     columns unit-stride (x @ w.t(), a linear head), runs as dot products of
     A's rows with B^T's, B^T read in place or copied once: against numpy;
-    the same bits whatever B's layout (in place or copied), wherever a row
+    the same bits whatever B's layout (in place, or copied from unit-stride
+    rows, rows further apart than n or strided columns), wherever a row
     falls in the tiles (A from its second row on), at the other thread count,
     and through F.linear's epilogue (bias and ReLU, fused or not); single and
     batched, B broadcast or not, rows of A further apart than k, k with and
@@ -394,7 +402,8 @@ def test_dot_products_of_few_columns(kernel, threads, dt):
             got = np.asarray(ta @ tb)
             np.testing.assert_allclose(got, want, **tol, err_msg=f"{name} {what}")
             in_place = name in ("column-major B", "broadcast B")
-            if not takes_dot(kernel, dt, m, n, k, b_rows_unit=in_place):
+            if not takes_dot(kernel, dt, m, n, k, b_rows_unit=in_place,
+                             b_cols_unit=name != "sliced B"):
                 continue
             if name == "broadcast B":
                 assert got[0].tobytes() == ref[0].tobytes(), f"{name} {what}"
@@ -402,7 +411,8 @@ def test_dot_products_of_few_columns(kernel, threads, dt):
                 ref = got
             else:  # B^T copied: the same kernel, the same sums
                 assert got.tobytes() == ref.tobytes(), f"{name} {what}"
-            if takes_dot(kernel, dt, m - 1, n, k, b_rows_unit=in_place):
+            if takes_dot(kernel, dt, m - 1, n, k, b_rows_unit=in_place,
+                         b_cols_unit=name != "sliced B"):
                 # rows in other tile positions (and others left for single rows)
                 assert np.asarray(ta[:, 1:] @ tb).tobytes() == got[:, 1:].tobytes(), \
                     f"{name} rows shifted {what}"

@@ -105,6 +105,44 @@ MV_ATTR_avx2 static inline void mv_put4_f64(double *y, int64_t incy, __m256d s) 
     for (int r = 0; r < 4; r++) y[r * incy] = t[r];
 }
 
+/* The dot path's copy of B^T: a block of W rows by n <= W columns of B
+   (unit-stride rows; the masked loads read no further than each row's n)
+   transposed in registers into n rows of B^T (row stride k). */
+MV_ATTR_avx2 static inline void mv_tr8_f32(const float *b, int64_t rsb, int n, float *bt,
+                                          int64_t k) {
+    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_maskload_ps(b + i * rsb, mk);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
+            u[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xee);
+        }
+    /* u[i] holds columns i and i + 4 of rows 0-3; u[i + 4] of rows 4-7 */
+    for (int q = 0; q < n; q++)
+        _mm256_storeu_ps(bt + q * k, _mm256_permute2f128_ps(u[q & 3], u[4 + (q & 3)],
+                                                            q < 4 ? 0x20 : 0x31));
+}
+MV_ATTR_avx2 static inline void mv_tr4_f64(const double *b, int64_t rsb, int n, double *bt,
+                                          int64_t k) {
+    const __m256i mk = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+    __m256d r[4], t[4];
+    for (int i = 0; i < 4; i++) r[i] = _mm256_maskload_pd(b + i * rsb, mk);
+    for (int i = 0; i < 4; i += 2) {
+        t[i] = _mm256_unpacklo_pd(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_pd(r[i], r[i + 1]);
+    }
+    /* t[q] holds columns q and q + 2 of rows 0-1; t[q + 2] of rows 2-3 */
+    for (int q = 0; q < n; q++)
+        _mm256_storeu_pd(bt + q * k, _mm256_permute2f128_pd(t[q & 1], t[2 + (q & 1)],
+                                                            q < 2 ? 0x20 : 0x31));
+}
+
 /* an AVX-512 accumulator to the AVX2 width: its halves added */
 MV_ATTR_avx512 static inline __m256 mv_narrow_f32(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v),
@@ -171,6 +209,20 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
    was faster ((512x128) @ (128x5..7), A column-major, Zen 4: 32 us against
    38-47). */
 #define THIN_MAX_F64_AVX2 4
+/* The dot path (dotn_batch below) with B^T copied (mv_dotn_copy, W x W
+   blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n of each
+   level and dtype whose other kernel leaves lanes idle (a bit per n).  Zen 4, 1 thread, against that kernel,
+   (128x512), (1024x256), 16 x (64x128) and (256x64) @ (k x n): float32 n =
+   5-7 and 9-12 1.0-1.57x at both levels, n = 8 0.95-1.07 (left out);
+   float64 at AVX2 n = 3 1.55x, 5-7 and 9-11 0.96-1.34x, 12 0.93-1.18 (left
+   out); at AVX-512 (8-lane vectors) n = 5-7 0.83-1.16x (left out), 9-12
+   1.00-1.40.  Rows of B wider than 16 bytes only from k = DN_WIDE_MIN_K
+   (at k = 32, n = 10 and 12 float32 0.85-1.04x) and unit-stride (the
+   others are copied an element at a time). */
+#define DN_COPIED_F32 0x1efc        /* 2-7, 9-12 */
+#define DN_COPIED_F64_AVX2 0x0eec   /* 2, 3, 5-7, 9-11 */
+#define DN_COPIED_F64_AVX512 0x1e0c /* 2, 3, 9-12 */
+#define DN_WIDE_MIN_K 64
 #define SK_TALL_MAX 24
 #define SK_TALL_KC 512
 #define SK_FAR ((int64_t)4 << 20)
@@ -194,7 +246,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f32
 #define SKNV SKNV_avx2
 #define AXG 8
-#define DOTN
+#define DOTN mv_tr8_f32
 #include "matmul_simd.h"
 #define T double
 #define S(name) name##_f64_avx2
@@ -215,7 +267,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f64
 #define SKNV SKNV_avx2
 #define AXG 8
-#define DOTN
+#define DOTN mv_tr4_f64
 #include "matmul_simd.h"
 #define T float
 #define S(name) name##_f32_avx512
@@ -267,6 +319,7 @@ typedef void (*mv_skinny_fn)(int64_t, int64_t, int64_t, const void *, int64_t, i
                              const void *, int64_t, void *, int64_t);
 typedef void (*mv_dotn_fn)(int64_t, int64_t, int64_t, const void *, int64_t, const void *,
                            int64_t, void *, int64_t);
+typedef void (*mv_dotn_copy_fn)(int64_t, int64_t, const void *, int64_t, void *);
 
 /* One level's kernels for one dtype: dot_short for rows shorter than
    short_k (the portable level's kernel with fewer partial sums), dot else;
@@ -279,30 +332,36 @@ typedef struct {
     int64_t skinny_max; /* rows the skinny kernel takes (SK_TALL_MAX for a B past SK_CACHED) */
     int64_t thin_max;   /* columns of C the thin path takes (its skinny rows) */
     mv_dotn_fn dotn;    /* the dot path's kernel (AVX2's at both SIMD levels), or NULL */
+    mv_dotn_copy_fn dotn_copy; /* its copy of B^T from unit-stride rows of B */
+    unsigned dotn_copied;      /* bit n: the path takes n columns with B^T copied */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0, NULL},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0, NULL, NULL, 0},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0, NULL},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0, NULL, NULL, 0},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
     {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
-     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M, (mv_dotn_fn)mv_dotn_f32_avx2},
+     (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M, (mv_dotn_fn)mv_dotn_f32_avx2,
+     (mv_dotn_copy_fn)mv_dotn_copy_f32_avx2, DN_COPIED_F32},
     {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
      (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M, THIN_MAX_F64_AVX2,
-     (mv_dotn_fn)mv_dotn_f64_avx2},
+     (mv_dotn_fn)mv_dotn_f64_avx2,
+     (mv_dotn_copy_fn)mv_dotn_copy_f64_avx2, DN_COPIED_F64_AVX2},
 };
 static const mv_kernels mv_avx512[2] = {
     {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
      (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX, SK_TALL_MAX,
-     (mv_dotn_fn)mv_dotn_f32_avx2},
+     (mv_dotn_fn)mv_dotn_f32_avx2,
+     (mv_dotn_copy_fn)mv_dotn_copy_f32_avx2, DN_COPIED_F32},
     {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
      (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX, SK_TALL_MAX,
-     (mv_dotn_fn)mv_dotn_f64_avx2},
+     (mv_dotn_fn)mv_dotn_f64_avx2,
+     (mv_dotn_copy_fn)mv_dotn_copy_f64_avx2, DN_COPIED_F64_AVX512},
 };
 #endif
 
@@ -542,15 +601,10 @@ static int thin_batch(const mm_args *p) {
    bits.  An item's rows split over threads in one grain per thread (a
    multiple of 12 rows: whole tiles), so that no thread takes two. */
 #define DN_MIN_K 16 /* shallower products: mostly the masked tail and the final sums */
-/* Columns of C the path takes: up to 12 with B^T in place (from 16 the
-   packed GEMM kept up); with B^T copied, those that leave at least half of
-   the narrow kernel's vector idle (4 float32, 2 float64), which the path
-   beat by 1.5-3x.  It gained 5-20% at 5-12 float32 columns on a large A,
-   but lost as much on a batch of small products, where the copy and the
-   final sums are a larger part ((64x32) @ (32x8): 13 -> 17.5 us). */
-#define DN_MAX_IN_PLACE 12
-#define DN_MAX_COPIED_F32 4
-#define DN_MAX_COPIED_F64 2
+/* Columns of C the path takes: up to 12 (from 16 the packed GEMM kept up
+   with B^T in place), with B^T copied those in the level's dotn_copied
+   (DN_COPIED_* above). */
+#define DN_MAX_N 12
 
 typedef struct {
     run_job run; /* its outputs: rows of C */
@@ -574,13 +628,15 @@ static void dn_range(const run_job *rj, int64_t it, int64_t r0, int64_t r1) {
     for (int64_t p = 0; p < k; p++)                                                      \
         for (int64_t q = 0; q < n; q++) ((T *)d)[q * k + p] = ((const T *)s)[p * rsb + q * csb]
 
-/* B^T of each item (of the first only, if shared) into bt */
-static void dn_copy(int64_t es, int64_t items, const int64_t *bo, int64_t n, int64_t k,
-                    const char *b, int64_t rsb, int64_t csb, char *bt) {
+/* B^T of each item (of the first only, if shared) into bt: in registers
+   when B's rows are unit-stride (mk->dotn_copy) */
+static void dn_copy(const mv_kernels *mk, int64_t es, int64_t items, const int64_t *bo,
+                    int64_t n, int64_t k, const char *b, int64_t rsb, int64_t csb, char *bt) {
     for (int64_t it = 0; it < items; it++) {
         const char *s = b + bo[it] * es;
         char *d = bt + it * n * k * es;
-        if (es == sizeof(float)) DN_COPY(float);
+        if (csb == 1) mk->dotn_copy(n, k, s, rsb, d);
+        else if (es == sizeof(float)) DN_COPY(float);
         else DN_COPY(double);
     }
 }
@@ -595,9 +651,10 @@ static int dotn_batch(const mm_args *p) {
     const mv_kernels *mk = mv_pick(dtype);
     int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
     int in_place = rsb == 1;
-    int64_t most = in_place ? DN_MAX_IN_PLACE
-                   : dtype == AD_FLOAT32 ? DN_MAX_COPIED_F32 : DN_MAX_COPIED_F64;
-    if (!mk->dotn || csa != 1 || m < 2 || n < 2 || n > most || k < DN_MIN_K) return 0;
+    if (!mk->dotn || csa != 1 || m < 2 || n < 2 || n > DN_MAX_N || k < DN_MIN_K) return 0;
+    if (!in_place && (!(mk->dotn_copied >> n & 1)
+                      || (n * es > 16 && (k < DN_WIDE_MIN_K || csb != 1))))
+        return 0;
     int64_t th = par_num_threads();
     dn_job j = {{dn_range, m, ((m + th - 1) / th + 11) / 12 * 12, 0},
                 mk->dotn, es, n, k, rsa, in_place ? csb : k, a, b, c, ao, in_place ? bo : NULL,
@@ -607,7 +664,7 @@ static int dotn_batch(const mm_args *p) {
         for (int64_t it = 1; it < batch && j.shared; it++) j.shared = bo[it] == bo[0];
         int64_t items = j.shared ? 1 : batch;
         if (!(bt = ad_malloc((size_t)(items * n * k * es)))) return 0;
-        dn_copy(es, items, bo, n, k, b, rsb, csb, bt);
+        dn_copy(mk, es, items, bo, n, k, b, rsb, csb, bt);
         j.bt = bt;
     }
     mv_run(batch, m * n * k, &j.run);
