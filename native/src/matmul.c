@@ -105,43 +105,82 @@ MV_ATTR_avx2 static inline void mv_put4_f64(double *y, int64_t incy, __m256d s) 
     for (int r = 0; r < 4; r++) y[r * incy] = t[r];
 }
 
-/* The dot path's copy of B^T: a block of W rows by n <= W columns of B
-   (unit-stride rows; the masked loads read no further than each row's n)
-   transposed in registers into n rows of B^T (row stride k). */
-MV_ATTR_avx2 static inline void mv_tr8_f32(const float *b, int64_t rsb, int n, float *bt,
-                                          int64_t k) {
-    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+/* A block of nr rows by nc columns (each at most 8 float32 or 4 float64) of
+   s (row stride ss) transposed in registers into d (row stride ds): the
+   dot path's copy of B^T and the thin path's C from C^T.  Masked loads
+   read only the block's elements (missing rows are zeros); a part row is
+   stored in 16-, 8- and 4-byte pieces (AMD's masked stores are slow: a
+   thin (128x512)^T @ (128x4) 6.6 -> 8.2 us with them, Zen 4). */
+MV_ATTR_avx2 static inline void mv_put_part(char *d, int bytes, __m256 v) {
+    __m128 h = _mm256_castps256_ps128(v);
+    if (bytes >= 16) {
+        _mm_storeu_ps((float *)d, h);
+        h = _mm256_extractf128_ps(v, 1), d += 16, bytes -= 16;
+    }
+    if (bytes >= 8) {
+        _mm_storel_pi((__m64 *)d, h);
+        h = _mm_movehl_ps(h, h), d += 8, bytes -= 8;
+    }
+    if (bytes) _mm_store_ss((float *)d, h);
+}
+#define TR_LOAD(i, LOADU, MLOAD, ZERO) \
+    ((i) >= nr ? ZERO() : nc == w ? LOADU(s + (i) * ss) : MLOAD(s + (i) * ss, ld))
+#define TR_STORE(q, v, BYTES)                                                  \
+    do {                                                                       \
+        if ((q) >= nc) return;                                                 \
+        if (nr == w) _mm256_storeu_ps((float *)(d + (q) * ds), (v));           \
+        else if (nr * BYTES == 16)                                             \
+            _mm_storeu_ps((float *)(d + (q) * ds), _mm256_castps256_ps128(v)); \
+        else mv_put_part((char *)(d + (q) * ds), nr * BYTES, (v));             \
+    } while (0)
+/* (every vector named: as arrays they went through the stack) */
+MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int nr, int nc, float *d,
+                                   int64_t ds) {
+    const int w = 8;
+    const __m256i ld = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_maskload_ps(b + i * rsb, mk);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int h = 0; h < 2; h++) {
-            u[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
-            u[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xee);
-        }
-    /* u[i] holds columns i and i + 4 of rows 0-3; u[i + 4] of rows 4-7 */
-    for (int q = 0; q < n; q++)
-        _mm256_storeu_ps(bt + q * k, _mm256_permute2f128_ps(u[q & 3], u[4 + (q & 3)],
-                                                            q < 4 ? 0x20 : 0x31));
+#define L(i) TR_LOAD(i, _mm256_loadu_ps, _mm256_maskload_ps, _mm256_setzero_ps)
+    __m256 r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3), r4 = L(4), r5 = L(5), r6 = L(6), r7 = L(7);
+#undef L
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    /* u_j: columns j and j + 4 of rows 0-3, v_j: of rows 4-7 */
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 v0 = _mm256_shuffle_ps(t4, t6, 0x44), v1 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 v2 = _mm256_shuffle_ps(t5, t7, 0x44), v3 = _mm256_shuffle_ps(t5, t7, 0xee);
+#define ST(q, v) TR_STORE(q, v, 4)
+    ST(0, _mm256_permute2f128_ps(u0, v0, 0x20));
+    ST(1, _mm256_permute2f128_ps(u1, v1, 0x20));
+    ST(2, _mm256_permute2f128_ps(u2, v2, 0x20));
+    ST(3, _mm256_permute2f128_ps(u3, v3, 0x20));
+    ST(4, _mm256_permute2f128_ps(u0, v0, 0x31));
+    ST(5, _mm256_permute2f128_ps(u1, v1, 0x31));
+    ST(6, _mm256_permute2f128_ps(u2, v2, 0x31));
+    ST(7, _mm256_permute2f128_ps(u3, v3, 0x31));
+#undef ST
 }
-MV_ATTR_avx2 static inline void mv_tr4_f64(const double *b, int64_t rsb, int n, double *bt,
-                                          int64_t k) {
-    const __m256i mk = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
-    __m256d r[4], t[4];
-    for (int i = 0; i < 4; i++) r[i] = _mm256_maskload_pd(b + i * rsb, mk);
-    for (int i = 0; i < 4; i += 2) {
-        t[i] = _mm256_unpacklo_pd(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_pd(r[i], r[i + 1]);
-    }
-    /* t[q] holds columns q and q + 2 of rows 0-1; t[q + 2] of rows 2-3 */
-    for (int q = 0; q < n; q++)
-        _mm256_storeu_pd(bt + q * k, _mm256_permute2f128_pd(t[q & 1], t[2 + (q & 1)],
-                                                            q < 2 ? 0x20 : 0x31));
+MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int nr, int nc, double *d,
+                                   int64_t ds) {
+    const int w = 4;
+    const __m256i ld = _mm256_cmpgt_epi64(_mm256_set1_epi64x(nc), _mm256_setr_epi64x(0, 1, 2, 3));
+#define L(i) TR_LOAD(i, _mm256_loadu_pd, _mm256_maskload_pd, _mm256_setzero_pd)
+    __m256d r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3);
+#undef L
+    /* t_j: columns j and j + 2 of rows 0-1, u_j: of rows 2-3 */
+    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    __m256d u0 = _mm256_unpacklo_pd(r2, r3), u1 = _mm256_unpackhi_pd(r2, r3);
+#define ST(q, v) TR_STORE(q, _mm256_castpd_ps(v), 8)
+    ST(0, _mm256_permute2f128_pd(t0, u0, 0x20));
+    ST(1, _mm256_permute2f128_pd(t1, u1, 0x20));
+    ST(2, _mm256_permute2f128_pd(t0, u0, 0x31));
+    ST(3, _mm256_permute2f128_pd(t1, u1, 0x31));
+#undef ST
 }
+#undef TR_LOAD
+#undef TR_STORE
 
 /* an AVX-512 accumulator to the AVX2 width: its halves added */
 MV_ATTR_avx512 static inline __m256 mv_narrow_f32(__m512 v) {
@@ -209,8 +248,8 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
    was faster ((512x128) @ (128x5..7), A column-major, Zen 4: 32 us against
    38-47). */
 #define THIN_MAX_F64_AVX2 4
-/* The dot path (dotn_batch below) with B^T copied (mv_dotn_copy, W x W
-   blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n of each
+/* The dot path (dotn_batch below) with B^T copied (mv_transpose, 32-byte
+   square blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n of each
    level and dtype whose other kernel leaves lanes idle (a bit per n).  Zen 4, 1 thread, against that kernel,
    (128x512), (1024x256), 16 x (64x128) and (256x64) @ (k x n): float32 n =
    5-7 and 9-12 1.0-1.57x at both levels, n = 8 0.95-1.07 (left out);
@@ -246,7 +285,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f32
 #define SKNV SKNV_avx2
 #define AXG 8
-#define DOTN mv_tr8_f32
+#define DOTN
 #include "matmul_simd.h"
 #define T double
 #define S(name) name##_f64_avx2
@@ -267,7 +306,7 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 #define RED1 mv_red1_f64
 #define SKNV SKNV_avx2
 #define AXG 8
-#define DOTN mv_tr4_f64
+#define DOTN
 #include "matmul_simd.h"
 #define T float
 #define S(name) name##_f32_avx512
@@ -319,7 +358,7 @@ typedef void (*mv_skinny_fn)(int64_t, int64_t, int64_t, const void *, int64_t, i
                              const void *, int64_t, void *, int64_t);
 typedef void (*mv_dotn_fn)(int64_t, int64_t, int64_t, const void *, int64_t, const void *,
                            int64_t, void *, int64_t);
-typedef void (*mv_dotn_copy_fn)(int64_t, int64_t, const void *, int64_t, void *);
+typedef void (*mv_tr_fn)(const void *, int64_t, int, int, void *, int64_t);
 
 /* One level's kernels for one dtype: dot_short for rows shorter than
    short_k (the portable level's kernel with fewer partial sums), dot else;
@@ -332,36 +371,36 @@ typedef struct {
     int64_t skinny_max; /* rows the skinny kernel takes (SK_TALL_MAX for a B past SK_CACHED) */
     int64_t thin_max;   /* columns of C the thin path takes (its skinny rows) */
     mv_dotn_fn dotn;    /* the dot path's kernel (AVX2's at both SIMD levels), or NULL */
-    mv_dotn_copy_fn dotn_copy; /* its copy of B^T from unit-stride rows of B */
-    unsigned dotn_copied;      /* bit n: the path takes n columns with B^T copied */
+    unsigned dotn_copied; /* bit n: the dot path takes n columns with B^T copied */
+    mv_tr_fn tr;          /* mv_tr_*: blocks of 32 bytes square transposed, or NULL */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
 static const mv_kernels mv_base[2] = {
     {(mv_dot_fn)mv_dot_f32_base8, (mv_dot_fn)mv_dot_f32_base2, 2 * 8,
-     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0, NULL, NULL, 0},
+     (mv_axpy_fn)mv_axpy_f32_base8, NULL, 0, 0, NULL, 0, NULL},
     {(mv_dot_fn)mv_dot_f64_base4, (mv_dot_fn)mv_dot_f64_base1, 2 * 4,
-     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0, NULL, NULL, 0},
+     (mv_axpy_fn)mv_axpy_f64_base4, NULL, 0, 0, NULL, 0, NULL},
 };
 #if defined(__x86_64__) || defined(__i386__)
 static const mv_kernels mv_avx2[2] = {
     {(mv_dot_fn)mv_dot_f32_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx2,
      (mv_skinny_fn)mv_skinny_f32_avx2, SK_MAX_M, SK_MAX_M, (mv_dotn_fn)mv_dotn_f32_avx2,
-     (mv_dotn_copy_fn)mv_dotn_copy_f32_avx2, DN_COPIED_F32},
+     DN_COPIED_F32, (mv_tr_fn)mv_tr_f32},
     {(mv_dot_fn)mv_dot_f64_avx2, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx2,
      (mv_skinny_fn)mv_skinny_f64_avx2, SK_MAX_M, THIN_MAX_F64_AVX2,
      (mv_dotn_fn)mv_dotn_f64_avx2,
-     (mv_dotn_copy_fn)mv_dotn_copy_f64_avx2, DN_COPIED_F64_AVX2},
+     DN_COPIED_F64_AVX2, (mv_tr_fn)mv_tr_f64},
 };
 static const mv_kernels mv_avx512[2] = {
     {(mv_dot_fn)mv_dot_f32_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f32_avx512,
      (mv_skinny_fn)mv_skinny_f32_avx512, SK_TALL_MAX, SK_TALL_MAX,
      (mv_dotn_fn)mv_dotn_f32_avx2,
-     (mv_dotn_copy_fn)mv_dotn_copy_f32_avx2, DN_COPIED_F32},
+     DN_COPIED_F32, (mv_tr_fn)mv_tr_f32},
     {(mv_dot_fn)mv_dot_f64_avx512, NULL, 0, (mv_axpy_fn)mv_axpy_f64_avx512,
      (mv_skinny_fn)mv_skinny_f64_avx512, SK_TALL_MAX, SK_TALL_MAX,
      (mv_dotn_fn)mv_dotn_f64_avx2,
-     (mv_dotn_copy_fn)mv_dotn_copy_f64_avx2, DN_COPIED_F64_AVX512},
+     DN_COPIED_F64_AVX512, (mv_tr_fn)mv_tr_f64},
 };
 #endif
 
@@ -543,21 +582,26 @@ typedef struct {
     run_job run; /* its outputs: rows of C */
     sk_job sk;   /* the product C^T = B^T A^T, into the scratch */
     char *y;     /* C, with sk's item offsets (sk.c is the scratch) */
+    const mv_kernels *mk;
 } thin_job;
 
-#define THIN_PUT(T)                                                                      \
-    for (int64_t i = i0; i < i1; i++)                                                    \
-        for (int64_t r = 0; r < rows; r++) ((T *)y)[i * rows + r] = ((const T *)s)[r * cols + i]
+/* d[j][i] = s[i][j] for rows i < rows and columns j < cols of s (row
+   strides ss and ds, elements of es bytes), in the level's square blocks */
+static void mv_transpose(const mv_kernels *mk, int64_t es, int64_t rows, int64_t cols,
+                         const char *s, int64_t ss, char *d, int64_t ds) {
+    const int64_t w = 32 / es;
+    for (int64_t i = 0; i < rows; i += w)
+        for (int64_t j = 0; j < cols; j += w)
+            mk->tr(s + (i * ss + j) * es, ss, (int)(rows - i < w ? rows - i : w),
+                   (int)(cols - j < w ? cols - j : w), d + (j * ds + i) * es, ds);
+}
 
 /* C's rows [i0, i1) of item it (C^T's columns) from the scratch */
 static void thin_put(const thin_job *t, int64_t it, int64_t i0, int64_t i1) {
-    const int64_t rows = t->sk.m, cols = t->sk.n, off = t->sk.co[it] * t->sk.es;
-    const char *s = t->sk.c + off;
-    char *y = t->y + off;
-    if (t->sk.es == sizeof(float)) THIN_PUT(float);
-    else THIN_PUT(double);
+    const int64_t rows = t->sk.m, cols = t->sk.n, es = t->sk.es, off = t->sk.co[it] * es;
+    mv_transpose(t->mk, es, rows, i1 - i0, t->sk.c + off + i0 * es, cols,
+                 t->y + off + i0 * rows * es, rows);
 }
-#undef THIN_PUT
 
 /* item it's rows [i0, i1) of C: C^T's columns SK_GRAIN at a time, each
    block transposed into C while it is in L1 */
@@ -584,7 +628,7 @@ static int thin_batch(const mm_args *p) {
     thin_job t = {{thin_range, m, SK_GRAIN, 0},
                   {{sk_range, m, SK_GRAIN, 0}, mk->skinny, es, n, k, m, csb, rsb, csa, b, a, s,
                    bo, ao, co},
-                  c};
+                  c, mk};
     mv_run(batch, m * n * k, &t.run);
     ad_mfree(s);
     return 1;
@@ -629,13 +673,13 @@ static void dn_range(const run_job *rj, int64_t it, int64_t r0, int64_t r1) {
         for (int64_t q = 0; q < n; q++) ((T *)d)[q * k + p] = ((const T *)s)[p * rsb + q * csb]
 
 /* B^T of each item (of the first only, if shared) into bt: in registers
-   when B's rows are unit-stride (mk->dotn_copy) */
+   when B's rows are unit-stride */
 static void dn_copy(const mv_kernels *mk, int64_t es, int64_t items, const int64_t *bo,
                     int64_t n, int64_t k, const char *b, int64_t rsb, int64_t csb, char *bt) {
     for (int64_t it = 0; it < items; it++) {
         const char *s = b + bo[it] * es;
         char *d = bt + it * n * k * es;
-        if (csb == 1) mk->dotn_copy(n, k, s, rsb, d);
+        if (csb == 1) mv_transpose(mk, es, k, n, s, rsb, d, k);
         else if (es == sizeof(float)) DN_COPY(float);
         else DN_COPY(double);
     }

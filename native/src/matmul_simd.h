@@ -15,8 +15,7 @@
      SK_TALL_NV, where the level has the tall form (sk_tall): its vectors of
      columns per tile of 8 rows;
      DOTN, where the level has the dot kernel (dotn: the AVX2 level's, which
-     the AVX-512 level calls too): the function that transposes W rows by
-     at most W columns of B into B^T (mv_dotn_copy).
+     the AVX-512 level calls too).
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
 
@@ -275,19 +274,6 @@ S(dotn_tile)(const int R, const int C, int64_t k, const T *a, int64_t rsa, const
     if (R * C > 8) SUM8(t + 8, 1, acc + 8);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < C; j++) c[r * ldc + j] = t[r * C + j];
-}
-
-/* B^T (n rows, row stride k) from the k x n B with row stride rsb and
-   unit-stride rows: blocks of W x W in registers (DOTN), the last k % W
-   rows one by one */
-MV_ATTR static void S(mv_dotn_copy)(int64_t n, int64_t k, const T *b, int64_t rsb, T *bt) {
-    for (int64_t j = 0; j < n; j += W) {
-        const int nj = n - j < W ? (int)(n - j) : W;
-        int64_t p = 0;
-        for (; p + W <= k; p += W) DOTN(b + p * rsb + j, rsb, nj, bt + j * k + p, k);
-        for (; p < k; p++)
-            for (int q = 0; q < nj; q++) bt[(j + q) * k + p] = b[p * rsb + j + q];
-    }
 }
 
 /* rows [0, m) of C for columns [0, C): tiles of R rows, then single rows */
