@@ -221,10 +221,14 @@ fail:
    after the class is built; any failure leaves the Python methods in place;
    PYAUTODIFF_PYTHON_METHODS=1 keeps them throughout. */
 /* REDUCE: over every dim; the layout methods (ad_view_quick): T t(), TRANSPOSE
-   transpose(d0, d1), DIMS reshape / permute with the ints as arguments or in
-   one tuple or list (op: which), GETITEM t[key] for ints and slices */
+   transpose(d0, d1), DIMS reshape / permute / broadcast_to with the ints as
+   arguments or in one tuple or list (op: which), GETITEM t[key] for ints and
+   slices; the readers, which return no tensor: SHAPE the getter of the shape
+   (op 0) or strides (op 1) property (the row's attribute is a property: its
+   fget is wrapped and the wrapper set as a new property's), ITEM item() of a
+   one-element tensor */
 enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
-       AD_FM_GETITEM, AD_FM__COUNT };
+       AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM__COUNT };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -400,12 +404,48 @@ static ad_tensor *_ad_fm_view(int kind, int op, ad_tensor *x, PyObject *const *a
     return ad_view_quick(op, x, v, (int)nd);
 }
 
+/* x's shape (op 0) or strides (op 1) as a tuple of ints */
+static PyObject *_ad_fm_shape(const ad_tensor *x, int op) {
+    int64_t v[AD_FM_MAX_DIMS];
+    int nd = ad_tensor_ndim(x);
+    if (nd > AD_FM_MAX_DIMS) return NULL;
+    if (op) ad_tensor_strides(x, v);
+    else ad_tensor_shape(x, v);
+    PyObject *t = PyTuple_New(nd);
+    for (int d = 0; t && d < nd; d++) {
+        PyObject *e = PyLong_FromLongLong(v[d]);
+        if (!e) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, d, e);
+    }
+    return t;
+}
+
+/* the one element of x as a Python float, int or bool (as numpy's item());
+   NULL without an error for any other element count */
+static PyObject *_ad_fm_item(const ad_tensor *x) {
+    if (ad_tensor_numel(x) != 1) return NULL;
+    const void *p = ad_tensor_data(x);
+    switch (ad_tensor_dtype(x)) {
+    case AD_FLOAT32: return PyFloat_FromDouble(*(const float *)p);
+    case AD_FLOAT64: return PyFloat_FromDouble(*(const double *)p);
+    case AD_INT64: return PyLong_FromLongLong(*(const int64_t *)p);
+    case AD_INT32: return PyLong_FromLong(*(const int32_t *)p);
+    case AD_UINT8: return PyLong_FromLong(*(const uint8_t *)p);
+    case AD_BOOL: return PyBool_FromLong(*(const uint8_t *)p);
+    default: return NULL;
+    }
+}
+
 static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
     _ad_fastmethod *m = (_ad_fastmethod *)callable;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     ad_tensor *x, *r = NULL;
-    if (!kwnames && n >= 1 && m->kind >= AD_FM_T && (x = _ad_fm_handle(args[0]))) {
+    if (!kwnames && n == 1 && m->kind >= AD_FM_SHAPE && (x = _ad_fm_handle(args[0]))) {
+        PyObject *v = m->kind == AD_FM_SHAPE ? _ad_fm_shape(x, m->op) : _ad_fm_item(x);
+        if (v || PyErr_Occurred()) return v;
+    } else if (!kwnames && n >= 1 && m->kind >= AD_FM_T && m->kind <= AD_FM_GETITEM &&
+               (x = _ad_fm_handle(args[0]))) {
         int self = 0;
         r = _ad_fm_view(m->kind, m->op, x, args, n, &self);
         if (self) {
@@ -518,7 +558,14 @@ static int _ad_install_fast_methods(void) {
             !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base)) ||
             kind < 0 || kind >= AD_FM__COUNT)
             goto fail;
-        PyObject *func = PyDict_GetItemWithError(AD_TYPE(cls)->tp_dict, name);
+        PyObject *func = PyDict_GetItemWithError(AD_TYPE(cls)->tp_dict, name), *fget = NULL;
+        if (func && kind == AD_FM_SHAPE) { /* a property: its getter */
+            if (!PyObject_TypeCheck(func, &PyProperty_Type) ||
+                !(fget = PyObject_GetAttrString(func, "fget")))
+                goto fail;
+            func = fget;
+            Py_DECREF(fget); /* the property holds it */
+        }
         if (!func || !PyFunction_Check(func)) goto fail;
         _ad_fastmethod *m = PyObject_New(_ad_fastmethod, (PyTypeObject *)fmtype);
         if (!m) goto fail;
@@ -527,7 +574,13 @@ static int _ad_install_fast_methods(void) {
         Py_INCREF(func);
         m->func = func;
         m->kind = kind, m->op = op, m->sop = sop, m->reflected = reflected, m->negate = negate;
-        PyObject *entry = Py_BuildValue("(OON)", cls, name, (PyObject *)m);
+        PyObject *set = (PyObject *)m;
+        if (kind == AD_FM_SHAPE) { /* property(wrapper): its __doc__ is the getter's */
+            set = PyObject_CallOneArg((PyObject *)&PyProperty_Type, (PyObject *)m);
+            Py_DECREF(m);
+            if (!set) goto fail;
+        }
+        PyObject *entry = Py_BuildValue("(OON)", cls, name, set);
         if (!entry || PyList_Append(wrappers, entry) < 0) {
             Py_XDECREF(entry);
             goto fail;
@@ -634,7 +687,7 @@ def quick_op_source(rows):
 KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick",
             "ad_scalar_quick", "ad_reduce_quick", "ad_view_quick", "ad_tensor_release_quick",
             "ad_tensor_ndim", "ad_tensor_dtype", "ad_tensor_numel", "ad_tensor_shape",
-            "ad_tensor_strides", *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
+            "ad_tensor_strides", "ad_tensor_data", *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 
 def keep_gil_source(names=KEEP_GIL):

@@ -237,9 +237,16 @@ def cat(tensors, dim=0):
     if not ts:
         raise InvalidArgumentError("cat: needs at least one tensor")
     dim = operator.index(dim)
-    while len(ts) > 8:  # the native call takes at most 8 inputs
-        ts = [cat(ts[i:i + 8], dim) for i in range(0, len(ts), 8)]
-    sizes = [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts]
+    return _cat(ts, dim, [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts])
+
+
+def _cat(ts, dim, sizes):
+    """cat of ts whose sizes along dim are `sizes` (0 where dim is out of
+    range: the native call names the error)."""
+    if len(ts) > 8:  # the native call takes at most 8 inputs
+        ends = range(0, len(ts), 8)
+        return _cat([_cat(ts[i:i + 8], dim, sizes[i:i + 8]) for i in ends], dim,
+                    [sum(sizes[i:i + 8]) for i in ends])
     return _call(lib.AD_OP_CAT, ts, [dim] + sizes)
 
 
@@ -254,7 +261,8 @@ def stack(tensors, dim=0):
             raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} has "
                              f"{t.shape}")
     d = _norm_dim(dim, len(shape) + 1, "stack")
-    return cat([t.unsqueeze(d) for t in ts], d)
+    new = shape[:d] + (1,) + shape[d:]
+    return _cat([t.reshape(new) for t in ts], d, [1] * len(ts))
 
 
 def split(t, split_size_or_sections, dim=0):

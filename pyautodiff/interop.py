@@ -15,7 +15,7 @@ import numpy as np
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
 from .errors import InvalidArgumentError
-from .tensor import Tensor, _call, _from_numpy_copy, _wrap
+from .tensor import Tensor, _call, _from_numpy_copy, _out, _result, _wrap
 
 __all__ = ["from_dlpack", "from_numpy", "to_dlpack"]
 
@@ -133,8 +133,21 @@ def from_dlpack(x: Any, *, copy: Optional[bool] = None) -> "Tensor":
     return _consume(capsule)
 
 
+# numpy dtypes (native byte order) -> dtype codes, for from_numpy's common case
+_NP_CODES = {d.numpy: d.code for d in _dt.BY_CODE.values()}
+
+
 def from_numpy(a: Any, dtype: Any = None, copy: Optional[bool] = None) -> "Tensor":
     """A tensor from numpy array `a` (see ad.from_numpy)."""
+    if type(a) is np.ndarray and dtype is None and copy is None:
+        # the common case first: a writable C-contiguous array of one of the
+        # dtypes, copied as _from_numpy_copy copies it
+        code, flags = _NP_CODES.get(a.dtype), a.flags
+        if code is not None and flags.writeable and flags.c_contiguous and a.size:
+            out = _out()
+            shape = a.shape
+            return _result(lib.ad_tensor_from_data(ffi.from_buffer(a), a.nbytes, code,
+                                                   shape or ffi.NULL, len(shape), out), out)
     a = np.asarray(a)
     dt = _dt.as_dtype(a.dtype) if dtype is None else _dt.as_dtype(dtype)
     if copy is True:

@@ -1257,22 +1257,20 @@ class _ArrayView:
 
     def __init__(self, t):
         h = t._h
-        dt = _dt.BY_CODE[lib.ad_tensor_dtype(h)]
-        n = lib.ad_tensor_ndim(h)
-        buf = ffi.new("int64_t[]", 2 * n or 1)
-        lib.ad_tensor_shape(h, buf)
-        shape = tuple(buf[0:n])
-        lib.ad_tensor_strides(h, buf)
-        strides = tuple(s * dt.itemsize for s in buf[0:n])
-        ptr = int(ffi.cast("uintptr_t", lib.ad_tensor_data(h)))
+        typestr, size = _ARRAY_TYPES[lib.ad_tensor_dtype(h)]
         self.tensor = t
         self.__array_interface__ = {
-            "shape": shape,
-            "typestr": dt.numpy.str,
-            "data": (ptr, True),
-            "strides": strides,
+            "shape": t.shape,
+            "typestr": typestr,
+            "data": (int(ffi.cast(_UINTPTR, lib.ad_tensor_data(h))), True),
+            "strides": tuple([s * size for s in t.strides]),
             "version": 3,
         }
+
+
+_UINTPTR = ffi.typeof("uintptr_t")
+# by dtype code: numpy's typestr (np.dtype.str builds a new string per read) and item size
+_ARRAY_TYPES = {code: (dt.numpy.str, dt.itemsize) for code, dt in _dt.BY_CODE.items()}
 
 
 def _refuse_var_write(var: "Var") -> None:
@@ -1461,11 +1459,16 @@ _FAST_METHODS = (
       for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),
                        ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),
     # the layout methods' views (ad_view_quick): t(), transpose(d0, d1), reshape / view
-    # / permute with ints (view: reshape's alias, below), t[key] for ints and slices
+    # / permute / broadcast_to / expand with ints (view: reshape's alias, below;
+    # expand's -1 goes to the Python method), t[key] for ints and slices; the
+    # shape and strides properties' getters and item() of a one-element tensor
     *((Tensor, name, kind, op, -1, False, False)
       for name, kind, op in (("t", 3, 0), ("transpose", 4, 0), ("reshape", 5, lib.AD_OP_RESHAPE),
                              ("permute", 5, lib.AD_OP_PERMUTE),
-                             ("__getitem__", 6, 0))),
+                             ("broadcast_to", 5, lib.AD_OP_BROADCAST),
+                             ("expand", 5, lib.AD_OP_BROADCAST),
+                             ("__getitem__", 6, 0), ("shape", 7, 0), ("strides", 7, 1),
+                             ("item", 8, 0))),
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()
@@ -1638,12 +1641,12 @@ def ones(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
 
 def zeros_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Zeros of t's shape, with t's dtype unless `dtype` is given."""
-    return zeros(t.shape, dtype=dtype or t.dtype)
+    return _filled((t.shape,), 0.0, dtype or t.dtype, "zeros_like")
 
 
 def ones_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Ones of t's shape, with t's dtype unless `dtype` is given."""
-    return ones(t.shape, dtype=dtype or t.dtype)
+    return _filled((t.shape,), 1.0, dtype or t.dtype, "ones_like")
 
 
 def full_like(t: Tensor, value: Union[float, bool], dtype: Optional[DTypeLike] = None) -> Tensor:

@@ -255,6 +255,22 @@ def test_from_numpy_shares_read_only_and_copies_writable():
     assert f.numpy()[0] == 7.0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "uint8", "bool"])
+def test_from_numpy_copies_every_writable_layout_alike(dtype):
+    # a C-contiguous array of a tensor dtype takes the short path; the others
+    # (0-d, empty, Fortran order, strided) the general one
+    base = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
+    for a in (base, np.array(base[1, 2, 3]), base[:0], np.asfortranarray(base), base[:, ::2]):
+        t = ad.from_numpy(a)
+        assert t.dtype is ad.dtypes.as_dtype(a.dtype) and t.shape == a.shape
+        np.testing.assert_array_equal(t.numpy(), a)
+        if a.size:
+            assert addr(t) != a.ctypes.data
+            a_before = a.copy()
+            a[...] = 0  # a copy: the tensor keeps the values it was given
+            np.testing.assert_array_equal(t.numpy(), a_before)
+
+
 def test_from_numpy_shares_strided_arrays_with_their_strides():
     base = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
     base.flags.writeable = False

@@ -529,11 +529,18 @@ def test_failure_hook_reaches_the_free_lists():
 # ---- the C forms of the hottest methods (tensor.py's _FAST_METHODS) ----------------
 _T = sys.modules["pyautodiff.tensor"]  # (ad.tensor is the function)
 FAST = {name: row for _, name, *row in _T._FAST_METHODS}
+ONE_ARG = (0, 7, 8)  # the kinds called with self alone: unary ops, shape, item
 PYTHON_METHODS = os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") not in ("", "0")
 
 
-def python_form(name):
+def fast_form(name):
+    """The method as installed (a property's getter for the shape row)."""
     m = vars(ad.Tensor)[name]
+    return m.fget if isinstance(m, property) else m
+
+
+def python_form(name):
+    m = fast_form(name)
     return m if PYTHON_METHODS else m.__wrapped__
 
 
@@ -545,13 +552,15 @@ def outcome(fn, *args, **kw):
         return type(e), str(e)
     if not isinstance(r, ad.Tensor):
         return "not a tensor", r
+    if r.numel() > 1 << 24:  # a broadcast view (expand(2**53)): its layout, not its bits
+        return type(r), r.dtype, r.shape, r.strides
     return type(r), r.dtype, r.shape, bits(r.numpy()).tobytes()
 
 
 def test_fast_methods_are_installed_and_read_as_the_python_methods():
     assert {"__add__", "__rtruediv__", "__neg__", "exp", "tanh", "relu"} <= set(FAST)
     for name in FAST:
-        m = vars(ad.Tensor)[name]
+        m = fast_form(name)
         if PYTHON_METHODS:
             assert inspect.isfunction(m), name
             continue
@@ -561,6 +570,9 @@ def test_fast_methods_are_installed_and_read_as_the_python_methods():
         assert m.__doc__ == f.__doc__ and m.__qualname__ == f.__qualname__ == "Tensor." + name
         assert m.__module__ == f.__module__ and m.__annotations__ == f.__annotations__
         assert inspect.signature(m) == inspect.signature(f)
+        if isinstance(vars(ad.Tensor)[name], property):  # the property's doc is the getter's
+            assert vars(ad.Tensor)[name].__doc__ == f.__doc__
+            continue
         t = ad.tensor([1.0])
         assert inspect.signature(getattr(t, name)) == inspect.signature(f.__get__(t))
         assert pickle.loads(pickle.dumps(m)) is m
@@ -592,8 +604,8 @@ def test_fast_methods_give_the_python_methods_results_and_errors(dtype, shape):
         selves.append(ad.Var(sample("float32", shape, 8)) if dtype == "float32" else selves[0].T)
     for x in selves:
         for name, (kind, *_) in FAST.items():
-            m, f = vars(ad.Tensor)[name], python_form(name)
-            if kind == 0:
+            m, f = fast_form(name), python_form(name)
+            if kind in ONE_ARG:
                 assert outcome(m, x) == outcome(f, x), name
                 continue
             for o in _operands():
@@ -609,8 +621,8 @@ def test_fast_methods_give_the_python_methods_results_and_errors(dtype, shape):
 def test_fast_methods_hand_everything_else_to_the_python_methods():
     x = ad.from_numpy(sample("float32", (3,), 1))
     for name, (kind, *_) in FAST.items():
-        m, f = vars(ad.Tensor)[name], python_form(name)
-        calls = [(), (1,), (1, 2)] if kind == 0 else [(), (1, x), (x,), (x, x, x)]
+        m, f = fast_form(name), python_form(name)
+        calls = [(), (1,), (1, 2)] if kind in ONE_ARG else [(), (1, x), (x,), (x, x, x)]
         for args in calls:  # a self that is no tensor, wrong argument counts
             assert outcome(m, *args) == outcome(f, *args), (name, args)
         if kind == 1:  # keywords go to the Python method
@@ -623,8 +635,8 @@ def test_fast_methods_hand_everything_else_to_the_python_methods():
     for t in released:
         t.__del__()
         for name, (kind, *_) in FAST.items():
-            m = vars(ad.Tensor)[name]
-            calls = ([(t,)] if kind == 0 else [(t, *a) for a in layout[kind]] if kind in layout
+            m = fast_form(name)
+            calls = ([(t,)] if kind in ONE_ARG else [(t, *a) for a in layout[kind]] if kind in layout
                      else [(t, x), (x, t), (t, 2.0)])
             for args in calls:
                 with pytest.raises(_T._ReleasedError):
@@ -682,13 +694,19 @@ LAYOUT_CALLS = (  # (method, arguments), each also through the Python method
     ("__getitem__", (None,)), ("__getitem__", ([0, 2],)), ("__getitem__", (2**70,)),
     ("__getitem__", ((None, 1),)), ("__getitem__", ((Ellipsis, 1),)), ("__getitem__", ((),)),
     ("__getitem__", ((1, [0, 1]),)), ("__getitem__", ((0, 3),)),
+    ("expand", (4, 3)), ("expand", ((2, 4, 3),)), ("expand", ([1, 4, 3],)),
+    ("broadcast_to", (2, 4, 3)), ("broadcast_to", ((4, 3),)), ("expand", (0, 4, 3)),
+    # expand's -1 and broadcasting errors: the Python method
+    ("expand", (-1, 3)), ("expand", (2, -1, -1)), ("expand", (-1, 4, 3)), ("expand", (5, 3)),
+    ("broadcast_to", (3,)), ("broadcast_to", (4, -1)), ("broadcast_to", ((4, "a"),)),
 )
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "1-d", "0-d"])
 def test_layout_fast_methods_give_the_python_methods_views(layout):
-    """t(), transpose, reshape / view, permute and t[key] for ints and slices
-    in C (ad_view_quick) give the Python methods' results, errors included,
+    """t(), transpose, reshape / view, permute, broadcast_to / expand and
+    t[key] for ints and slices in C (ad_view_quick) give the Python methods'
+    results, errors included,
     and the same recorded gradients; a reshape of a strided tensor that is
     more than dropping or adding dims of size 1 (it may copy) goes to the
     Python method; t[:] is t itself."""
@@ -715,3 +733,26 @@ def test_layout_fast_methods_give_the_python_methods_views(layout):
         want[::2] += 1
         want[1:, 1] += 1
         np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "uint8", "bool"])
+def test_shape_and_item_read_as_numpy(dtype):
+    """The shape property and item() in C give numpy's tuple and Python
+    scalar, of numpy's type, for every dtype, rank and view offset (16 dims
+    the most); item() of more than one element raises as the Python method."""
+    big = sample(dtype, (3, 4), 9)
+    tb = ad.from_numpy(big)
+    for i, j in ((0, 0), (2, 3), (1, 2)):
+        for t, want in ((tb[i, j], big[i, j]), (tb.t()[j, i], big[i, j]),
+                        (tb[i:i + 1, j:j + 1], big[i:i + 1, j:j + 1])):
+            got = t.item()
+            assert type(got) is type(want.item()) and got == want.item(), (dtype, i, j)
+            assert fast_form("item")(t) == python_form("item")(t)
+    for shape in [(), (1,), (1, 1, 1), (3, 4), (2, 1, 3, 1), (1,) * 16, (0, 5)]:
+        t = ad.from_numpy(sample(dtype, shape, 3))
+        assert type(t.shape) is tuple and t.shape == shape
+        assert python_form("shape")(t) == shape and t.T.shape == shape[::-1]
+        if len(shape) and np.prod(shape) != 1:
+            assert outcome(fast_form("item"), t) == outcome(python_form("item"), t)
+            with pytest.raises(ad.InvalidArgumentError, match="item: only a tensor with one"):
+                t.item()

@@ -402,6 +402,26 @@ def child(args):
                 fns["torch"] = f_tt
             run("overhead", f"(4,4) {name} tracked", fns, repeat=rep, number=20000)
 
+        # reading a tensor, joins and conversions (untracked)
+        one = np.ones(1, np.float32)
+        t1 = ad.from_numpy(one)
+        O1 = torch.ones(1) if torch else None
+        for name, f_np, f_ad, f_t in (
+                ("(4,4) .shape", lambda: a.shape, lambda: ta.shape, lambda: A.shape),
+                ("(1,) item()", lambda: one.item(), lambda: t1.item(), lambda: O1.item()),
+                ("(4,4) expand(2, 4, 4)", lambda: np.broadcast_to(a, (2, 4, 4)),
+                 lambda: ta.expand(2, 4, 4), lambda: A.expand(2, 4, 4)),
+                ("stack of two (4,4)", lambda: np.stack([a, a]), lambda: ad.stack([ta, tb]),
+                 lambda: torch.stack([A, B])),
+                ("cat of two (4,4)", lambda: np.concatenate([a, a]), lambda: ad.cat([ta, tb]),
+                 lambda: torch.cat([A, B])),
+                ("(4,4) to numpy (np.asarray; torch .numpy())", lambda: np.asarray(a),
+                 lambda: np.asarray(ta), lambda: A.numpy()),
+                ("(4,4) from numpy (ad copies, torch shares)",
+                 lambda: a.copy(), lambda: ad.from_numpy(a), lambda: torch.from_numpy(a))):
+            run("overhead", name, libs_for(f_np, f_ad, f_t if torch else None), repeat=rep,
+                number=20000)
+
         def chain_ad():
             y = tw
             for _ in range(100):

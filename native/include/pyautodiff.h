@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 10
+#define AD_ABI_MINOR 11
 
 /* cffi:begin */
 
@@ -605,7 +605,8 @@ AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x);
 AD_API int ad_tensor_release_quick(ad_tensor *t);
 /* ad_view_quick (ABI 1.10) is ad_op_call's AD_OP_PERMUTE, AD_OP_SLICE or
    AD_OP_RESHAPE (of a contiguous x, or one that only drops or adds dims of
-   size 1: always a view) with those iargs: a view, whatever x's size. */
+   size 1: always a view), and from ABI 1.11 AD_OP_BROADCAST, with those
+   iargs: a view, whatever x's size. */
 AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs, int n_iargs);
 
 /* cffi:end */

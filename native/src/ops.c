@@ -266,7 +266,8 @@ static bool unit_dims_only(const ad_tensor *x, const int64_t *shape, int nd) {
 }
 
 AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs, int n_iargs) {
-    if (!x || (op != AD_OP_PERMUTE && op != AD_OP_SLICE && op != AD_OP_RESHAPE) ||
+    if (!x ||
+        (op != AD_OP_PERMUTE && op != AD_OP_SLICE && op != AD_OP_RESHAPE && op != AD_OP_BROADCAST) ||
         ad_anomaly_enabled || ad_alloc_failure_armed() || n_iargs < 0 || n_iargs > AD_MAX_DIMS ||
         (n_iargs && !iargs))
         return NULL;
