@@ -226,9 +226,12 @@ fail:
    slices; the readers, which return no tensor: SHAPE the getter of the shape
    (op 0) or strides (op 1) property (the row's attribute is a property: its
    fget is wrapped and the wrapper set as a new property's), ITEM item() of a
-   one-element tensor */
+   one-element tensor; CALL tensor._call(op, inputs, iargs=(), fargs=()), the
+   generic entry every other op takes (the row's first element is the module,
+   whose function of that name the wrapper replaces): ad_op_call, the
+   interpreter lock released around it as cffi releases it */
 enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
-       AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM__COUNT };
+       AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM_CALL, AD_FM__COUNT };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -436,12 +439,107 @@ static PyObject *_ad_fm_item(const ad_tensor *x) {
     }
 }
 
+/* _call's arguments: op, a tuple or list of up to 8 tensors (of the classes
+   read here), and tuples or lists of Python ints and of Python floats or
+   ints; 0 for anything else (other sequences, cffi arrays, bools, numpy
+   scalars, too many), and the Python function takes them */
+enum { AD_FM_MAX_ARGS = 64 };
+static int _ad_fm_seq(PyObject *o, Py_ssize_t most, PyObject ***items, Py_ssize_t *n) {
+    if (PyTuple_CheckExact(o)) {
+        *items = &PyTuple_GET_ITEM(o, 0), *n = PyTuple_GET_SIZE(o);
+    } else if (PyList_CheckExact(o)) {
+        *items = PySequence_Fast_ITEMS(o), *n = PyList_GET_SIZE(o);
+    } else {
+        return 0;
+    }
+    return *n <= most;
+}
+
+static int _ad_fm_double(PyObject *o, double *v) {
+    if (PyFloat_CheckExact(o)) {
+        *v = PyFloat_AS_DOUBLE(o);
+        return 1;
+    }
+    if (!PyLong_CheckExact(o)) return 0;
+    *v = PyLong_AsDouble(o);
+    if (*v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* the result of ad_op_call, or NULL: declined, or the call failed (its
+   status in *st) */
+static ad_tensor *_ad_fm_opcall(PyObject *const *args, Py_ssize_t n, ad_status *st) {
+    ad_tensor *in[8], *out = NULL;
+    int64_t iv[AD_FM_MAX_ARGS];
+    double fv[AD_FM_MAX_ARGS];
+    PyObject **items;
+    Py_ssize_t ni = 0, nf = 0, nt;
+    int64_t op;
+    if (n < 2 || n > 4 || !_ad_fm_int(args[0], &op) || op < 0 || op > INT32_MAX ||
+        !_ad_fm_seq(args[1], 8, &items, &nt))
+        return NULL;
+    PyObject *held[8]; /* a list's items may leave it while the lock is released */
+    for (Py_ssize_t i = 0; i < nt; i++)
+        if (!(in[i] = _ad_fm_handle(held[i] = items[i]))) return NULL;
+    if (n > 2) {
+        if (!_ad_fm_seq(args[2], AD_FM_MAX_ARGS, &items, &ni)) return NULL;
+        for (Py_ssize_t i = 0; i < ni; i++)
+            if (!_ad_fm_int(items[i], &iv[i])) return NULL;
+    }
+    if (n > 3) {
+        if (!_ad_fm_seq(args[3], AD_FM_MAX_ARGS, &items, &nf)) return NULL;
+        for (Py_ssize_t i = 0; i < nf; i++)
+            if (!_ad_fm_double(items[i], &fv[i])) return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nt; i++) Py_INCREF(held[i]);
+    Py_BEGIN_ALLOW_THREADS
+    *st = ad_op_call((int)op, (const ad_tensor *const *)in, (int)nt, ni ? iv : NULL, (int)ni,
+                     nf ? fv : NULL, (int)nf, &out);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < nt; i++) Py_DECREF(held[i]);
+    return *st ? NULL : out;
+}
+
+/* the exception of a failed call, as the Python methods raise it
+   (pyautodiff._lib.raise_status, fetched at install) */
+static PyObject *_ad_fm_raise_status;
+static PyObject *_ad_fm_raise(ad_status st) {
+    PyObject *r = PyObject_CallFunction(_ad_fm_raise_status, "i", (int)st);
+    if (r) { /* it returned: not a failure after all */
+        Py_DECREF(r);
+        PyErr_Format(PyExc_SystemError, "pyautodiff: status %d raised nothing", (int)st);
+    }
+    return NULL;
+}
+
+/* The ordinary call the Python method makes when the quick call declines
+   (kind UNARY: ad_unary; BINARY: ad_binary with b, else ad_scalar_op with
+   s), the lock released around it as cffi releases it; NULL and its status
+   in *st when it fails (raised as the Python method raises it).  The
+   caller's references keep the operands alive. */
+static ad_tensor *_ad_fm_ordinary(int kind, int op, const ad_tensor *a, const ad_tensor *b,
+                                  double s, ad_status *st) {
+    ad_tensor *out = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    *st = kind == AD_FM_UNARY ? ad_unary(op, a, &out)
+          : b                 ? ad_binary(op, a, b, &out)
+                              : ad_scalar_op(op, a, s, &out);
+    Py_END_ALLOW_THREADS
+    return *st ? NULL : out;
+}
+
 static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
     _ad_fastmethod *m = (_ad_fastmethod *)callable;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     ad_tensor *x, *r = NULL;
-    if (!kwnames && n == 1 && m->kind >= AD_FM_SHAPE && (x = _ad_fm_handle(args[0]))) {
+    ad_status st = 0; /* an ordinary call made here that failed */
+    if (m->kind == AD_FM_CALL) {
+        if (!kwnames) r = _ad_fm_opcall(args, n, &st);
+    } else if (!kwnames && n == 1 && m->kind >= AD_FM_SHAPE && (x = _ad_fm_handle(args[0]))) {
         PyObject *v = m->kind == AD_FM_SHAPE ? _ad_fm_shape(x, m->op) : _ad_fm_item(x);
         if (v || PyErr_Occurred()) return v;
     } else if (!kwnames && n >= 1 && m->kind >= AD_FM_T && m->kind <= AD_FM_GETITEM &&
@@ -454,19 +552,30 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
         }
     } else if (!kwnames && n == 1 + (m->kind == AD_FM_BINARY) && (x = _ad_fm_handle(args[0]))) {
         if (m->kind == AD_FM_UNARY) {
-            r = ad_unary_quick(m->op, x);
+            if (!(r = ad_unary_quick(m->op, x))) r = _ad_fm_ordinary(m->kind, m->op, x, NULL, 0.0, &st);
         } else if (m->kind == AD_FM_REDUCE) {
             r = ad_reduce_quick(m->op, x);
         } else if (PyObject_TypeCheck(args[1], _ad_fm_tensor)) { /* isinstance(o, Tensor) */
             ad_tensor *y = _ad_fm_handle(args[1]);
-            if (y) r = m->reflected ? ad_binary_quick(m->op, y, x) : ad_binary_quick(m->op, x, y);
+            if (y && m->reflected) {
+                ad_tensor *t = x;
+                x = y, y = t;
+            }
+            if (y && !(r = ad_binary_quick(m->op, x, y)))
+                r = _ad_fm_ordinary(m->kind, m->op, x, y, 0.0, &st);
         } else {
             double s;
-            if (m->sop >= 0 && _ad_fm_scalar(args[1], &s))
-                r = ad_scalar_quick(m->sop, x, m->negate ? -s : s);
+            if (m->sop >= 0 && _ad_fm_scalar(args[1], &s)) {
+                s = m->negate ? -s : s;
+                /* an integer tensor's scalar: the Python method checks it first */
+                int dt = ad_tensor_dtype(x);
+                if (!(r = ad_scalar_quick(m->sop, x, s)) && (dt == AD_FLOAT32 || dt == AD_FLOAT64))
+                    r = _ad_fm_ordinary(m->kind, m->sop, x, NULL, s, &st);
+            }
         }
     }
     if (r) return _ad_fm_wrap(r);
+    if (st) return _ad_fm_raise(st);
     return PyObject_Vectorcall(m->func, args, nargsf, kwnames);
 }
 
@@ -540,9 +649,10 @@ static PyType_Spec _ad_fm_spec = {
 static int _ad_install_fast_methods(void) {
     if (_ad_fm_tensor) return 0; /* installed already */
     PyObject *mod = PyImport_ImportModule("pyautodiff.tensor"), *rows = NULL, *ctype = NULL;
-    PyObject *fmtype = NULL, *wrappers = NULL, *classes = NULL, *base = NULL;
+    PyObject *fmtype = NULL, *wrappers = NULL, *classes = NULL, *base = NULL, *raise = NULL;
     Py_ssize_t offset;
     if (!mod || !(rows = PyObject_GetAttrString(mod, "_FAST_METHODS")) || !PyTuple_Check(rows) ||
+        !(raise = PyObject_GetAttrString(mod, "raise_status")) || !PyCallable_Check(raise) ||
         !(classes = PyObject_GetAttrString(mod, "_FAST_FINALIZE")) || !PyTuple_Check(classes) ||
         PyTuple_GET_SIZE(classes) >= (Py_ssize_t)(sizeof _ad_fm_classes / sizeof *_ad_fm_classes) ||
         !(ctype = PyObject_GetAttrString(mod, "_HANDLE_CTYPE")) ||
@@ -555,10 +665,12 @@ static int _ad_install_fast_methods(void) {
         PyObject *row = PyTuple_GET_ITEM(rows, i), *cls, *name;
         int kind, op, sop, reflected, negate;
         if (!PyArg_ParseTuple(row, "OUiiipp", &cls, &name, &kind, &op, &sop, &reflected, &negate) ||
-            !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base)) ||
-            kind < 0 || kind >= AD_FM__COUNT)
+            kind < 0 || kind >= AD_FM__COUNT ||
+            (kind == AD_FM_CALL ? !PyModule_Check(cls)
+                                : !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base))))
             goto fail;
-        PyObject *func = PyDict_GetItemWithError(AD_TYPE(cls)->tp_dict, name), *fget = NULL;
+        PyObject *dict = kind == AD_FM_CALL ? PyModule_GetDict(cls) : AD_TYPE(cls)->tp_dict;
+        PyObject *func = PyDict_GetItemWithError(dict, name), *fget = NULL;
         if (func && kind == AD_FM_SHAPE) { /* a property: its getter */
             if (!PyObject_TypeCheck(func, &PyProperty_Type) ||
                 !(fget = PyObject_GetAttrString(func, "fget")))
@@ -596,6 +708,7 @@ static int _ad_install_fast_methods(void) {
         _ad_fm_classes[i] = AD_TYPE(PyTuple_GET_ITEM(classes, i));
     _ad_fm_offset = offset;
     _ad_fm_ctype = (struct _cffi_ctypedescr *)ctype; /* reference kept */
+    _ad_fm_raise_status = raise;                     /* reference kept */
     _ad_fm_tensor = AD_TYPE(base); /* reference kept */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wrappers); i++) {
         PyObject *e = PyList_GET_ITEM(wrappers, i);
@@ -609,6 +722,7 @@ static int _ad_install_fast_methods(void) {
     return 0;
 fail:
     PyErr_Clear();
+    Py_XDECREF(raise);
     Py_XDECREF(base);
     Py_XDECREF(classes);
     Py_XDECREF(wrappers);

@@ -18,6 +18,7 @@ import builtins
 import numbers
 import operator
 import os
+import sys
 import threading
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence,
                     Tuple, Union)
@@ -1469,6 +1470,8 @@ _FAST_METHODS = (
                              ("expand", 5, lib.AD_OP_BROADCAST),
                              ("__getitem__", 6, 0), ("shape", 7, 0), ("strides", 7, 1),
                              ("item", 8, 0))),
+    # _call itself, the generic entry (its arguments converted in C)
+    (sys.modules[__name__], "_call", 9, 0, -1, False, False),
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()

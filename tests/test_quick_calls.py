@@ -528,7 +528,7 @@ def test_failure_hook_reaches_the_free_lists():
 
 # ---- the C forms of the hottest methods (tensor.py's _FAST_METHODS) ----------------
 _T = sys.modules["pyautodiff.tensor"]  # (ad.tensor is the function)
-FAST = {name: row for _, name, *row in _T._FAST_METHODS}
+FAST = {name: row for cls, name, *row in _T._FAST_METHODS if cls is ad.Tensor}
 ONE_ARG = (0, 7, 8)  # the kinds called with self alone: unary ops, shape, item
 PYTHON_METHODS = os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") not in ("", "0")
 
@@ -756,3 +756,100 @@ def test_shape_and_item_read_as_numpy(dtype):
             assert outcome(fast_form("item"), t) == outcome(python_form("item"), t)
             with pytest.raises(ad.InvalidArgumentError, match="item: only a tensor with one"):
                 t.item()
+
+
+def python_calls(fn):
+    """The code objects of the Python functions fn() calls."""
+    seen = set()
+
+    def prof(frame, event, arg):
+        if event == "call":
+            seen.add(frame.f_code)
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _call_cases():
+    """(op, inputs, iargs, fargs) for tensor._call: valid calls, errors, and
+    what its C form hands to the Python function (cffi arrays, bools and
+    numpy ints as arguments, subclasses, too many inputs)."""
+    x = ad.from_numpy(sample("float32", (4, 3), 1))
+    y = ad.from_numpy(sample("float32", (4, 3), 2))
+    i = ad.tensor([0, 2, 1, 0])
+    w = ad.Var(sample("float32", (4, 3), 3))
+    L = lib
+    return [
+        (L.AD_OP_SOFTMAX, (x,), (1,), ()), (L.AD_OP_SOFTMAX, [w], [-1], []),
+        (L.AD_OP_SOFTMAX, (x,), (2,), ()), (L.AD_OP_SOFTMAX, (x,), (), ()),
+        (L.AD_OP_SUM, (x,), (0, 1), ()), (L.AD_OP_SUM, (w,), (1, 0), ()),
+        (L.AD_OP_CAT, [x, y, w], [0, 4, 4, 4], ()), (L.AD_OP_CAT, (x, y), (1, 3, 3), ()),
+        (L.AD_OP_CAT, (x, ad.ones(5)), (0, 4, 5), ()), (L.AD_OP_CAT, (x,) * 9, (0,) + (4,) * 9, ()),
+        (L.AD_OP_RESHAPE, (x,), (3, 4), ()), (L.AD_OP_RESHAPE, (x.t(),), [12], ()),
+        (L.AD_OP_RESHAPE, (x,), (5, -1), ()), (L.AD_OP_WHERE, (x > y, x, w), (), ()),
+        (L.AD_OP_CROSS_ENTROPY, (x, i), (1,), ()), (L.AD_OP_CROSS_ENTROPY, (x, i + 5), (1,), ()),
+        (L.AD_OP_ADD_SCALAR, (x,), (), (2.5,)), (L.AD_OP_ADD_SCALAR, (x,), (), [3]),
+        (L.AD_OP_ADD_SCALAR, (x,), (), (2 ** 2000,)), (L.AD_OP_ADD_SCALAR, (x,), (), ("a",)),
+        (L.AD_OP_SOFTMAX, (x,), (True,), ()), (L.AD_OP_SOFTMAX, (x,), (np.int64(1),), ()),
+        (L.AD_OP_SOFTMAX, (x,), (2 ** 70,), ()), (L.AD_OP_SOFTMAX, (x,), ffi.new("int64_t[1]", [1]), ()),
+        (L.AD_OP_SOFTMAX, (np.ones(3),), (0,), ()), (L.AD_OP_SOFTMAX, x, (0,), ()),
+        (L.AD_OP_MATMUL, (x, y.t()), (), ()), (L.AD_OP_MATMUL, (x, y), (), ()),
+        (10 ** 6, (x,), (), ()), (-1, (x,), (), ()), (2 ** 40, (x,), (), ()),
+        (L.AD_OP_LAYER_NORM, (x,), (1,), (1e-5,)),
+    ]
+
+
+def test_call_in_c_gives_the_python_functions_results_and_errors():
+    """tensor._call, the entry of every op without a quick form, converts its
+    arguments in C: the Python function's results (bits, recorded nodes,
+    gradients) and errors, whatever it declines going to that function."""
+    fast = _T._call
+    slow = fast if PYTHON_METHODS else fast.__wrapped__
+    if not PYTHON_METHODS:
+        assert inspect.isfunction(slow) and slow.__name__ == "_call"
+        assert ad.nn.functional._call is fast and ad.indexing._call is fast
+    n = ad.live_tensors()
+    for case in _call_cases():
+        got, want = outcome(fast, *case), outcome(slow, *case)
+        assert got == want, (case, got[:2], want[:2])
+    if not PYTHON_METHODS:  # a valid call, or a failing one, runs no Python frame of _call
+        x = ad.from_numpy(sample("float32", (4, 3), 1))
+        assert slow.__code__ not in python_calls(lambda: fast(lib.AD_OP_SUM, (x,), (0, 1)))
+        assert slow.__code__ not in python_calls(lambda: fast(lib.AD_OP_SOFTMAX, (x,), (1,)))
+        assert slow.__code__ not in python_calls(lambda: outcome(fast, lib.AD_OP_SOFTMAX, (x,), (5,)))
+        assert slow.__code__ in python_calls(lambda: fast(lib.AD_OP_SOFTMAX, (x,), (np.int64(1),)))
+        del x
+    w = ad.Var(sample("float32", (4, 3), 4))
+    for f in (fast, slow):  # tracked: the same nodes and gradients
+        y = f(lib.AD_OP_SOFTMAX, (w * 2.0,), (1,)) * ad.from_numpy(sample("float32", (4, 3), 5))
+        g = f(lib.AD_OP_SUM, (y,), (0,)).backward()[w].numpy().copy()
+        if f is fast:
+            first = g
+    assert bits(first).tobytes() == bits(g).tobytes()
+    del w, y, case
+    assert ad.live_tensors() == n
+
+
+def test_ordinary_calls_in_c_raise_once():
+    """When a fast method's quick call declines, it makes the Python method's
+    ordinary call itself and raises that call's error: a failure is not met
+    twice (the allocation-failure hook fails one allocation only)."""
+    big = ad.from_numpy(sample("float32", (300000,), 1))
+    other = ad.from_numpy(sample("float32", (300000,), 2))
+    if not PYTHON_METHODS:  # past the quick calls' sizes: no Python frame of the methods
+        for name, call in (("exp", lambda: big.exp()), ("__add__", lambda: big + other),
+                           ("__mul__", lambda: big * 2.0), ("__rsub__", lambda: 2.0 - big)):
+            assert python_form(name).__code__ not in python_calls(call), name
+    for call in (lambda: big.exp(), lambda: big + other, lambda: big * 2.0, lambda: 2.0 - big,
+                 lambda: big.softmax(0), lambda: ad.cat([big, other])):
+        lib.ad_testing_fail_alloc_after(1)
+        try:
+            with pytest.raises(ad.OutOfMemoryError):
+                call()
+        finally:
+            lib.ad_testing_fail_alloc_after(0)
+        call()  # and then it works

@@ -28,7 +28,7 @@ from .._lib import lib as _lib
 from ..errors import (DTypeError, Error, InvalidArgumentError, OutOfMemoryError, OutOfRangeError,
                       ShapeError)
 from ..indexing import _as_index, index_select as _index_select
-from ..tensor import Tensor as _Tensor
+from ..tensor import Tensor as _Tensor, _call, _seed
 
 __all__ = [
     "relu", "gelu", "silu", "tanh", "sigmoid", "softmax",
@@ -46,12 +46,6 @@ _I64 = 1 << 63
 # must stay far from int64 overflow in the native shape formulas.
 _SIZE_LIMIT = 1 << 62
 _INT32_MAX = (1 << 31) - 1
-
-
-def _call(op, inputs, iargs=(), fargs=()):
-    from ..tensor import _call as call
-
-    return call(op, inputs, iargs, fargs)
 
 
 def _desc(t):
@@ -368,12 +362,10 @@ def _target_tensor(target, x, fn):
 
 
 def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smoothing, logits):
-    from ..tensor import Tensor
-
     r = _reduction(reduction, fn)
     op = _lib.AD_OP_CROSS_ENTROPY if logits else _lib.AD_OP_NLL_LOSS
     if (weight is None and not label_smoothing and type(ignore_index) is int and ignore_index < 0
-            and isinstance(input, Tensor) and isinstance(target, Tensor) and input.ndim == 2):
+            and isinstance(input, _Tensor) and isinstance(target, _Tensor) and input.ndim == 2):
         # the common call, straight to the fused native loss; it refuses any target
         # outside [0, C) (so also one equal to ignore_index) and any other misuse, and
         # then the general path below sorts out what it was
@@ -690,12 +682,10 @@ def dropout(input: _Tensor, p: float = 0.5, training: bool = True,
         raise InvalidArgumentError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
-    from ..tensor import _seed  # the library's seed rule (None: the default generator)
-
     if seed is not None and (isinstance(seed, (bool, _np.bool_)) or not isinstance(
             seed, (_numbers.Integral, _np.integer))):
         raise InvalidArgumentError(f"dropout: seed must be an int or None, got {seed!r}")
-    seed = _seed(seed)
+    seed = _seed(seed)  # the library's seed rule (None: the default generator)
     if seed >= 1 << 63:
         seed -= 1 << 64
     return _call(_lib.AD_OP_DROPOUT, (input,), (seed,), (p,))
