@@ -1171,6 +1171,11 @@ class Tensor:
         """A row-major copy when the tensor is a strided view, else the same values."""
         return _unary(lib.AD_OP_CONTIGUOUS, self)
 
+    def clone(self) -> Tensor:
+        """A row-major copy in new memory (PyTorch's clone), on the graph: the
+        gradient passes through unchanged.  A Var clones to a plain Tensor."""
+        return _call(lib.AD_OP_COPY, (self,))
+
     def to_dtype(self, dtype: DTypeLike) -> Tensor:
         """The values converted to `dtype` (an ad dtype, numpy dtype or name);
         `astype` is an alias.  Float -> float casts are differentiable.

@@ -291,6 +291,24 @@ def test_non_scalar_root_without_grad_is_an_error():
 
 
 # ---- detach -----------------------------------------------------------------------------------------
+def test_clone():
+    # PyTorch's clone: new memory, row-major, on the graph (the gradient passes
+    # through unchanged); a Var clones to a plain tracked Tensor
+    w = ad.Var([[1.0, 2.0], [3.0, 4.0]])
+    c = w.t().clone()
+    addr = lambda t: t.numpy().__array_interface__["data"][0]  # noqa: E731
+    assert c.is_contiguous and not c.is_variable and c.op == "copy" and addr(c) != addr(w)
+    assert vals(c) == [[1.0, 3.0], [2.0, 4.0]]
+    g = (c * c).sum().backward()[w]
+    np.testing.assert_array_equal(g.numpy(), 2 * w.numpy())
+    w.set(ad.tensor([[0.0, 0.0], [0.0, 0.0]]))
+    assert vals(c) == [[1.0, 3.0], [2.0, 4.0]]  # its own memory
+    x = ad.tensor([1, 2, 3])
+    y = x.clone()
+    assert y.dtype is ad.int64 and vals(y) == [1, 2, 3] and addr(y) != addr(x)
+    assert not y.track_op and ad.tensor(2.5).clone().item() == 2.5
+
+
 def test_detach():
     # candle: new id, shared storage, untracked; an untracked tensor returns
     # itself.  PyTorch: always a new tensor object.
