@@ -575,7 +575,8 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
         }
     }
     if (r) return _ad_fm_wrap(r);
-    if (st) return _ad_fm_raise(st);
+    /* a matmul's shape error may be numpy's 1-d promotion: the Python method's */
+    if (st && !(st == AD_ERR_SHAPE && m->op == AD_OP_MATMUL)) return _ad_fm_raise(st);
     return PyObject_Vectorcall(m->func, args, nargsf, kwnames);
 }
 

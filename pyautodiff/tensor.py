@@ -1461,6 +1461,7 @@ _FAST_METHODS = (
     *((Tensor, name, 0, kind, -1, False, False)
       for name, kind in {**_ops_unary_kinds(), "__neg__": lib.AD_OP_NEG}.items()),
     *((Tensor, name, 1, *row) for name, row in _OPERATORS.items()),
+    (Tensor, "__matmul__", 1, lib.AD_OP_MATMUL, -1, False, False),  # ad_binary, as below
     *((Tensor, name, 2, op, -1, False, False)
       for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),
                        ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),

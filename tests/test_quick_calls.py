@@ -637,6 +637,7 @@ def test_fast_methods_hand_everything_else_to_the_python_methods():
         for name, (kind, *_) in FAST.items():
             m = fast_form(name)
             calls = ([(t,)] if kind in ONE_ARG else [(t, *a) for a in layout[kind]] if kind in layout
+                     else [(t, x), (x, t)] if name == "__matmul__"  # a number: no operand
                      else [(t, x), (x, t), (t, 2.0)])
             for args in calls:
                 with pytest.raises(_T._ReleasedError):
