@@ -237,7 +237,11 @@ def cat(tensors, dim=0):
     if not ts:
         raise InvalidArgumentError("cat: needs at least one tensor")
     dim = operator.index(dim)
-    return _cat(ts, dim, [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts])
+    try:
+        sizes = [t.shape[dim] for t in ts]
+    except IndexError:  # dim out of range: the native call names the error
+        sizes = [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts]
+    return _cat(ts, dim, sizes)
 
 
 def _cat(ts, dim, sizes):
