@@ -581,3 +581,47 @@ def test_pow_exponent_version_is_checked():
     b.set(ad.tensor([-1.0, 2.0]))
     with pytest.raises(ad.GraphError, match="pow"):
         p.backward()
+
+
+def _draws_in_a_forked_child(n=4):
+    """ad.randn(n) drawn in a forked child, and the parent's next draw."""
+    import os
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its draw through the pipe, and out without cleanup
+        try:
+            os.write(w, np.ascontiguousarray(ad.randn(n).numpy()).tobytes())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while len(data) < 4 * n:
+        chunk = os.read(r, 4 * n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return np.frombuffer(data, np.float32), ad.randn(n).numpy()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_default_generator_in_forked_children():
+    # seeded from the OS once (not per draw): a forked child seeds its own,
+    # so children do not repeat the parent's numbers; after manual_seed the
+    # stream is the parent's, as numpy's and PyTorch's generators are
+    import sys
+
+    _t = sys.modules["pyautodiff.tensor"]  # (ad.tensor is the function)
+    saved = _t._gen_state, _t._gen_from_os
+    try:
+        _t._gen_state = None
+        ad.randn(1)
+        child, parent = _draws_in_a_forked_child()
+        assert child.shape == (4,) and not np.array_equal(child, parent)
+        ad.manual_seed(11)
+        child, parent = _draws_in_a_forked_child()
+        np.testing.assert_array_equal(child, parent)
+    finally:
+        _t._gen_state, _t._gen_from_os = saved
