@@ -222,8 +222,8 @@ fail:
    PYAUTODIFF_PYTHON_METHODS=1 keeps them throughout. */
 /* REDUCE: over every dim; the layout methods (ad_view_quick): T t(), TRANSPOSE
    transpose(d0, d1), DIMS reshape / permute / broadcast_to with the ints as
-   arguments or in one tuple or list (op: which), GETITEM t[key] for ints and
-   slices; the readers, which return no tensor: SHAPE the getter of the shape
+   arguments or in one tuple or list (op: which), GETITEM t[key] for ints,
+   slices and None; the readers, which return no tensor: SHAPE the getter of the shape
    (op 0) or strides (op 1) property (the row's attribute is a property: its
    fget is wrapped and the wrapper set as a new property's), ITEM item() of a
    one-element tensor; CALL tensor._call(op, inputs, iargs=(), fargs=()), the
@@ -343,34 +343,54 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
         keys = PySequence_Fast_ITEMS(key);
         nk = PyTuple_GET_SIZE(key);
     }
-    int nd = ad_tensor_ndim(x), nf = 0, owned = 0;
+    int nd = ad_tensor_ndim(x), nf = 0, owned = 0, d = 0, reshaped = 0;
     int64_t shape[AD_FM_MAX_DIMS], final[AD_FM_MAX_DIMS];
-    if (nk < 1 || nk > nd || nd > AD_FM_MAX_DIMS) return NULL;
+    if (nk < 1 || nd > AD_FM_MAX_DIMS) return NULL;
     ad_tensor_shape(x, shape);
     ad_tensor *out = x;
-    for (int d = 0; d < nk; d++) {
+    for (Py_ssize_t k = 0; k < nk; k++) { /* key k, x's dim d */
         int64_t i, sl[4] = {d, 0, 1, 1};
         Py_ssize_t start, stop, step;
-        if (_ad_fm_int(keys[d], &i)) {
+        if (nf == AD_FM_MAX_DIMS) goto decline;
+        if (keys[k] == Py_None) { /* a new dim of size 1 */
+            final[nf++] = 1, reshaped = 1;
+            continue;
+        }
+        if (d == nd) goto decline; /* more indices than dims */
+        if (_ad_fm_int(keys[k], &i)) {
             if (i < -shape[d] || i >= shape[d]) goto decline;
             sl[1] = i < 0 ? i + shape[d] : i;
-        } else if (PySlice_Check(keys[d])) {
-            if (PySlice_Unpack(keys[d], &start, &stop, &step) < 0) {
+            reshaped = 1;
+        } else if (PySlice_Check(keys[k])) {
+            if (PySlice_Unpack(keys[k], &start, &stop, &step) < 0) {
                 PyErr_Clear();
                 goto decline;
             }
             Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)shape[d], &start, &stop, step);
             final[nf++] = len;
-            if (start == 0 && step == 1 && len == shape[d]) continue;
+            if (start == 0 && step == 1 && len == shape[d]) {
+                d++;
+                continue;
+            }
             sl[1] = len ? start : 0, sl[2] = step, sl[3] = len;
         } else {
             goto decline;
         }
         if (!_ad_fm_step(&out, &owned, AD_OP_SLICE, sl, 4)) goto decline;
+        d++;
     }
-    for (int d = (int)nk; d < nd; d++) final[nf++] = shape[d];
-    /* ints: their dims dropped */
-    if (nf != nd && !_ad_fm_step(&out, &owned, AD_OP_RESHAPE, final, nf)) goto decline;
+    for (; d < nd; d++) {
+        if (nf == AD_FM_MAX_DIMS) goto decline;
+        final[nf++] = shape[d];
+    }
+    /* ints: their dims dropped; None: dims of size 1 added (as the Python
+       method, only when that changes the shape) */
+    if (reshaped && ad_tensor_ndim(out) == nf) {
+        int64_t cur[AD_FM_MAX_DIMS];
+        ad_tensor_shape(out, cur);
+        reshaped = memcmp(cur, final, (size_t)nf * sizeof *cur) != 0;
+    }
+    if (reshaped && !_ad_fm_step(&out, &owned, AD_OP_RESHAPE, final, nf)) goto decline;
     if (!owned) *self = 1;
     return owned ? out : NULL;
 decline:

@@ -1484,7 +1484,7 @@ _FAST_METHODS = (
                        ("max", lib.AD_OP_MAX), ("min", lib.AD_OP_MIN))),
     # the layout methods' views (ad_view_quick): t(), transpose(d0, d1), reshape / view
     # / permute / broadcast_to / expand with ints (view: reshape's alias, below;
-    # expand's -1 goes to the Python method), t[key] for ints and slices; the
+    # expand's -1 goes to the Python method), t[key] for ints, slices and None; the
     # shape and strides properties' getters and item() of a one-element tensor
     *((Tensor, name, kind, op, -1, False, False)
       for name, kind, op in (("t", 3, 0), ("transpose", 4, 0), ("reshape", 5, lib.AD_OP_RESHAPE),

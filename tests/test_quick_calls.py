@@ -695,6 +695,10 @@ LAYOUT_CALLS = (  # (method, arguments), each also through the Python method
     ("__getitem__", (None,)), ("__getitem__", ([0, 2],)), ("__getitem__", (2**70,)),
     ("__getitem__", ((None, 1),)), ("__getitem__", ((Ellipsis, 1),)), ("__getitem__", ((),)),
     ("__getitem__", ((1, [0, 1]),)), ("__getitem__", ((0, 3),)),
+    ("__getitem__", ((slice(None), None),)), ("__getitem__", ((None, None, 1),)),
+    ("__getitem__", ((1, None),)), ("__getitem__", ((None, slice(1, 3), None, 0, None),)),
+    ("__getitem__", ((slice(0, 0), None),)), ("__getitem__", ((None,) * 17,)),
+    ("__getitem__", ((0, 0, 0),)), ("__getitem__", ((None, 0, 0, 0),)),
     ("expand", (4, 3)), ("expand", ((2, 4, 3),)), ("expand", ([1, 4, 3],)),
     ("broadcast_to", (2, 4, 3)), ("broadcast_to", ((4, 3),)), ("expand", (0, 4, 3)),
     # expand's -1 and broadcasting errors: the Python method
@@ -706,7 +710,7 @@ LAYOUT_CALLS = (  # (method, arguments), each also through the Python method
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "1-d", "0-d"])
 def test_layout_fast_methods_give_the_python_methods_views(layout):
     """t(), transpose, reshape / view, permute, broadcast_to / expand and
-    t[key] for ints and slices in C (ad_view_quick) give the Python methods'
+    t[key] for ints, slices and None in C (ad_view_quick) give the Python methods'
     results, errors included,
     and the same recorded gradients; a reshape of a strided tensor that is
     more than dropping or adding dims of size 1 (it may copy) goes to the
