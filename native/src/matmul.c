@@ -12,6 +12,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "transpose_regs.h"
 #endif
 
 /* ---- matrix-vector products ----------------------------------------------------------
@@ -133,7 +135,6 @@ MV_ATTR_avx2 static inline void mv_put_part(char *d, int bytes, __m256 v) {
             _mm_storeu_ps((float *)(d + (q) * ds), _mm256_castps256_ps128(v)); \
         else mv_put_part((char *)(d + (q) * ds), nr * BYTES, (v));             \
     } while (0)
-/* (every vector named: as arrays they went through the stack) */
 MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int nr, int nc, float *d,
                                    int64_t ds) {
     const int w = 8;
@@ -142,25 +143,16 @@ MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int nr, int nc, f
 #define L(i) TR_LOAD(i, _mm256_loadu_ps, _mm256_maskload_ps, _mm256_setzero_ps)
     __m256 r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3), r4 = L(4), r5 = L(5), r6 = L(6), r7 = L(7);
 #undef L
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    /* u_j: columns j and j + 4 of rows 0-3, v_j: of rows 4-7 */
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    __m256 v0 = _mm256_shuffle_ps(t4, t6, 0x44), v1 = _mm256_shuffle_ps(t4, t6, 0xee);
-    __m256 v2 = _mm256_shuffle_ps(t5, t7, 0x44), v3 = _mm256_shuffle_ps(t5, t7, 0xee);
-#define ST(q, v) TR_STORE(q, v, 4)
-    ST(0, _mm256_permute2f128_ps(u0, v0, 0x20));
-    ST(1, _mm256_permute2f128_ps(u1, v1, 0x20));
-    ST(2, _mm256_permute2f128_ps(u2, v2, 0x20));
-    ST(3, _mm256_permute2f128_ps(u3, v3, 0x20));
-    ST(4, _mm256_permute2f128_ps(u0, v0, 0x31));
-    ST(5, _mm256_permute2f128_ps(u1, v1, 0x31));
-    ST(6, _mm256_permute2f128_ps(u2, v2, 0x31));
-    ST(7, _mm256_permute2f128_ps(u3, v3, 0x31));
-#undef ST
+    __m256 c0, c1, c2, c3, c4, c5, c6, c7;
+    TR8X8_PS(r0, r1, r2, r3, r4, r5, r6, r7, c0, c1, c2, c3, c4, c5, c6, c7);
+    TR_STORE(0, c0, 4);
+    TR_STORE(1, c1, 4);
+    TR_STORE(2, c2, 4);
+    TR_STORE(3, c3, 4);
+    TR_STORE(4, c4, 4);
+    TR_STORE(5, c5, 4);
+    TR_STORE(6, c6, 4);
+    TR_STORE(7, c7, 4);
 }
 MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int nr, int nc, double *d,
                                    int64_t ds) {
@@ -169,15 +161,12 @@ MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int nr, int nc, 
 #define L(i) TR_LOAD(i, _mm256_loadu_pd, _mm256_maskload_pd, _mm256_setzero_pd)
     __m256d r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3);
 #undef L
-    /* t_j: columns j and j + 2 of rows 0-1, u_j: of rows 2-3 */
-    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
-    __m256d u0 = _mm256_unpacklo_pd(r2, r3), u1 = _mm256_unpackhi_pd(r2, r3);
-#define ST(q, v) TR_STORE(q, _mm256_castpd_ps(v), 8)
-    ST(0, _mm256_permute2f128_pd(t0, u0, 0x20));
-    ST(1, _mm256_permute2f128_pd(t1, u1, 0x20));
-    ST(2, _mm256_permute2f128_pd(t0, u0, 0x31));
-    ST(3, _mm256_permute2f128_pd(t1, u1, 0x31));
-#undef ST
+    __m256d c0, c1, c2, c3;
+    TR4X4_PD(r0, r1, r2, r3, c0, c1, c2, c3);
+    TR_STORE(0, _mm256_castpd_ps(c0), 8);
+    TR_STORE(1, _mm256_castpd_ps(c1), 8);
+    TR_STORE(2, _mm256_castpd_ps(c2), 8);
+    TR_STORE(3, _mm256_castpd_ps(c3), 8);
 }
 #undef TR_LOAD
 #undef TR_STORE

@@ -1,57 +1,43 @@
 /* transpose_avx2.c - the copies of a transposed plane (strided.c's copy_plane)
- * by register blocks: 8 x 8 elements of 4 bytes, 4 x 4 of 8 bytes, moved as
- * bits (a shuffle never looks at the values: NaN payloads, -0 and integers
- * come out as they went in).  Compiled with -mavx2 (tools/build.py); called
+ * by register blocks (transpose_regs.h): 8 x 8 elements of 4 bytes, 4 x 4 of
+ * 8 bytes, moved as bits.  Compiled with -mavx2 (tools/build.py); called
  * only after a CPU check, at the AVX2 and the AVX-512 level alike. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "strided.h"
+#include "transpose_regs.h"
 
 /* dst row r, column c at dst + r drs + c es; src's at src + c scs + r es
    (rows contiguous in src, columns in dst); steps in bytes */
 #define AT(p, i, step) ((p) + (i) * (step))
 
 static inline void block8x8(char *d, int64_t drs, const char *s, int64_t scs) {
-    __m256 r0 = _mm256_loadu_ps((const float *)AT(s, 0, scs));
-    __m256 r1 = _mm256_loadu_ps((const float *)AT(s, 1, scs));
-    __m256 r2 = _mm256_loadu_ps((const float *)AT(s, 2, scs));
-    __m256 r3 = _mm256_loadu_ps((const float *)AT(s, 3, scs));
-    __m256 r4 = _mm256_loadu_ps((const float *)AT(s, 4, scs));
-    __m256 r5 = _mm256_loadu_ps((const float *)AT(s, 5, scs));
-    __m256 r6 = _mm256_loadu_ps((const float *)AT(s, 6, scs));
-    __m256 r7 = _mm256_loadu_ps((const float *)AT(s, 7, scs));
-    /* pairs of source columns interleaved, then quads: u_j holds element j
-       and j + 4 of four columns in each 128-bit half */
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    _mm256_storeu_ps((float *)AT(d, 0, drs), _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps((float *)AT(d, 1, drs), _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps((float *)AT(d, 2, drs), _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps((float *)AT(d, 3, drs), _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps((float *)AT(d, 4, drs), _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps((float *)AT(d, 5, drs), _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps((float *)AT(d, 6, drs), _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps((float *)AT(d, 7, drs), _mm256_permute2f128_ps(u3, u7, 0x31));
+#define R(i) _mm256_loadu_ps((const float *)AT(s, i, scs))
+    __m256 r0 = R(0), r1 = R(1), r2 = R(2), r3 = R(3), r4 = R(4), r5 = R(5), r6 = R(6), r7 = R(7);
+#undef R
+    __m256 c0, c1, c2, c3, c4, c5, c6, c7;
+    TR8X8_PS(r0, r1, r2, r3, r4, r5, r6, r7, c0, c1, c2, c3, c4, c5, c6, c7);
+    _mm256_storeu_ps((float *)AT(d, 0, drs), c0);
+    _mm256_storeu_ps((float *)AT(d, 1, drs), c1);
+    _mm256_storeu_ps((float *)AT(d, 2, drs), c2);
+    _mm256_storeu_ps((float *)AT(d, 3, drs), c3);
+    _mm256_storeu_ps((float *)AT(d, 4, drs), c4);
+    _mm256_storeu_ps((float *)AT(d, 5, drs), c5);
+    _mm256_storeu_ps((float *)AT(d, 6, drs), c6);
+    _mm256_storeu_ps((float *)AT(d, 7, drs), c7);
 }
 
 static inline void block4x4(char *d, int64_t drs, const char *s, int64_t scs) {
-    __m256d r0 = _mm256_loadu_pd((const double *)AT(s, 0, scs));
-    __m256d r1 = _mm256_loadu_pd((const double *)AT(s, 1, scs));
-    __m256d r2 = _mm256_loadu_pd((const double *)AT(s, 2, scs));
-    __m256d r3 = _mm256_loadu_pd((const double *)AT(s, 3, scs));
-    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
-    __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
-    _mm256_storeu_pd((double *)AT(d, 0, drs), _mm256_permute2f128_pd(t0, t2, 0x20));
-    _mm256_storeu_pd((double *)AT(d, 1, drs), _mm256_permute2f128_pd(t1, t3, 0x20));
-    _mm256_storeu_pd((double *)AT(d, 2, drs), _mm256_permute2f128_pd(t0, t2, 0x31));
-    _mm256_storeu_pd((double *)AT(d, 3, drs), _mm256_permute2f128_pd(t1, t3, 0x31));
+#define R(i) _mm256_loadu_pd((const double *)AT(s, i, scs))
+    __m256d r0 = R(0), r1 = R(1), r2 = R(2), r3 = R(3);
+#undef R
+    __m256d c0, c1, c2, c3;
+    TR4X4_PD(r0, r1, r2, r3, c0, c1, c2, c3);
+    _mm256_storeu_pd((double *)AT(d, 0, drs), c0);
+    _mm256_storeu_pd((double *)AT(d, 1, drs), c1);
+    _mm256_storeu_pd((double *)AT(d, 2, drs), c2);
+    _mm256_storeu_pd((double *)AT(d, 3, drs), c3);
 }
 
 /* Tiles of TILE_R rows x TILE_C columns: a tile's source lines (TILE_R
