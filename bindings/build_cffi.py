@@ -204,13 +204,17 @@ fail:
 }
 
 /* Tensor's hottest methods in C: the unary methods without arguments
-   (t.exp(), -t) and + - * / with a tensor or a Python number.  Each is an
-   _ad_fastmethod holding the Python method it stands for (tensor.py,
-   _FAST_METHODS): it makes the same quick call that method makes first and
-   builds the Tensor the same way; whenever the quick call is not taken or
-   declines, it calls the Python method with the same arguments, which does
-   the rest and raises what it raises.  No Python frame runs on the quick
-   path: a 1000-element add with its result's release took about 5900
+   (t.exp(), -t), + - * / @ with a tensor or a Python number, and the rows
+   below.  Each is an _ad_fastmethod holding the Python method it stands for
+   (tensor.py, _FAST_METHODS): it makes the same quick call that method makes
+   first and builds the Tensor the same way.  When the quick call declines
+   on operands it takes (a large or strided tensor, broadcasting: a float
+   tensor's, for a number), it makes the ordinary call the method makes next
+   (ad_unary, ad_binary, ad_scalar_op) and raises that call's error as the
+   method raises it (through _lib.raise_status, so that a failure is not met
+   twice); everything else goes to the Python method with the same
+   arguments, which does the rest and raises what it raises.  No Python
+   frame runs on these paths: a 1000-element add with its result's release took about 5900
    instructions with the Python methods, 3800 with these (callgrind).
    Introspection sees the Python method: __wrapped__ is it, and __doc__,
    __name__, __qualname__, __module__, __annotations__ and anything else this
@@ -223,8 +227,8 @@ fail:
 /* REDUCE: over every dim; the layout methods (ad_view_quick): T t(), TRANSPOSE
    transpose(d0, d1), DIMS reshape / permute / broadcast_to with the ints as
    arguments or in one tuple or list (op: which), GETITEM t[key] for ints,
-   slices and None; the readers, which return no tensor: SHAPE the getter of the shape
-   (op 0) or strides (op 1) property (the row's attribute is a property: its
+   slices and None; the readers, which return no tensor: SHAPE the getter of
+   the shape (op 0) or strides (op 1) property (the row's attribute is a property: its
    fget is wrapped and the wrapper set as a new property's), ITEM item() of a
    one-element tensor; CALL tensor._call(op, inputs, iargs=(), fargs=()), the
    generic entry every other op takes (the row's first element is the module,
@@ -572,7 +576,8 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
         }
     } else if (!kwnames && n == 1 + (m->kind == AD_FM_BINARY) && (x = _ad_fm_handle(args[0]))) {
         if (m->kind == AD_FM_UNARY) {
-            if (!(r = ad_unary_quick(m->op, x))) r = _ad_fm_ordinary(m->kind, m->op, x, NULL, 0.0, &st);
+            if (!(r = ad_unary_quick(m->op, x)))
+                r = _ad_fm_ordinary(m->kind, m->op, x, NULL, 0.0, &st);
         } else if (m->kind == AD_FM_REDUCE) {
             r = ad_reduce_quick(m->op, x);
         } else if (PyObject_TypeCheck(args[1], _ad_fm_tensor)) { /* isinstance(o, Tensor) */
@@ -589,7 +594,8 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
                 s = m->negate ? -s : s;
                 /* an integer tensor's scalar: the Python method checks it first */
                 int dt = ad_tensor_dtype(x);
-                if (!(r = ad_scalar_quick(m->sop, x, s)) && (dt == AD_FLOAT32 || dt == AD_FLOAT64))
+                r = ad_scalar_quick(m->sop, x, s);
+                if (!r && (dt == AD_FLOAT32 || dt == AD_FLOAT64))
                     r = _ad_fm_ordinary(m->kind, m->sop, x, NULL, s, &st);
             }
         }
@@ -687,8 +693,9 @@ static int _ad_install_fast_methods(void) {
         int kind, op, sop, reflected, negate;
         if (!PyArg_ParseTuple(row, "OUiiipp", &cls, &name, &kind, &op, &sop, &reflected, &negate) ||
             kind < 0 || kind >= AD_FM__COUNT ||
-            (kind == AD_FM_CALL ? !PyModule_Check(cls)
-                                : !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base))))
+            (kind == AD_FM_CALL
+                 ? !PyModule_Check(cls)
+                 : !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base))))
             goto fail;
         PyObject *dict = kind == AD_FM_CALL ? PyModule_GetDict(cls) : AD_TYPE(cls)->tp_dict;
         PyObject *func = PyDict_GetItemWithError(dict, name), *fget = NULL;
@@ -822,7 +829,8 @@ def quick_op_source(rows):
 KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "ad_binary_quick", "ad_unary_quick",
             "ad_scalar_quick", "ad_reduce_quick", "ad_view_quick", "ad_tensor_release_quick",
             "ad_tensor_ndim", "ad_tensor_dtype", "ad_tensor_numel", "ad_tensor_shape",
-            "ad_tensor_strides", "ad_tensor_data", *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
+            "ad_tensor_strides", "ad_tensor_data",
+            *(f"_ad_{k}q_{n}" for k, _, n in quick_op_rows()))
 
 
 def keep_gil_source(names=KEEP_GIL):

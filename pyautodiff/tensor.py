@@ -1764,9 +1764,9 @@ def eye(n: int, m: Optional[int] = None, dtype: Optional[DTypeLike] = None) -> T
 _MASK64 = (1 << 64) - 1
 _gen_lock = threading.Lock()
 # The splitmix64 state: None until manual_seed or the first draw, which seeds
-# it from os.urandom (one system call, not one per draw: randn(8, 16) 7.6 ->
-# 1.5 us); such a state is dropped in a forked child, which then seeds its
-# own, so that children do not repeat each other's numbers.
+# it from os.urandom (one system call, not one per draw); such a state is
+# dropped in a forked child, which then seeds its own, so that children do
+# not repeat each other's numbers.
 _gen_state = None
 _gen_from_os = False
 

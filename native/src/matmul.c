@@ -238,10 +238,11 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
    38-47). */
 #define THIN_MAX_F64_AVX2 4
 /* The dot path (dotn_batch below) with B^T copied (mv_transpose, 32-byte
-   square blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n of each
-   level and dtype whose other kernel leaves lanes idle (a bit per n).  Zen 4, 1 thread, against that kernel,
-   (128x512), (1024x256), 16 x (64x128) and (256x64) @ (k x n): float32 n =
-   5-7 and 9-12 1.0-1.57x at both levels, n = 8 0.95-1.07 (left out);
+   square blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n
+   of each level and dtype whose other kernel leaves lanes idle (a bit per
+   n).  Zen 4, 1 thread, against that kernel, (128x512), (1024x256), 16 x
+   (64x128) and (256x64) @ (k x n): float32 n = 5-7 and 9-12 1.0-1.57x at
+   both levels, n = 8 0.95-1.07 (left out);
    float64 at AVX2 n = 3 1.55x, 5-7 and 9-11 0.96-1.34x, 12 0.93-1.18 (left
    out); at AVX-512 (8-lane vectors) n = 5-7 0.83-1.16x (left out), 9-12
    1.00-1.40.  Rows of B wider than 16 bytes only from k = DN_WIDE_MIN_K
