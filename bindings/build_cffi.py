@@ -315,6 +315,25 @@ static int _ad_fm_int(PyObject *o, int64_t *v) {
 
 enum { AD_FM_MAX_DIMS = 16 }; /* the library's */
 
+/* the items of an exact tuple or list of at most `most` */
+static int _ad_fm_seq(PyObject *o, Py_ssize_t most, PyObject ***items, Py_ssize_t *n) {
+    if (PyTuple_CheckExact(o)) {
+        *items = &PyTuple_GET_ITEM(o, 0), *n = PyTuple_GET_SIZE(o);
+    } else if (PyList_CheckExact(o)) {
+        *items = PySequence_Fast_ITEMS(o), *n = PyList_GET_SIZE(o);
+    } else {
+        return 0;
+    }
+    return *n <= most;
+}
+
+/* items[0..n) into v when every one is an exact int in int64 (_ad_fm_int) */
+static int _ad_fm_ints(PyObject *const *items, Py_ssize_t n, int64_t *v) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!_ad_fm_int(items[i], &v[i])) return 0;
+    return 1;
+}
+
 /* dims d0 and d1 of an nd-dim x swapped, as transpose's permutation */
 static ad_tensor *_ad_fm_swap(ad_tensor *x, int nd, int64_t d0, int64_t d1) {
     if (d0 < -nd || d0 >= nd || d1 < -nd || d1 >= nd) return NULL;
@@ -347,7 +366,7 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
         keys = PySequence_Fast_ITEMS(key);
         nk = PyTuple_GET_SIZE(key);
     }
-    int nd = ad_tensor_ndim(x), nf = 0, owned = 0, d = 0, reshaped = 0;
+    int nd = ad_tensor_ndim(x), nf = 0, owned = 0, d = 0;
     int64_t shape[AD_FM_MAX_DIMS], final[AD_FM_MAX_DIMS];
     if (nk < 1 || nd > AD_FM_MAX_DIMS) return NULL;
     ad_tensor_shape(x, shape);
@@ -357,14 +376,13 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
         Py_ssize_t start, stop, step;
         if (nf == AD_FM_MAX_DIMS) goto decline;
         if (keys[k] == Py_None) { /* a new dim of size 1 */
-            final[nf++] = 1, reshaped = 1;
+            final[nf++] = 1;
             continue;
         }
         if (d == nd) goto decline; /* more indices than dims */
         if (_ad_fm_int(keys[k], &i)) {
             if (i < -shape[d] || i >= shape[d]) goto decline;
             sl[1] = i < 0 ? i + shape[d] : i;
-            reshaped = 1;
         } else if (PySlice_Check(keys[k])) {
             if (PySlice_Unpack(keys[k], &start, &stop, &step) < 0) {
                 PyErr_Clear();
@@ -389,12 +407,11 @@ static ad_tensor *_ad_fm_getitem(ad_tensor *x, PyObject *key, int *self) {
     }
     /* ints: their dims dropped; None: dims of size 1 added (as the Python
        method, only when that changes the shape) */
-    if (reshaped && ad_tensor_ndim(out) == nf) {
-        int64_t cur[AD_FM_MAX_DIMS];
-        ad_tensor_shape(out, cur);
-        reshaped = memcmp(cur, final, (size_t)nf * sizeof *cur) != 0;
-    }
-    if (reshaped && !_ad_fm_step(&out, &owned, AD_OP_RESHAPE, final, nf)) goto decline;
+    int64_t cur[AD_FM_MAX_DIMS];
+    ad_tensor_shape(out, cur);
+    if ((ad_tensor_ndim(out) != nf || memcmp(cur, final, (size_t)nf * sizeof *cur)) &&
+        !_ad_fm_step(&out, &owned, AD_OP_RESHAPE, final, nf))
+        goto decline;
     if (!owned) *self = 1;
     return owned ? out : NULL;
 decline:
@@ -417,18 +434,12 @@ static ad_tensor *_ad_fm_view(int kind, int op, ad_tensor *x, PyObject *const *a
                    : NULL;
     if (kind == AD_FM_GETITEM) return n == 2 ? _ad_fm_getitem(x, args[1], self) : NULL;
     /* reshape(2, 3) or reshape((2, 3)) / reshape([2, 3]), permute alike */
+    PyObject **items;
     PyObject *const *dims = args + 1;
     Py_ssize_t nd = n - 1;
-    if (n == 2 && (PyTuple_CheckExact(args[1]) || PyList_CheckExact(args[1]))) {
-        dims = PySequence_Fast_ITEMS(args[1]);
-        nd = PySequence_Fast_GET_SIZE(args[1]);
-    } else if (n < 2) {
-        return NULL;
-    }
-    if (nd > AD_FM_MAX_DIMS) return NULL;
-    for (Py_ssize_t d = 0; d < nd; d++)
-        if (!_ad_fm_int(dims[d], &v[d])) return NULL;
-    return ad_view_quick(op, x, v, (int)nd);
+    if (n == 2 && _ad_fm_seq(args[1], AD_FM_MAX_DIMS, &items, &nd)) dims = items;
+    else if (n < 2 || nd > AD_FM_MAX_DIMS) return NULL;
+    return _ad_fm_ints(dims, nd, v) ? ad_view_quick(op, x, v, (int)nd) : NULL;
 }
 
 /* x's shape (op 0) or strides (op 1) as a tuple of ints */
@@ -464,20 +475,10 @@ static PyObject *_ad_fm_item(const ad_tensor *x) {
 }
 
 /* _call's arguments: op, a tuple or list of up to 8 tensors (of the classes
-   read here), and tuples or lists of Python ints and of Python floats or
-   ints; 0 for anything else (other sequences, cffi arrays, bools, numpy
-   scalars, too many), and the Python function takes them */
+   read here), and tuples or lists of Python ints (_ad_fm_ints) and of
+   Python floats or ints; 0 for anything else (other sequences, cffi arrays,
+   bools, numpy scalars, too many), and the Python function takes them */
 enum { AD_FM_MAX_ARGS = 64 };
-static int _ad_fm_seq(PyObject *o, Py_ssize_t most, PyObject ***items, Py_ssize_t *n) {
-    if (PyTuple_CheckExact(o)) {
-        *items = &PyTuple_GET_ITEM(o, 0), *n = PyTuple_GET_SIZE(o);
-    } else if (PyList_CheckExact(o)) {
-        *items = PySequence_Fast_ITEMS(o), *n = PyList_GET_SIZE(o);
-    } else {
-        return 0;
-    }
-    return *n <= most;
-}
 
 static int _ad_fm_double(PyObject *o, double *v) {
     if (PyFloat_CheckExact(o)) {
@@ -508,11 +509,8 @@ static ad_tensor *_ad_fm_opcall(PyObject *const *args, Py_ssize_t n, ad_status *
     PyObject *held[8]; /* a list's items may leave it while the lock is released */
     for (Py_ssize_t i = 0; i < nt; i++)
         if (!(in[i] = _ad_fm_handle(held[i] = items[i]))) return NULL;
-    if (n > 2) {
-        if (!_ad_fm_seq(args[2], AD_FM_MAX_ARGS, &items, &ni)) return NULL;
-        for (Py_ssize_t i = 0; i < ni; i++)
-            if (!_ad_fm_int(items[i], &iv[i])) return NULL;
-    }
+    if (n > 2 && (!_ad_fm_seq(args[2], AD_FM_MAX_ARGS, &items, &ni) || !_ad_fm_ints(items, ni, iv)))
+        return NULL;
     if (n > 3) {
         if (!_ad_fm_seq(args[3], AD_FM_MAX_ARGS, &items, &nf)) return NULL;
         for (Py_ssize_t i = 0; i < nf; i++)

@@ -133,20 +133,16 @@ def from_dlpack(x: Any, *, copy: Optional[bool] = None) -> "Tensor":
     return _consume(capsule)
 
 
-# numpy dtypes (native byte order) -> dtype codes, for from_numpy's common case
-_NP_CODES = {d.numpy: d.code for d in _dt.BY_CODE.values()}
-
-
 def from_numpy(a: Any, dtype: Any = None, copy: Optional[bool] = None) -> "Tensor":
     """A tensor from numpy array `a` (see ad.from_numpy)."""
     if type(a) is np.ndarray and dtype is None and copy is None:
         # the common case first: a writable C-contiguous array of one of the
         # dtypes, copied as _from_numpy_copy copies it
-        code, flags = _NP_CODES.get(a.dtype), a.flags
-        if code is not None and flags.writeable and flags.c_contiguous and a.size:
+        dt, flags = _dt._BY_NUMPY.get(a.dtype), a.flags
+        if dt is not None and flags.writeable and flags.c_contiguous and a.size:
             out = _out()
             shape = a.shape
-            return _result(lib.ad_tensor_from_data(ffi.from_buffer(a), a.nbytes, code,
+            return _result(lib.ad_tensor_from_data(ffi.from_buffer(a), a.nbytes, dt.code,
                                                    shape or ffi.NULL, len(shape), out), out)
     a = np.asarray(a)
     dt = _dt.as_dtype(a.dtype) if dtype is None else _dt.as_dtype(dtype)

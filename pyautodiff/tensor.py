@@ -1640,19 +1640,12 @@ def full(shape: ShapeArg, value: Union[float, bool], dtype: Optional[DTypeLike] 
 
 
 def _filled(shape, value, dtype, fn):
-    """zeros / ones: a shape of Python ints (or one tuple or list of them) goes
-    straight to the native fill (full's call); anything else through full."""
-    dt = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
-    dims = shape[0] if len(shape) == 1 and type(shape[0]) in (tuple, list) else shape
-    if all(type(s) is int for s in dims):
-        out = _out()
-        try:
-            st = lib.ad_tensor_full(value, dt.code, list(dims) or _NULL, len(dims), out)
-        except OverflowError:  # a size past int64: full names it
-            pass
-        else:
-            return _result(st, out)
-    return full(_shape_varargs(shape, fn), value, dt)
+    """zeros / ones: full's native fill without full's checks of the value
+    (0 and 1 fit every dtype)."""
+    dims = _shape_varargs(shape, fn)
+    out = _out()
+    return _result(lib.ad_tensor_full(value, _default_dtype(dtype).code, dims or _NULL,
+                                      len(dims), out), out)
 
 
 def zeros(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
