@@ -6,6 +6,7 @@ the SIMD level of the reductions.
 The race tests run long enough to fail reliably without the fixes (they were
 checked against the previous build) and are bounded by an iteration count
 and a wall-clock budget."""
+import contextlib
 import multiprocessing
 import os
 import subprocess
@@ -296,12 +297,25 @@ def test_fork_while_threads_allocate_does_not_deadlock():
     filling a GradStore; each child runs a parallel matmul, allocates and
     exits.  Before the fork
     handlers, a child hung on the large-block cache's mutex in 1 of 89..300
-    forks."""
+    forks.
+
+    Under ASan the forks land only between the threads' rounds: GCC 12's
+    sanitizer allocator takes no locks around fork(), so a child hangs in
+    malloc whenever another thread was refilling one of its size classes (seen
+    in CI at fork 39 of 40: the child's new pool worker blocked in
+    SizeClassAllocator64::GetFromAllocator; google/sanitizers#1814).  The
+    children there still inherit the threads' block lists and the pool."""
     ctx = multiprocessing.get_context("fork")
     old = ad.get_num_threads()
     ad.set_num_threads(2)
     stop = threading.Event()
     shared = ad.GradStore()
+    # under ASan each thread holds its lock for a round and the main thread
+    # takes both around fork(); otherwise the locks are never taken
+    rounds = [threading.Lock(), threading.Lock()] if UNDER_ASAN else []
+
+    def round_of(i):
+        return rounds[i] if rounds else contextlib.nullcontext()
 
     def allocator():
         # backward over a chain of small nodes allocates and frees a 4.3 KiB
@@ -314,16 +328,18 @@ def test_fork_while_threads_allocate_does_not_deadlock():
             y = y * 1.0001
         y = y.sum()
         while not stop.is_set():
-            g = y.backward()[x]
-            t = ad.zeros((1 << 16,))  # 256 KiB: the large-block cache
-            shared.insert(x, g)
-            shared.remove(x)
-            del g, t
+            with round_of(0):
+                g = y.backward()[x]
+                t = ad.zeros((1 << 16,))  # 256 KiB: the large-block cache
+                shared.insert(x, g)
+                shared.remove(x)
+                del g, t
 
     def multiplier():  # parallel loops in flight at some forks, idle at others
         a = ad.ones((160, 160))
         while not stop.is_set():
-            (a @ a).numpy()
+            with round_of(1):
+                (a @ a).numpy()
             time.sleep(0.002)
 
     threads = [threading.Thread(target=allocator), threading.Thread(target=multiplier)]
@@ -340,7 +356,10 @@ def test_fork_while_threads_allocate_does_not_deadlock():
             for i in range(forks):
                 q = ctx.SimpleQueue()
                 p = ctx.Process(target=_fork_child, args=(q,))
-                p.start()
+                with contextlib.ExitStack() as held:
+                    for lock in rounds:
+                        held.enter_context(lock)
+                    p.start()
                 p.join(60)
                 if p.is_alive():
                     p.kill()
