@@ -320,6 +320,18 @@ def child(args):
                 Av.grad = None
             fns["torch"] = gelu_erf_bw
         run("elementwise", "gelu (erf) fwd+bwd float32 n=262144", fns)
+        # random draws and dropout (training mode), float32 n=1e6
+        import pyautodiff.nn.functional as adF
+        g = np.random.default_rng(1)
+        for name, f_np, f_ad, f_t in (
+                ("randn", lambda: g.standard_normal(n, dtype=np.float32),
+                 lambda: ad.randn(n), lambda: torch.randn(n)),
+                ("rand", lambda: g.random(n, dtype=np.float32), lambda: ad.rand(n),
+                 lambda: torch.rand(n)),
+                ("dropout p=0.5", lambda: a * (g.random(n, dtype=np.float32) >= 0.5) * 2,
+                 lambda: adF.dropout(ta, 0.5, training=True),
+                 lambda: torch.nn.functional.dropout(A, 0.5, training=True))):
+            run("elementwise", f"{name} float32 n=1e6", libs_for(f_np, f_ad, f_t if torch else None))
         # softmax over the last dim of (B, N): many short rows (attention
         # scores, classifier logits) to a few long ones
         shapes = [(512, 1024)] if quick else [(8192, 64), (512, 1024), (16, 32768)]

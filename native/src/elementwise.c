@@ -78,6 +78,8 @@ static int64_t llc_bytes(void) { return 0; }
 SIMD_MAPS(DEF_SIMD_UN)
 
 static int vec_level; /* ad_ew_kernel's level */
+static void (*random_kernel)(const ew_random_job *j, int64_t i0, int64_t i1);
+static void (*box_muller_f32)(int64_t blocks, const int32_t *u, const int32_t *v, float *y);
 
 static void tables_init(void) {
     int isa = ad_cpu_isa();
@@ -95,6 +97,10 @@ static void tables_init(void) {
     stream_fence = isa == AD_ISA_AVX512 ? ew_stream_fence_avx512
                    : isa == AD_ISA_AVX2 ? ew_stream_fence_avx2 : ew_stream_fence_portable;
     bin_nt_f32 = isa == AD_ISA_PORTABLE ? NULL : ew_bin_nt_f32_avx2;
+    random_kernel = vec == AD_ISA_AVX512 ? ew_random_avx512
+                    : vec == AD_ISA_AVX2 ? ew_random_avx2 : ew_random_portable;
+    box_muller_f32 = isa == AD_ISA_AVX512 ? ad_box_muller_f32_avx512
+                     : isa == AD_ISA_AVX2 ? ad_box_muller_f32_avx2 : NULL;
     /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
        arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
     const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
@@ -112,6 +118,35 @@ static void tables_init(void) {
 AD_API const char *ad_ew_kernel(void) {
     pthread_once(&tables_once, tables_init);
     return ad_isa_name(vec_level);
+}
+
+/* ---- random fills and dropout ---------------------------------------------------- */
+/* Chunks of RANDOM_CHUNK elements (even: a normal pair never straddles two),
+   claimed by the threads from RANDOM_PAR_MIN elements on; the values depend
+   only on the positions (random_kernels.h). */
+#define RANDOM_CHUNK ((int64_t)1 << 13)
+#define RANDOM_PAR_MIN ((int64_t)1 << 15)
+typedef struct random_ctx {
+    const ew_random_job *j;
+    int64_t n;
+} random_ctx;
+
+static void random_chunks(void *p, int64_t c0, int64_t c1) {
+    const random_ctx *c = p;
+    int64_t i1 = c1 * RANDOM_CHUNK;
+    random_kernel(c->j, c0 * RANDOM_CHUNK, i1 < c->n ? i1 : c->n);
+}
+
+void ew_random(const ew_random_job *job, int64_t n) {
+    pthread_once(&tables_once, tables_init);
+    ew_random_job j = *job;
+    j.box_muller_f32 = box_muller_f32;
+    random_ctx c = {&j, n};
+    int64_t chunks = (n + RANDOM_CHUNK - 1) / RANDOM_CHUNK;
+    if (chunks > 1 && n >= RANDOM_PAR_MIN && par_num_threads() > 1)
+        par_for_dyn(chunks, random_chunks, &c);
+    else if (n > 0)
+        random_chunks(&c, 0, chunks);
 }
 
 /* ---- forward functions ----------------------------------------------------------- */

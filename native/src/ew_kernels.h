@@ -1,6 +1,7 @@
 /* ew_kernels.h - the elementwise kernels (binary, comparison, unary,
  * tensor-scalar) and their (op, dtype) tables, compiled once per ISA level:
  * ew_portable.c (baseline), ew_avx2.c (-mavx2 -mfma), ew_avx512.c (AVX-512),
+ * with random_kernels.h's fills at the end,
  * each defining EW_SFX (and the streaming-copy macros, at the end) before
  * including this file; elementwise.c picks one
  * set of tables at run time (cpu.c).
@@ -248,3 +249,5 @@ const bin_nt_kernel EW_NAME(ew_bin_nt_f32)[AD_OP__COUNT] = {
     [AD_OP_ADD] = EW_NAME(bin_nt_ADD), [AD_OP_SUB] = EW_NAME(bin_nt_SUB),
     [AD_OP_MUL] = EW_NAME(bin_nt_MUL), [AD_OP_DIV] = EW_NAME(bin_nt_DIV)};
 #endif
+
+#include "random_kernels.h"

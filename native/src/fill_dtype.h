@@ -7,20 +7,17 @@
 #define CAST(x) ((T)(x))
 #endif
 
-/* t's elements (a new contiguous tensor) from a generator: the value a
-   (FILL_VALUE), a + i * b (FILL_ARANGE), or draws from the splitmix64 stream
-   *s (FILL_NORMAL, FILL_UNIFORM). The kind is a constant at every call, so
-   each call keeps one loop. */
+/* t's elements (a new contiguous tensor): the value a (FILL_VALUE) or
+   a + i * b (FILL_ARANGE). The kind is a constant at every call, so each call
+   keeps one loop. (Random fills: random_kernels.h.) */
 static inline __attribute__((always_inline)) void S(fill)(ad_tensor *t, int kind, double a,
-                                                          double b, uint64_t *s) {
+                                                          double b) {
     T *d = (T *)t->storage->data;
     switch (kind) {
     case FILL_VALUE: for (int64_t i = 0; i < t->numel; i++) d[i] = CAST(a); break;
     case FILL_ARANGE:
         for (int64_t i = 0; i < t->numel; i++) d[i] = CAST(a + (double)i * b);
         break;
-    case FILL_NORMAL: for (int64_t i = 0; i < t->numel; i++) d[i] = CAST(normal(s)); break;
-    case FILL_UNIFORM: for (int64_t i = 0; i < t->numel; i++) d[i] = CAST(uniform01(s)); break;
     }
 }
 

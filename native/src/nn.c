@@ -8,6 +8,7 @@
 #include "opargs.h"
 #include "parallel.h"
 #include "cpu.h"
+#include "ew.h"
 #include "simd.h"
 
 static ad_status need_float(const char *op, const ad_tensor *x, const char *what) {
@@ -621,18 +622,10 @@ done:
 }
 
 /* ---- dropout --------------------------------------------------------------------- */
-/* Element i (row-major) is kept when a hash of (seed, i) drawn uniform in
-   [0, 1) is >= p, and scaled by 1 / (1 - p): the mask depends only on seed
-   and position, so the backward is dropout of the gradient with the same
-   seed. */
-static inline double drop_u(uint64_t seed, int64_t i) {
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
+/* Element i (row-major) is kept when draw i + 1 of the seed, a uniform in
+   [0, 1) of 53 bits, is >= p, and scaled by 1 / (1 - p) (random_kernels.h):
+   the mask depends only on seed and position, so the backward is dropout of
+   the gradient with the same seed. */
 ad_status fwd_dropout(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     double p = a->fargs[0];
@@ -648,10 +641,11 @@ ad_status fwd_dropout(const op_args *a, ad_tensor **out) {
         ad_tensor_release(tx);
         return st;
     }
-    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
-    int dt = x->dtype;
-    for (int64_t i = 0; i < x->numel; i++)
-        stv(o->storage->data, dt, i, drop_u(seed, i) >= p ? ld(px, dt, i) * scale : 0.0);
+    /* u 2^-53 >= p <=> u >= ceil(p 2^53) for the integer u (p 2^53 is exact) */
+    ew_random_job j = {.kind = EW_RAND_DROPOUT, .dtype = x->dtype, .seed = seed,
+                       .thr = (uint64_t)ceil(p * 0x1p53), .scale = p < 1 ? 1.0 / (1.0 - p) : 0.0,
+                       .x = px, .y = o->storage->data};
+    ew_random(&j, x->numel);
     ad_tensor_release(tx);
     *out = o;
     return AD_OK;

@@ -17,6 +17,10 @@
 /* simd_avx512.c (AVX-512F) gives the same results as simd_avx2.c, 16 lanes */
 SIMD_MAPS(SIMD_DECLARE)
 
+/* Box-Muller over blocks of 16 pairs (simd_entries.h, random_kernels.h) */
+void ad_box_muller_f32_avx2(int64_t blocks, const int32_t *u, const int32_t *v, float *y);
+void ad_box_muller_f32_avx512(int64_t blocks, const int32_t *u, const int32_t *v, float *y);
+
 /* The same maps for contiguous x and y, y written with non-temporal stores
    (an output past the last-level cache, straight from the registers instead
    of through a buffer and a streaming copy); no fence: the caller fences

@@ -16,6 +16,7 @@ typedef __m256 M;
 #define V_SUB _mm256_sub_ps
 #define V_MUL _mm256_mul_ps
 #define V_DIV _mm256_div_ps
+#define V_SQRT _mm256_sqrt_ps
 #define V_MIN _mm256_min_ps
 #define V_MAX _mm256_max_ps
 #define V_FMADD _mm256_fmadd_ps

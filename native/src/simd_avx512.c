@@ -14,6 +14,7 @@ typedef __mmask16 M;
 #define V_SUB _mm512_sub_ps
 #define V_MUL _mm512_mul_ps
 #define V_DIV _mm512_div_ps
+#define V_SQRT _mm512_sqrt_ps
 #define V_MIN _mm512_min_ps
 #define V_MAX _mm512_max_ps
 #define V_FMADD _mm512_fmadd_ps

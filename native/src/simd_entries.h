@@ -20,6 +20,22 @@
 SIMD_MAPS(SE_MAP_NT)
 #undef SE_MAP_NT
 
+/* Box-Muller over blocks of 16 pairs (random_kernels.h): pair k of a block
+   from u[k] (31 bits: u = (u[k] + 1/2) 2^-31) and v[k] (24 bits: v[k] 2^-24);
+   a block's 32 outputs are its 16 cosines, then its 16 sines. */
+void SE_NAME(ad_box_muller_f32)(int64_t blocks, const int32_t *u, const int32_t *v, float *y) {
+    for (int64_t b = 0; b < blocks; b++, u += 16, v += 16, y += 32)
+        for (int k = 0; k < 16; k += VW) {
+            V uf = V_FROMI(V_BITS(V_LOADU((const float *)(u + k))));
+            V vf = V_FROMI(V_BITS(V_LOADU((const float *)(v + k))));
+            V c, s;
+            v_box_muller(V_MUL(V_ADD(uf, V_SET1(0.5f)), V_SET1(0x1p-31f)),
+                         V_MUL(vf, V_SET1(0x1p-24f)), &c, &s);
+            V_STOREU(y + k, c);
+            V_STOREU(y + 16 + k, s);
+        }
+}
+
 int SE_NAME(ad_softmax_row_f32)(const float *x, float *y, int64_t len, int mode) {
     return row_softmax(x, y, len, mode);
 }

@@ -4,7 +4,7 @@
  * same operations in the same order, so they give the same bits.
  *
  * The layer: V (float vector), VI (int32 vector), M (lane mask);
- *   V_SET1 V_ZERO V_ADD V_SUB V_MUL V_DIV V_MIN V_MAX V_FMADD V_FNMADD V_FMSUB
+ *   V_SET1 V_ZERO V_ADD V_SUB V_MUL V_DIV V_SQRT V_MIN V_MAX V_FMADD V_FNMADD V_FMSUB
  *   V_AND V_OR V_ANDNOT (bitwise on floats) V_ROUND (to nearest integer)
  *   V_TOI V_FROMI (int conversion) V_BITS V_FROMBITS (reinterpretation)
  *   VI_SET1 VI_ADD VI_SUB VI_AND VI_OR VI_SRAI VI_SRLI VI_SLLI
@@ -218,6 +218,31 @@ static inline V v_log(V x) {
     r = V_SELECT(V_CMP(x, inf, _CMP_EQ_OQ), x, r);
     r = V_SELECT(V_CMP(x, zero, _CMP_EQ_OQ), V_SET1(-INFINITY), r);
     return V_SELECT(V_CMP(x, zero, _CMP_NGE_UQ), V_SET1(NAN), r);
+}
+
+/* Box-Muller's pair (random_kernels.h) from u in (0, 1] and v in [0, 1) of 24
+   bits: r = sqrt(-2 log u), *c = r cos(2 pi v), *s = r sin(2 pi v).  2 pi v =
+   q pi/2 + x, q = round(4 v), x = 2 pi (v - q/4) in [-pi/4, pi/4] (the
+   difference exact); sin x and cos x by Cephes sinf / cosf's polynomials,
+   then the q quarter turns: sin and cos swapped for odd q, the cosine negated
+   for q = 1, 2 and the sine for q = 2, 3 (r's sign bit set). */
+static inline void v_box_muller(V u, V v, V *c, V *s) {
+    V r = V_SQRT(V_MUL(V_SET1(-2.0f), log_core(u, V_ZERO())));
+    V q = V_ROUND(V_MUL(v, V_SET1(4.0f)));
+    V x = V_MUL(V_FNMADD(q, V_SET1(0.25f), v), V_SET1(6.28318530717958648f));
+    V z = V_MUL(x, x);
+    V ps = V_FMADD(V_FMADD(V_SET1(-1.9515295891e-4f), z, V_SET1(8.3321608736e-3f)), z,
+                   V_SET1(-1.6666654611e-1f));
+    V pc = V_FMADD(V_FMADD(V_SET1(2.443315711809948e-5f), z, V_SET1(-1.388731625493765e-3f)), z,
+                   V_SET1(4.166664568298827e-2f));
+    V sn = V_FMADD(V_MUL(x, z), ps, x);
+    V cs = V_FMADD(V_MUL(z, z), pc, V_FNMADD(z, V_SET1(0.5f), V_SET1(1.0f)));
+    VI qi = V_TOI(q);
+    M odd = V_CMP(V_FROMI(VI_AND(qi, VI_SET1(1))), V_ZERO(), _CMP_NEQ_OQ);
+    V rc = V_OR(r, V_FROMBITS(VI_SLLI(VI_AND(VI_ADD(qi, VI_SET1(1)), VI_SET1(2)), 30)));
+    V rs = V_OR(r, V_FROMBITS(VI_SLLI(VI_AND(qi, VI_SET1(2)), 30)));
+    *c = V_MUL(rc, V_SELECT(odd, sn, cs));
+    *s = V_MUL(rs, V_SELECT(odd, cs, sn));
 }
 
 /* num / (1 + e^w); e^w is taken as 0 from w <= -17 on (e^-17 < 2^-24: 1 + e^w

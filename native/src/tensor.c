@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <string.h>
 
+#include "ew.h"
 #include "internal.h"
 
 #define NULL_ARG(fn, name) ad_fail(AD_ERR_VALUE, "%s: argument '%s' is NULL", fn, name)
@@ -374,20 +375,7 @@ AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
     return AD_OK;
 }
 
-/* splitmix64 stream; Box-Muller for normals. */
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
-static double normal(uint64_t *s) {
-    double u = uniform01(s), v = uniform01(s);
-    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
-}
-
-enum { FILL_VALUE, FILL_ARANGE, FILL_NORMAL, FILL_UNIFORM };
+enum { FILL_VALUE, FILL_ARANGE };
 /* The fill kernel is written once, in the template header fill_dtype.h, and
    instantiated here per dtype (each_dtype.h) and for bool. */
 #define DTYPE_TEMPLATE "fill_dtype.h"
@@ -399,14 +387,14 @@ enum { FILL_VALUE, FILL_ARANGE, FILL_NORMAL, FILL_UNIFORM };
 
 /* t's elements from a generator (see fill_dtype.h) */
 static inline __attribute__((always_inline)) void fill(ad_tensor *t, int kind, double a,
-                                                       double b, uint64_t *s) {
+                                                       double b) {
     switch (t->dtype) {
-    case AD_FLOAT32: fill_f32(t, kind, a, b, s); break;
-    case AD_FLOAT64: fill_f64(t, kind, a, b, s); break;
-    case AD_INT64: fill_i64(t, kind, a, b, s); break;
-    case AD_INT32: fill_i32(t, kind, a, b, s); break;
-    case AD_UINT8: fill_u8(t, kind, a, b, s); break;
-    case AD_BOOL: fill_bool(t, kind, a, b, s); break;
+    case AD_FLOAT32: fill_f32(t, kind, a, b); break;
+    case AD_FLOAT64: fill_f64(t, kind, a, b); break;
+    case AD_INT64: fill_i64(t, kind, a, b); break;
+    case AD_INT32: fill_i32(t, kind, a, b); break;
+    case AD_UINT8: fill_u8(t, kind, a, b); break;
+    case AD_BOOL: fill_bool(t, kind, a, b); break;
     }
 }
 
@@ -434,7 +422,7 @@ AD_API ad_status ad_tensor_full(double value, int dtype, const int64_t *shape, i
     if (st) return st;
     st = create("full", dtype, shape, ndim, &t);
     if (st) return st;
-    fill(t, FILL_VALUE, value, 0, NULL);
+    fill(t, FILL_VALUE, value, 0);
     *out = t;
     return AD_OK;
 }
@@ -452,7 +440,7 @@ AD_API ad_status ad_tensor_arange(double start, double step, int64_t n, int dtyp
         ad_tensor_release(t);
         return st;
     }
-    fill(t, FILL_ARANGE, start, step, NULL);
+    fill(t, FILL_ARANGE, start, step);
     *out = t;
     return AD_OK;
 }
@@ -468,11 +456,9 @@ AD_API ad_status ad_tensor_random(int kind, uint64_t seed, int dtype, const int6
     ad_tensor *t = NULL;
     ad_status st = create(kind ? "rand" : "randn", dtype, shape, ndim, &t);
     if (st) return st;
-    uint64_t s = seed;
-    if (kind == 0)
-        fill(t, FILL_NORMAL, 0, 0, &s);
-    else
-        fill(t, FILL_UNIFORM, 0, 0, &s);
+    ew_random_job j = {.kind = kind ? EW_RAND_UNIFORM : EW_RAND_NORMAL, .dtype = dtype,
+                       .seed = seed, .y = t->storage->data};
+    ew_random(&j, t->numel);
     *out = t;
     return AD_OK;
 }
