@@ -27,6 +27,9 @@ LIBNAME = "libpyautodiff.so"
 
 BASE_FLAGS = ["-std=c11", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden", "-pthread",
               "-fwrapv",  # integer tensors wrap on overflow, as numpy's do (no UB)
+              # nothing reads errno: without it sqrt's loops vectorise (a negative
+              # input would otherwise call libm for errno's sake)
+              "-fno-math-errno",
               "-I" + INCLUDE]
 MODES = {
     "release": ["-O3", "-DNDEBUG"],
@@ -35,8 +38,6 @@ MODES = {
                  "-fno-sanitize-recover=undefined"],
 }
 ISA_FLAGS = {
-    # IEEE sqrt needs no errno there; without it the optimizer loops vectorise
-    "optim.c": ["-fno-math-errno"],
     "_avx2.c": ["-mavx2", "-mfma"],
     "_avx512.c": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"],
 }
