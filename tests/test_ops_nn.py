@@ -93,6 +93,31 @@ def test_mse_loss(name, base, mk):
     check_grad(lambda x: F.mse_loss(x, x * 2), [base], make=lay(mk))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mse_loss_long_inputs_any_thread_count(dtype):
+    """Lengths around the 8-lane blocks and the 16384-element chunks the
+    threads share: the float64 sum of the exact squares (float32 inputs are
+    differenced in double), the same bits at 1 and 2 threads."""
+    old = ad.get_num_threads()
+    try:
+        for n in (1, 7, 8, 9, 16383, 16384, 16385, 100003):
+            a, b = rand(n).astype(dtype), rand(n).astype(dtype)
+            d = a.astype(np.float64) - b
+            got = {}
+            for threads in (1, 2):
+                ad.set_num_threads(threads)
+                x, y = ad.from_numpy(a), ad.from_numpy(b)
+                got[threads] = [F.mse_loss(x, y, reduction=r).numpy() for r in ("sum", "mean", "none")]
+            for one, two in zip(got[1], got[2]):
+                np.testing.assert_array_equal(one, two)
+            s, m, none = got[1]
+            np.testing.assert_allclose(s, (d * d).sum(), rtol=1e-6 if dtype == np.float32 else 1e-12)
+            np.testing.assert_allclose(m, (d * d).mean(), rtol=1e-6 if dtype == np.float32 else 1e-12)
+            np.testing.assert_array_equal(none, (d * d).astype(dtype))
+    finally:
+        ad.set_num_threads(old)
+
+
 def np_cross_entropy(x, t):
     m = x.max(1, keepdims=True)
     lse = np.log(np.exp(x - m).sum(1)) + m[:, 0]

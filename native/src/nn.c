@@ -53,6 +53,8 @@ static void nn_rows(int64_t rows, int64_t cols, void (*fn)(void *, int64_t, int6
 }
 
 /* ---- mse_loss --------------------------------------------------------------- */
+static ad_status mse_run(int dt, const void *x, const void *y, void *o, int64_t n, double *sum);
+
 /* (x - y)^2, then none / mean / sum */
 ad_status fwd_mse_loss(const op_args *a, ad_tensor **out) {
     const ad_tensor *x = a->in[0], *y = a->in[1];
@@ -66,17 +68,15 @@ ad_status fwd_mse_loss(const op_args *a, ad_tensor **out) {
                        ad_tdesc(x), ad_tdesc(y));
     ad_tensor *tx, *ty, *o;
     const void *px, *py;
+    double acc = 0;
     if ((st = nn_contig(x, &tx, &px))) return st;
     if ((st = nn_contig(y, &ty, &py))) goto fail1;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), r ? 0 : x->ndim, &o))) goto fail2;
-    int dt = x->dtype;
-    double acc = 0;
-    for (int64_t i = 0; i < x->numel; i++) {
-        double d = ld(px, dt, i) - ld(py, dt, i);
-        if (r) acc += d * d;
-        else stv(o->storage->data, dt, i, d * d);
+    if ((st = mse_run(x->dtype, px, py, r ? NULL : o->storage->data, x->numel, &acc))) {
+        ad_tensor_release(o);
+        goto fail2;
     }
-    if (r) stv(o->storage->data, dt, 0, r == 1 ? acc / (double)x->numel : acc);
+    if (r) stv(o->storage->data, x->dtype, 0, r == 1 ? acc / (double)x->numel : acc);
     *out = o;
 fail2:
     ad_tensor_release(ty);
@@ -744,6 +744,40 @@ typedef struct pool_walk_job {
 #define T double
 #define S(name) name##_f64
 #include "nn_dtype.h"
+
+/* mse_loss's pass: chunks of MSE_CHUNK elements (a static split, so the sum
+   is the same at any thread count), each summed by mse_part, the chunks'
+   sums added in order; o != NULL: (x - y)^2 elementwise, no sum */
+#define MSE_CHUNK ((int64_t)1 << 14)
+typedef struct mse_job {
+    int dt;
+    const void *x, *y;
+    void *o;
+    int64_t n;
+    double *part; /* one per chunk */
+} mse_job;
+
+static void mse_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const mse_job *j = ctx;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i0 = c * MSE_CHUNK, i1 = i0 + MSE_CHUNK < j->n ? i0 + MSE_CHUNK : j->n;
+        j->part[c] = j->dt == AD_FLOAT32
+                         ? mse_part_f32(j->x, j->y, j->o, i0, i1)
+                         : mse_part_f64(j->x, j->y, j->o, i0, i1);
+    }
+}
+
+static ad_status mse_run(int dt, const void *x, const void *y, void *o, int64_t n, double *sum) {
+    int64_t chunks = (n + MSE_CHUNK - 1) / MSE_CHUNK;
+    double one;
+    mse_job j = {dt, x, y, o, n, chunks > 1 ? ad_malloc((size_t)chunks * sizeof(double)) : &one};
+    if (!j.part) return ad_fail_nomem("mse_loss");
+    nn_rows(chunks, MSE_CHUNK, mse_chunks, &j);
+    *sum = 0;
+    for (int64_t c = 0; c < chunks; c++) *sum += j.part[c];
+    if (j.part != &one) ad_mfree(j.part);
+    return AD_OK;
+}
 
 /* chunk c of the planes: a static split, so any thread may run any chunk */
 static void pool_chunks(void *ctx, int64_t c0, int64_t c1) {
