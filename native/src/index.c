@@ -321,8 +321,17 @@ ad_status fwd_gather(const op_args *a, ad_tensor **out) {
     char *yp = y->storage->data;
     int64_t zero[1] = {0};
     const int64_t *xs = x->ndim ? T_STRIDES(x) : zero, *ys = T_STRIDES(y);
-    WALK_INDEX(idx, idx->ndim, xs, ys, d,
-               memcpy(yp + (size_t)ooff * es, xp + (ptrdiff_t)xoff * (ptrdiff_t)es, es));
+    /* the element copy at each size its own loop: memcpy of a constant size is
+       a load and a store, of a variable one a call */
+#define GATHER_COPY(ES)                                                                   \
+    WALK_INDEX(idx, idx->ndim, xs, ys, d,                                                 \
+               memcpy(yp + (size_t)ooff * (ES), xp + (ptrdiff_t)xoff * (ES), (ES)))
+    switch (es) {
+    case 8: GATHER_COPY(8); break;
+    case 4: GATHER_COPY(4); break;
+    default: GATHER_COPY(1); break; /* uint8, bool */
+    }
+#undef GATHER_COPY
     *out = y;
 done:
     ad_mfree(ix);
