@@ -652,6 +652,25 @@ def test_side_by_side_lane_gradients_same_bits(shape, dim, threads):
         np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
 
 
+# cumsum over dim 0 (lanes.c: whole rows of a strip of 64 lanes at a time,
+# lanes_dtype.h cumsum_cols) and its gradient (the reversed sums): each lane
+# summed in double in order, as numpy's float64 cumsum, ragged strips, lanes a
+# step of -1 apart, 1 and 2 threads.
+@pytest.mark.parametrize("shape", [(5, 1), (300, 63), (300, 65), (4096, 130), (2, 1000)])
+def test_cumsum_over_dim0(shape, threads):
+    rng = np.random.default_rng(shape[1])
+    for dt in (np.float32, np.float64):
+        x = rng.standard_normal(shape).astype(dt)
+        g = rng.standard_normal(shape).astype(dt)
+        want = np.cumsum(x.astype(np.float64), 0).astype(dt)
+        np.testing.assert_array_equal(ad.from_numpy(x).cumsum(0).numpy(), want)
+        np.testing.assert_array_equal(ad.from_numpy(x)[:, ::-1].cumsum(0).numpy(), want[:, ::-1])
+        v = ad.Var(x)
+        dx = ad.grad((v.cumsum(0) * ad.from_numpy(g)).sum(), [v])[0].numpy()
+        rev = np.cumsum(g[::-1].astype(np.float64), 0)[::-1].astype(dt)
+        np.testing.assert_array_equal(dx, rev)
+
+
 # Copies of transposed planes (strided.c copy_plane: register blocks of 8 x 8
 # 4-byte or 4 x 4 8-byte elements at AVX2 and above, the tiled row walk
 # otherwise): every bit kept (NaN payloads, -0, denormals: random bit

@@ -128,6 +128,10 @@ static int softmax_simd(const float *X, int64_t sx, float *Y, int64_t sy, int64_
     return 1;
 }
 
+/* lanes_dtype.h's cumsum_cols: lanes side by side summed a strip of this
+   many at a time, a row of the strip per step */
+enum { CUMSUM_COLS = 64 };
+
 /* One lane: x[i * sx] for i < len into y (y[0] only for a reduction). */
 typedef void (*lane_fn)(const void *x, int64_t sx, void *y, int64_t sy, int64_t len, int flag);
 
@@ -232,6 +236,21 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     g = g > LANE_GROUP ? LANE_GROUP : g;
     bool reduce = c->ys == 0; /* one output element a lane (logsumexp) */
     bool side_by_side = (s[1] == 1 || s[1] == -1) && c->xs != 1;
+    if (side_by_side && !reduce &&
+        (c->fn == cumsum_f32 || c->fn == cumsum_f64 || c->fn == cumsum_i64)) {
+        /* cumsum over dim 0 of a matrix: whole rows of a strip of lanes, not
+           a cache line per element of a lane (a tall matrix's lines were read
+           and written from beyond the caches).  (Contiguous lanes interleaved
+           this way lost: rows a power of two apart share cache sets.) */
+        void (*cols)(const void *, int64_t, int64_t, void *, int64_t, int64_t, int64_t, int,
+                     int) = c->fn == cumsum_f32   ? cumsum_cols_f32
+                            : c->fn == cumsum_f64 ? cumsum_cols_f64
+                                                  : cumsum_cols_i64;
+        for (; i < n; i += CUMSUM_COLS)
+            cols(p[1] + i * s[1] * es, c->xs, s[1], p[0] + i * s[0] * es, c->ys, s[0], len,
+                 (int)(n - i < CUMSUM_COLS ? n - i : CUMSUM_COLS), c->flag);
+        return;
+    }
     /* (the column kernel needs no buffer: lanes of any length) */
     if (side_by_side && c->dtype == AD_FLOAT32) i = lanes_cols(c, n, p, s);
     if (side_by_side && g >= 2 &&

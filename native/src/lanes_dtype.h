@@ -58,6 +58,25 @@ static void S(cumsum)(const void *px, int64_t sx, void *py, int64_t sy, int64_t 
     }
 }
 
+/* nl <= CUMSUM_COLS lanes side by side (lane k's element i at X[i sx + k sk],
+   Y[i sy + k yk]) a row at a time: each lane's sums in the order and type of
+   cumsum's, so the same bits; the rows are read and written whole */
+static void S(cumsum_cols)(const void *px, int64_t sx, int64_t sk, void *py, int64_t sy,
+                           int64_t yk, int64_t len, int nl, int flag) {
+    const T *X = px;
+    T *Y = py;
+    ACC acc[CUMSUM_COLS] = {0};
+    for (int64_t r = 0; r < len; r++) {
+        int64_t i = flag ? len - 1 - r : r;
+        const T *x = X + i * sx;
+        T *y = Y + i * sy;
+        if (sk == 1 && yk == 1)
+            for (int k = 0; k < nl; k++) y[k] = (T)(acc[k] += (ACC)x[k]);
+        else
+            for (int k = 0; k < nl; k++) y[k * yk] = (T)(acc[k] += (ACC)x[k * sk]);
+    }
+}
+
 #undef T
 #undef S
 #undef ACC
