@@ -70,14 +70,6 @@ def ks(sorted_x, cdf):
     return max(np.max(i / n - c), np.max(c - (i - 1) / n))
 
 
-@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
-def threads(request):
-    old = ad.get_num_threads()
-    ad.set_num_threads(request.param)
-    yield request.param
-    ad.set_num_threads(old)
-
-
 # lengths around the kernels' edges: a part block of 32, the 16-block batches
 # of the float32 draws, the 8192-element chunks the threads share
 LENGTHS = [1, 2, 15, 16, 17, 31, 33, 511, 512, 513, 8191, 8193, 70001]
