@@ -383,6 +383,32 @@ def child(args):
                 ("sum first dim 1024x1024", lambda: m.sum(0), lambda: tm.sum(0),
                  lambda: M.sum(0))):
             run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
+        # along a strided dim (lanes side by side), a loss, sqrt and a gather
+        tall = rng.standard_normal((4096, 256)).astype("float32")
+        tt, T2 = ad.from_numpy(tall), (torch.from_numpy(tall) if torch else None)
+        m2 = rng.standard_normal((1024, 1024)).astype("float32")
+        tm2, M2 = ad.from_numpy(m2), (torch.from_numpy(m2) if torch else None)
+        pos = np.abs(m) + 0.1
+        tpos, POS = ad.from_numpy(pos), (torch.from_numpy(pos) if torch else None)
+        idx = rng.integers(0, 1024, (1024, 10))
+        tidx, IDX = ad.from_numpy(idx), (torch.from_numpy(idx) if torch else None)
+
+        def np_softmax0(a=tall):
+            e = np.exp(a - a.max(0))
+            return e / e.sum(0)
+        for name, f_np, f_ad, f_t in (
+                ("softmax float32 4096x256 dim 0", np_softmax0, lambda: tt.softmax(0),
+                 lambda: torch.softmax(T2, 0)),
+                ("cumsum float32 1024x1024 dim 0", lambda: np.cumsum(m, 0),
+                 lambda: tm.cumsum(0), lambda: M.cumsum(0)),
+                ("mse_loss float32 1024x1024 (mean)", lambda: np.mean((m - m2) ** 2),
+                 lambda: adF.mse_loss(tm, tm2), lambda: torch.nn.functional.mse_loss(M, M2)),
+                ("sqrt float32 1024x1024", lambda: np.sqrt(pos), lambda: tpos.sqrt(),
+                 lambda: POS.sqrt()),
+                ("gather float32 1024x1024 dim 1, 10 a row",
+                 lambda: np.take_along_axis(m, idx, 1), lambda: tm.gather(1, tidx),
+                 lambda: M.gather(1, IDX))):
+            run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
 
     if "overhead" in only:
         a = np.ones((4, 4), np.float32)
