@@ -80,6 +80,8 @@ SIMD_MAPS(DEF_SIMD_UN)
 static int vec_level; /* ad_ew_kernel's level */
 static void (*random_kernel)(const ew_random_job *j, int64_t i0, int64_t i1);
 static void (*box_muller_f32)(int64_t blocks, const int32_t *u, const int32_t *v, float *y);
+static double (*mse_kernel)(int dt, const void *x, const void *y, void *o, int64_t i0,
+                            int64_t i1);
 
 static void tables_init(void) {
     int isa = ad_cpu_isa();
@@ -101,6 +103,8 @@ static void tables_init(void) {
                     : vec == AD_ISA_AVX2 ? ew_random_avx2 : ew_random_portable;
     box_muller_f32 = isa == AD_ISA_AVX512 ? ad_box_muller_f32_avx512
                      : isa == AD_ISA_AVX2 ? ad_box_muller_f32_avx2 : NULL;
+    mse_kernel = vec == AD_ISA_AVX512 ? ew_mse_avx512
+                 : vec == AD_ISA_AVX2 ? ew_mse_avx2 : ew_mse_portable;
     /* PYAUTODIFF_STREAM_BYTES overrides the cache size (tests stream small
        arrays with it; 0 streams every output of at least STREAM_CHUNK bytes) */
     const char *env = getenv("PYAUTODIFF_STREAM_BYTES");
@@ -147,6 +151,11 @@ void ew_random(const ew_random_job *job, int64_t n) {
         par_for_dyn(chunks, random_chunks, &c);
     else if (n > 0)
         random_chunks(&c, 0, chunks);
+}
+
+double ew_mse(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t i1) {
+    pthread_once(&tables_once, tables_init);
+    return mse_kernel(dt, x, y, o, i0, i1);
 }
 
 /* ---- forward functions ----------------------------------------------------------- */

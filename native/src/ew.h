@@ -31,6 +31,10 @@ typedef struct ew_random_job {
 /* Fills j->y's n elements, split over the threads when large (elementwise.c) */
 void ew_random(const ew_random_job *j, int64_t n);
 
+/* mse_loss's pass over the elements [i0, i1) at this machine's level
+   (ew_kernels.h): (x - y)^2 into o, or with o NULL their sum, returned */
+double ew_mse(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t i1);
+
 /* per ISA level: the kernel tables, and ew_stream_copy, a memcpy with
    non-temporal stores for outputs too large to stay in the last-level cache
    (a store then skips the read-for-ownership of the line it overwrites) */
@@ -39,7 +43,8 @@ void ew_random(const ew_random_job *j, int64_t n);
     extern const un_kernel ew_un_table_##SFX[AD_OP__COUNT][6];                          \
     void ew_stream_copy_##SFX(void *dst, const void *src, size_t n);                   \
     void ew_stream_fence_##SFX(void); /* after a run of ew_stream_copy calls */      \
-    void ew_random_##SFX(const ew_random_job *j, int64_t i0, int64_t i1);
+    void ew_random_##SFX(const ew_random_job *j, int64_t i0, int64_t i1);             \
+    double ew_mse_##SFX(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t i1);
 EW_TABLES(portable)
 EW_TABLES(avx2)
 EW_TABLES(avx512)

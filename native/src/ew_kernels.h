@@ -1,7 +1,7 @@
 /* ew_kernels.h - the elementwise kernels (binary, comparison, unary,
  * tensor-scalar) and their (op, dtype) tables, compiled once per ISA level:
  * ew_portable.c (baseline), ew_avx2.c (-mavx2 -mfma), ew_avx512.c (AVX-512),
- * with random_kernels.h's fills at the end,
+ * with mse_loss's pass and random_kernels.h's fills at the end,
  * each defining EW_SFX (and the streaming-copy macros, at the end) before
  * including this file; elementwise.c picks one
  * set of tables at run time (cpu.c).
@@ -249,5 +249,59 @@ const bin_nt_kernel EW_NAME(ew_bin_nt_f32)[AD_OP__COUNT] = {
     [AD_OP_ADD] = EW_NAME(bin_nt_ADD), [AD_OP_SUB] = EW_NAME(bin_nt_SUB),
     [AD_OP_MUL] = EW_NAME(bin_nt_MUL), [AD_OP_DIV] = EW_NAME(bin_nt_DIV)};
 #endif
+
+/* ---- mse_loss's pass ---------------------------------------------------------
+ * Over the elements [i0, i1) of contiguous x and y (float32 or float64, dt):
+ * (x - y)^2 in double into o (reduction none), else their sum, returned;
+ * eight double accumulators as two vectors of four (lane k takes the
+ * elements k mod 8 in order), folded in a fixed order, so every level gives
+ * the same bits. */
+typedef double EW_NAME(vd4) __attribute__((vector_size(32)));
+typedef float EW_NAME(vf4) __attribute__((vector_size(16)));
+/* elements p[0..3] as four doubles */
+#define MSE_LOAD4_float(v, p)                                                            \
+    do {                                                                                 \
+        EW_NAME(vf4) f_;                                                                 \
+        memcpy(&f_, (p), sizeof f_);                                                     \
+        (v) = __builtin_convertvector(f_, EW_NAME(vd4));                                 \
+    } while (0)
+#define MSE_LOAD4_double(v, p) memcpy(&(v), (p), sizeof(v))
+#define DEF_MSE(T, SFX)                                                                  \
+    static double EW_NAME(mse_##SFX)(const T *restrict x, const T *restrict y,           \
+                                     T *restrict o, int64_t i0, int64_t i1) {            \
+        if (o) {                                                                         \
+            for (int64_t i = i0; i < i1; i++) {                                          \
+                double d = (double)x[i] - (double)y[i];                                  \
+                o[i] = (T)(d * d);                                                       \
+            }                                                                            \
+            return 0;                                                                    \
+        }                                                                                \
+        EW_NAME(vd4) lo = {0}, hi = {0}, a, b;                                           \
+        int64_t i = i0;                                                                  \
+        for (; i + 8 <= i1; i += 8) {                                                    \
+            MSE_LOAD4_##T(a, x + i);                                                     \
+            MSE_LOAD4_##T(b, y + i);                                                     \
+            lo += (a - b) * (a - b);                                                     \
+            MSE_LOAD4_##T(a, x + i + 4);                                                 \
+            MSE_LOAD4_##T(b, y + i + 4);                                                 \
+            hi += (a - b) * (a - b);                                                     \
+        }                                                                                \
+        double acc[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};        \
+        for (int k = 0; i < i1; i++, k++) {                                              \
+            double d = (double)x[i] - (double)y[i];                                      \
+            acc[k] += d * d;                                                             \
+        }                                                                                \
+        return ((acc[0] + acc[4]) + (acc[2] + acc[6])) +                                 \
+               ((acc[1] + acc[5]) + (acc[3] + acc[7]));                                  \
+    }
+DEF_MSE(float, f32)
+DEF_MSE(double, f64)
+#undef DEF_MSE
+#undef MSE_LOAD4_float
+#undef MSE_LOAD4_double
+
+double EW_NAME(ew_mse)(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t i1) {
+    return dt == AD_FLOAT32 ? EW_NAME(mse_f32)(x, y, o, i0, i1) : EW_NAME(mse_f64)(x, y, o, i0, i1);
+}
 
 #include "random_kernels.h"

@@ -746,7 +746,7 @@ typedef struct pool_walk_job {
 #include "nn_dtype.h"
 
 /* mse_loss's pass: chunks of MSE_CHUNK elements (a static split, so the sum
-   is the same at any thread count), each summed by mse_part, the chunks'
+   is the same at any thread count), each summed by ew_mse, the chunks'
    sums added in order; o != NULL: (x - y)^2 elementwise, no sum */
 #define MSE_CHUNK ((int64_t)1 << 14)
 typedef struct mse_job {
@@ -761,9 +761,7 @@ static void mse_chunks(void *ctx, int64_t c0, int64_t c1) {
     const mse_job *j = ctx;
     for (int64_t c = c0; c < c1; c++) {
         int64_t i0 = c * MSE_CHUNK, i1 = i0 + MSE_CHUNK < j->n ? i0 + MSE_CHUNK : j->n;
-        j->part[c] = j->dt == AD_FLOAT32
-                         ? mse_part_f32(j->x, j->y, j->o, i0, i1)
-                         : mse_part_f64(j->x, j->y, j->o, i0, i1);
+        j->part[c] = ew_mse(j->dt, j->x, j->y, j->o, i0, i1);
     }
 }
 

@@ -1,4 +1,4 @@
-/* nn.c's per-dtype max-pool and mse_loss kernels: included once per float dtype by nn.c,
+/* nn.c's per-dtype max-pool kernels: included once per float dtype by nn.c,
    which defines T (the element type) and S(name) (the dtype suffix) first.
    No include guard: including it twice is the point; it undefines its
    parameters at the end. */
@@ -138,32 +138,6 @@ static void S(pool_planes)(const pool_walk_job *jb, int64_t p0, int64_t p1,
                                 NULL);
         }
     }
-}
-
-/* mse_loss over the elements [i0, i1) of contiguous x and y: (x - y)^2 in
-   double into o (reduction none), else their sum, returned; eight double
-   accumulators, summed in a fixed order (the loops vectorise) */
-static double S(mse_part)(const T *restrict x, const T *restrict y, T *restrict o, int64_t i0,
-                          int64_t i1) {
-    if (o) {
-        for (int64_t i = i0; i < i1; i++) {
-            double d = (double)x[i] - (double)y[i];
-            o[i] = (T)(d * d);
-        }
-        return 0;
-    }
-    double acc[8] = {0};
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8)
-        for (int k = 0; k < 8; k++) {
-            double d = (double)x[i + k] - (double)y[i + k];
-            acc[k] += d * d;
-        }
-    for (int k = 0; i < i1; i++, k++) {
-        double d = (double)x[i] - (double)y[i];
-        acc[k] += d * d;
-    }
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
 #undef T
