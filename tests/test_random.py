@@ -32,28 +32,21 @@ def uniform_model(seed, n, dtype):
     return (z >> U64(11)).astype(np.float64) * 2.0 ** -53
 
 
-def normal_model(seed, n):
-    """float64 Box-Muller in numpy: pair p from draws 2p + 1 and 2p + 2; block
-    b of 32 elements holds pairs 16b..16b+15's cosines, then their sines."""
+def normal_model(seed, n, f32=False):
+    """Box-Muller in float64 numpy: pair p from draws 2p + 1 (u) and 2p + 2 (v);
+    block b of 32 elements holds pairs 16b..16b+15's cosines, then their sines.
+    float64: u and v of 53 bits; f32: the float32 kernel's u (31 bits, rounded
+    to a float32 as it does) and v (24 bits)."""
     blocks = -(-n // 32)
     p = np.arange(16 * blocks, dtype=U64)
     zu, zv = draws(seed, 2 * p + U64(1)), draws(seed, 2 * p + U64(2))
-    u = ((zu >> U64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
-    v = (zv >> U64(11)).astype(np.float64) * 2.0 ** -53
-    r, t = np.sqrt(-2.0 * np.log(u)), 2 * np.pi * v
-    out = np.stack([(r * np.cos(t)).reshape(blocks, 16), (r * np.sin(t)).reshape(blocks, 16)], 1)
-    return out.reshape(-1)[:n]
-
-
-def normal_model_f32(seed, n):
-    """the float32 draws' u (31 bits, rounded to a float32 as the kernel does)
-    and v (24 bits), the same layout, in float64"""
-    blocks = -(-n // 32)
-    p = np.arange(16 * blocks, dtype=U64)
-    zu, zv = draws(seed, 2 * p + U64(1)), draws(seed, 2 * p + U64(2))
-    u = (((zu >> U64(33)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -31)
-         ).astype(np.float64)
-    v = (zv >> U64(40)).astype(np.float64) * 2.0 ** -24
+    if f32:
+        u = (((zu >> U64(33)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -31)
+             ).astype(np.float64)
+        v = (zv >> U64(40)).astype(np.float64) * 2.0 ** -24
+    else:
+        u = ((zu >> U64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+        v = (zv >> U64(11)).astype(np.float64) * 2.0 ** -53
     r, t = np.sqrt(-2.0 * np.log(u)), 2 * np.pi * v
     out = np.stack([(r * np.cos(t)).reshape(blocks, 16), (r * np.sin(t)).reshape(blocks, 16)], 1)
     return out.reshape(-1)[:n]
@@ -89,7 +82,7 @@ def test_randn_is_the_model(n, threads):
     for seed in (0, 777):
         np.testing.assert_allclose(ad.randn(n, seed=seed, dtype=ad.float64).numpy(),
                                    normal_model(seed, n), rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(ad.randn(n, seed=seed).numpy(), normal_model_f32(seed, n),
+        np.testing.assert_allclose(ad.randn(n, seed=seed).numpy(), normal_model(seed, n, f32=True),
                                    rtol=2e-6, atol=2e-6)
 
 

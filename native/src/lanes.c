@@ -159,6 +159,12 @@ static const lane_fn lane_table[3][6] = {
     [L_CUMSUM] = {[AD_FLOAT32] = cumsum_f32, [AD_FLOAT64] = cumsum_f64, [AD_INT64] = cumsum_i64},
 };
 
+/* lanes_dtype.h's cumsum_cols by dtype (the dtypes of lane_table's cumsum row) */
+typedef void (*cumsum_cols_fn)(const void *x, int64_t sx, int64_t sk, void *y, int64_t sy,
+                               int64_t yk, int64_t len, int nl, int flag);
+static const cumsum_cols_fn cumsum_cols_table[6] = {
+    [AD_FLOAT32] = cumsum_cols_f32, [AD_FLOAT64] = cumsum_cols_f64, [AD_INT64] = cumsum_cols_i64};
+
 typedef struct {
     lane_fn fn;
     int64_t len, xs, ys; /* lane length and strides along the dim */
@@ -236,19 +242,15 @@ static void lane_inner(void *ctx, int64_t n, char **p, const int64_t *s) {
     g = g > LANE_GROUP ? LANE_GROUP : g;
     bool reduce = c->ys == 0; /* one output element a lane (logsumexp) */
     bool side_by_side = (s[1] == 1 || s[1] == -1) && c->xs != 1;
-    if (side_by_side && !reduce &&
-        (c->fn == cumsum_f32 || c->fn == cumsum_f64 || c->fn == cumsum_i64)) {
+    if (side_by_side && !reduce && c->fn == lane_table[L_CUMSUM][c->dtype]) {
         /* cumsum over dim 0 of a matrix: whole rows of a strip of lanes, not
            a cache line per element of a lane (a tall matrix's lines were read
            and written from beyond the caches).  (Contiguous lanes interleaved
            this way lost: rows a power of two apart share cache sets.) */
-        void (*cols)(const void *, int64_t, int64_t, void *, int64_t, int64_t, int64_t, int,
-                     int) = c->fn == cumsum_f32   ? cumsum_cols_f32
-                            : c->fn == cumsum_f64 ? cumsum_cols_f64
-                                                  : cumsum_cols_i64;
         for (; i < n; i += CUMSUM_COLS)
-            cols(p[1] + i * s[1] * es, c->xs, s[1], p[0] + i * s[0] * es, c->ys, s[0], len,
-                 (int)(n - i < CUMSUM_COLS ? n - i : CUMSUM_COLS), c->flag);
+            cumsum_cols_table[c->dtype](p[1] + i * s[1] * es, c->xs, s[1], p[0] + i * s[0] * es,
+                                        c->ys, s[0], len,
+                                        (int)(n - i < CUMSUM_COLS ? n - i : CUMSUM_COLS), c->flag);
         return;
     }
     /* (the column kernel needs no buffer: lanes of any length) */

@@ -19,8 +19,6 @@
  *     u and v of 53 bits (up to 8.6);
  *   dropout: draw i + 1, kept when z >> 11 >= thr (thr = ceil(p 2^53): the
  *     53-bit uniform >= p), then x scale in double, else 0. */
-#ifndef EW_RANDOM_ONCE
-#define EW_RANDOM_ONCE
 #define RND_GOLDEN 0x9e3779b97f4a7c15ULL
 static inline uint64_t rnd_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -29,7 +27,6 @@ static inline uint64_t rnd_mix(uint64_t z) {
 }
 /* draw c of seed s */
 static inline uint64_t rnd_draw(uint64_t s, uint64_t c) { return rnd_mix(s + c * RND_GOLDEN); }
-#endif
 
 /* The scalar form of simd_entries.h's ad_box_muller_f32 (the portable level;
    libm's float32 functions, so its bits may differ from the SIMD levels') */
