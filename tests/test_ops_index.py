@@ -221,6 +221,36 @@ def test_gather_smaller_index_and_duplicates():
     assert g[x].tolist() == [[3.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_gather_index_layouts_and_negative_values(dim):
+    """The index read in place (contiguous int64, none negative) or copied
+    (negative values counting from the end, int32, a transposed or sliced
+    view); 3-d, so the walk's inner loop runs along dim or across it."""
+    x = rand(4, 5, 6)
+    size = x.shape[dim]
+    base = np.random.default_rng(3).integers(0, size, (6, 5, 4)).transpose(2, 1, 0)  # (4, 5, 6)
+    cases = {"contiguous": ad.tensor(np.ascontiguousarray(base)),
+             "negative": ad.tensor(np.ascontiguousarray(base) - size),
+             "int32": ad.tensor(base.astype(np.int32)),
+             "transposed": ad.tensor(base.transpose(2, 1, 0)).permute(2, 1, 0),
+             "sliced": ad.tensor(np.repeat(base, 2, axis=2))[:, :, ::2]}
+    ref = np.take_along_axis(x, base, dim)
+    for name, idx in cases.items():
+        np.testing.assert_array_equal(np.asarray(ad.tensor(x).gather(dim, idx)), ref,
+                                      err_msg=name)
+        src = rand(4, 5, 6)
+        np.testing.assert_allclose(np.asarray(ad.tensor(x).scatter_add(dim, idx, ad.tensor(src))),
+                                   np_scatter_add(x, dim % 3, base, src), err_msg=name)
+    sel = np.array([size - 1, -1, 0, -size])
+    np.testing.assert_array_equal(np.asarray(ad.tensor(x).index_select(dim, sel)),
+                                  np.take(x, sel % size, dim))
+    with pytest.raises(IndexError, match=rf"gather: index {size} is out of range for dim "
+                                         rf"{dim % 3} of size {size}"):
+        ad.tensor(x).gather(dim, np.where(base == 1, size, base))
+    with pytest.raises(IndexError, match=rf"index_select: index {-size - 1} is out of range"):
+        ad.tensor(x).index_select(dim, [0, -size - 1])
+
+
 def np_scatter_add(x, dim, idx, src):
     out = x.copy()
     for pos in np.ndindex(*idx.shape):

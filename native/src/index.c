@@ -64,15 +64,48 @@ static ad_status adder(const char *op, const ad_tensor *x, add_fn *fn) {
    rewritten in place); IndexError names the op, the value and the shape. */
 static ad_status check_indices(const char *op, int64_t *ix, int64_t n, int64_t size, int dim,
                                const ad_tensor *x) {
+    /* one branch-free pass (v in [-size, size) is v + size below 2 size,
+       unsigned), the offender looked for only when there is one */
+    uint64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t v = ix[i];
-        if (v < -size || v >= size)
+        bad |= (uint64_t)v + (uint64_t)size >= 2 * (uint64_t)size;
+        ix[i] = v + (size & (v >> 63));
+    }
+    for (int64_t i = 0; bad && i < n; i++) {
+        int64_t v = ix[i] >= size ? ix[i] : ix[i] < 0 ? ix[i] - size : -1;
+        if (v != -1)
             return ad_fail(AD_ERR_INDEX,
                            "%s: index %lld is out of range for dim %d of size %lld (input %s)",
                            op, (long long)v, dim, (long long)size, ad_tdesc(x));
-        if (v < 0) ix[i] = v + size;
     }
     return AD_OK;
+}
+
+/* idx's values as int64 in row-major order (*ix), each checked against size
+   as check_indices does: a contiguous int64 index with none negative is read
+   in place (*own NULL; one pass, no copy), any other one copied to *own
+   (to free) and rewritten there. */
+static ad_status index_checked(const char *op, const ad_tensor *idx, int64_t size, int dim,
+                               const ad_tensor *x, const int64_t **ix, int64_t **own) {
+    *own = NULL;
+    if (idx->dtype == AD_INT64 && ad_is_contiguous(idx)) {
+        const int64_t *v = ad_ptr(idx);
+        uint64_t bad = 0;
+        for (int64_t i = 0; i < idx->numel; i++)
+            bad |= (uint64_t)v[i] >= (uint64_t)size; /* negative ones too */
+        if (!bad) {
+            *ix = v;
+            return AD_OK;
+        }
+    }
+    ad_status st = nn_index_buf(op, idx, "the index", own);
+    if (!st && (st = check_indices(op, *own, idx->numel, size, dim, x))) {
+        ad_mfree(*own);
+        *own = NULL;
+    }
+    *ix = *own;
+    return st;
 }
 
 /* ---- cat ---------------------------------------------------------------------- */
@@ -183,10 +216,9 @@ ad_status fwd_index_select(const op_args *a, ad_tensor **out) {
     if (idx->ndim > 1)
         return ad_fail(AD_ERR_SHAPE, "index_select: the index must be 1-d, got %s",
                        ad_tdesc(idx));
-    int64_t *ix, n = idx->numel;
-    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
-    int64_t size = x->ndim ? T_SHAPE(x)[d] : 1;
-    if ((st = check_indices(OP_NAME(a->op), ix, n, size, d, x))) goto done;
+    const int64_t *ix, n = idx->numel;
+    int64_t *own, size = x->ndim ? T_SHAPE(x)[d] : 1;
+    if ((st = index_checked(OP_NAME(a->op), idx, size, d, x, &ix, &own))) return st;
     int64_t shape[AD_MAX_DIMS];
     memcpy(shape, T_SHAPE(x), x->ndim * sizeof *shape);
     if (x->ndim) shape[d] = n;
@@ -212,7 +244,7 @@ ad_status fwd_index_select(const op_args *a, ad_tensor **out) {
     ad_tensor_release(tmp);
     *out = y;
 done:
-    ad_mfree(ix);
+    ad_mfree(own);
     return st;
 }
 
@@ -237,12 +269,11 @@ ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
     if (!ok)
         return ad_fail(AD_ERR_SHAPE, "index_add: source %s does not fit input %s with %lld "
                        "indices in dim %d", ad_tdesc(srct), ad_tdesc(x), (long long)n, d);
-    int64_t *ix;
-    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
-    int64_t size = T_SHAPE(x)[d];
+    const int64_t *ix;
+    int64_t *own, size = T_SHAPE(x)[d];
+    if ((st = index_checked(OP_NAME(a->op), idx, size, d, x, &ix, &own))) return st;
     ad_tensor *y = NULL, *tmp = NULL;
     const void *src;
-    if ((st = check_indices(OP_NAME(a->op), ix, n, size, d, x))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
     ad_copy_strided(x, y->storage->data);
     if ((st = nn_contig(srct, &tmp, &src))) goto done;
@@ -255,7 +286,7 @@ ad_status fwd_index_add(const op_args *a, ad_tensor **out) {
                 (const char *)src + (size_t)((o * n + i) * inner) * es, inner);
 done:
     ad_tensor_release(tmp);
-    ad_mfree(ix);
+    ad_mfree(own);
     if (st) ad_tensor_release(y);
     else *out = y;
     return st;
@@ -283,12 +314,20 @@ static ad_status check_gather_shapes(const char *op, const ad_tensor *x, const a
    offsets in x (through idx's value on dim d) and in other (same coords). */
 #define WALK_INDEX(IDX, NDIM, XSTR, OSTR, D, BODY)                                     \
     do {                                                                               \
+        /* idx's last dim an inner loop (more loads in flight than with an     \
+           odometer step per element), the odometer over the others */                 \
+        const int nd_ = (NDIM);                                                        \
+        const int64_t n_ = nd_ ? T_SHAPE(IDX)[nd_ - 1] : 1, xd_ = (XSTR)[D];           \
+        const int64_t xl_ = nd_ && nd_ - 1 != (D) ? (XSTR)[nd_ - 1] : 0;               \
+        const int64_t ol_ = nd_ ? (OSTR)[nd_ - 1] : 0;                                 \
         int64_t c_[AD_MAX_DIMS] = {0}, xo_ = 0, oo_ = 0;                               \
-        for (int64_t k_ = 0; k_ < (IDX)->numel; k_++) {                                \
-            int64_t v_ = ix[k_];                                                       \
-            int64_t xoff = xo_ + v_ * (XSTR)[D], ooff = oo_;                           \
-            BODY;                                                                      \
-            for (int q_ = (NDIM) - 1; q_ >= 0; q_--) {                                 \
+        for (int64_t k_ = 0; k_ < (IDX)->numel; k_ += n_) {                            \
+            for (int64_t t_ = 0; t_ < n_; t_++) {                                      \
+                int64_t xoff = xo_ + t_ * xl_ + ix[k_ + t_] * xd_, ooff = oo_ + t_ * ol_; \
+                BODY;                                                                  \
+                (void)xoff, (void)ooff;                                                \
+            }                                                                          \
+            for (int q_ = nd_ - 2; q_ >= 0; q_--) {                                    \
                 if (q_ != (D)) xo_ += (XSTR)[q_];                                      \
                 oo_ += (OSTR)[q_];                                                     \
                 if (++c_[q_] < T_SHAPE(IDX)[q_]) break;                                \
@@ -296,13 +335,12 @@ static ad_status check_gather_shapes(const char *op, const ad_tensor *x, const a
                 oo_ -= (OSTR)[q_] * c_[q_];                                            \
                 c_[q_] = 0;                                                            \
             }                                                                          \
-            (void)xoff, (void)ooff;                                                    \
         }                                                                              \
     } while (0)
 
-static ad_status check_walk_indices(const char *op, int64_t *ix, const ad_tensor *idx, const ad_tensor *x,
-                                    int d) {
-    return check_indices(op, ix, idx->numel, x->ndim ? T_SHAPE(x)[d] : 1, d, x);
+static ad_status walk_indices(const char *op, const ad_tensor *idx, const ad_tensor *x, int d,
+                              const int64_t **ix, int64_t **own) {
+    return index_checked(op, idx, x->ndim ? T_SHAPE(x)[d] : 1, d, x, ix, own);
 }
 
 ad_status fwd_gather(const op_args *a, ad_tensor **out) {
@@ -311,10 +349,10 @@ ad_status fwd_gather(const op_args *a, ad_tensor **out) {
     ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
     int d = ia.dim;
     if (st || (st = check_gather_shapes(OP_NAME(a->op), x, idx, NULL, d))) return st;
-    int64_t *ix;
-    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
+    const int64_t *ix;
+    int64_t *own;
+    if ((st = walk_indices(OP_NAME(a->op), idx, x, d, &ix, &own))) return st;
     ad_tensor *y = NULL;
-    if ((st = check_walk_indices(OP_NAME(a->op), ix, idx, x, d))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(idx), idx->ndim, &y))) goto done;
     size_t es = ad_dtype_size_(x->dtype);
     const char *xp = ad_ptr(x);
@@ -334,7 +372,7 @@ ad_status fwd_gather(const op_args *a, ad_tensor **out) {
 #undef GATHER_COPY
     *out = y;
 done:
-    ad_mfree(ix);
+    ad_mfree(own);
     return st;
 }
 
@@ -349,10 +387,10 @@ ad_status fwd_scatter_add(const op_args *a, ad_tensor **out) {
     if (srct->dtype != x->dtype)
         return ad_fail(AD_ERR_DTYPE, "scatter_add: source %s and input %s differ in dtype",
                        ad_tdesc(srct), ad_tdesc(x));
-    int64_t *ix;
-    if ((st = nn_index_buf(OP_NAME(a->op), idx, "the index", &ix))) return st;
+    const int64_t *ix;
+    int64_t *own;
+    if ((st = walk_indices(OP_NAME(a->op), idx, x, d, &ix, &own))) return st;
     ad_tensor *y = NULL;
-    if ((st = check_walk_indices(OP_NAME(a->op), ix, idx, x, d))) goto done;
     if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &y))) goto done;
     ad_copy_strided(x, y->storage->data);
     size_t es = ad_dtype_size_(x->dtype);
@@ -364,6 +402,6 @@ ad_status fwd_scatter_add(const op_args *a, ad_tensor **out) {
                add(yp + (size_t)xoff * es, sp + (ptrdiff_t)ooff * (ptrdiff_t)es, 1));
     *out = y;
 done:
-    ad_mfree(ix);
+    ad_mfree(own);
     return st;
 }
