@@ -249,6 +249,11 @@ def test_gather_index_layouts_and_negative_values(dim):
         ad.tensor(x).gather(dim, np.where(base == 1, size, base))
     with pytest.raises(IndexError, match=rf"index_select: index {-size - 1} is out of range"):
         ad.tensor(x).index_select(dim, [0, -size - 1])
+    # a dim of size 0: every index is out of range, -1 too
+    for bad in (-1, 0):
+        with pytest.raises(IndexError, match=rf"gather: index {bad} is out of range for dim 1 "
+                                             r"of size 0"):
+            ad.zeros((2, 0)).gather(1, [[bad]])
 
 
 def np_scatter_add(x, dim, idx, src):

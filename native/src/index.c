@@ -73,11 +73,12 @@ static ad_status check_indices(const char *op, int64_t *ix, int64_t n, int64_t s
         ix[i] = v + (size & (v >> 63));
     }
     for (int64_t i = 0; bad && i < n; i++) {
-        int64_t v = ix[i] >= size ? ix[i] : ix[i] < 0 ? ix[i] - size : -1;
-        if (v != -1)
+        int64_t v = ix[i]; /* an offender below -size was moved up by size */
+        if (v < 0 || v >= size)
             return ad_fail(AD_ERR_INDEX,
                            "%s: index %lld is out of range for dim %d of size %lld (input %s)",
-                           op, (long long)v, dim, (long long)size, ad_tdesc(x));
+                           op, (long long)(v < 0 ? v - size : v), dim, (long long)size,
+                           ad_tdesc(x));
     }
     return AD_OK;
 }
