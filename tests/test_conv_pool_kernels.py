@@ -165,6 +165,40 @@ def test_conv2d_batch_items(threads, kw, n, ksize):
     check_grad(lambda a, k: F.conv2d(a, k, **kw), [xs, w])
 
 
+@pytest.mark.parametrize("n,o", [(1, 4), (2, 4), (2, 1)])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(2, 1), dilation=(2, 1))])
+def test_conv2d_forward_packs_a_large_im2col_in_blocks(threads, n, o, kw):
+    """Where im2col would outgrow L2 the forward's GEMM packs its B straight
+    from the image, a block at a time: 130 channels x 3 x 3 = 1170 rows of B
+    take two or three passes over k, the later ones starting inside a
+    channel's window, and 37 x 37 (19 x 37 strided) output pixels take
+    column panels starting inside an output row; n = 1 splits the one
+    product over the threads, o = 1 makes it one row."""
+    x, w = rand(n, 130, 37, 37), rand(o, 130, 3, 3)
+    ref = np_conv2d(x, w, **{k: (v, v) if isinstance(v, int) else v for k, v in kw.items()})
+    for dt, tol in ((ad.float64, 1e-10), (ad.float32, 1e-3)):
+        y = F.conv2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), **kw)
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("mask", [1, 2, 3])
+def test_gemm_fallbacks_without_packing_buffers(threads, mask):
+    """With the GEMM's packing buffers unobtainable (as when out of memory)
+    every product takes its unpacked fallback, the forward's packed im2col
+    read one element at a time: the same values."""
+    x, w = rand(2, 30, 40, 40), rand(3, 30, 3, 3)  # im2col 270 x 1600 float64: 3.5 MB
+    a, b = rand(70, 90), rand(90, 50)
+    ref = np_conv2d(x, w, padding=(1, 1))
+    lib.ad_testing_gemm_packbuf_fail(mask)
+    try:
+        y = F.conv2d(ad.tensor(x), ad.tensor(w), padding=1)
+        p = ad.tensor(a) @ ad.tensor(b)
+    finally:
+        lib.ad_testing_gemm_packbuf_fail(0)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(p), a @ b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1, output_padding=1),
                                 dict(dilation=2, padding=1, groups=2),
                                 dict(groups=2)])

@@ -626,6 +626,10 @@ AD_API void ad_testing_poison_allocs(int byte);
 /* Forces a GEMM micro-kernel level ("avx512", "avx2", "portable"; "auto"
    restores run-time dispatch). AD_ERR_VALUE if the CPU lacks it. */
 AD_API ad_status ad_gemm_set_kernel(const char *name);
+/* Makes the GEMM's per-thread packing buffers unobtainable (bit 0: A's
+   block, bit 1: B's panel) until called with 0, as when out of memory: the
+   products then take their unpacked fallback. */
+AD_API void ad_testing_gemm_packbuf_fail(int mask);
 /* cffi-testing:end */
 #endif
 

@@ -1,5 +1,6 @@
 /* conv.c - conv2d, conv_transpose2d and conv2d's weight gradient, all by
- * im2col / col2im around the packed GEMM.
+ * im2col / col2im around the packed GEMM (where im2col would outgrow L2, the
+ * forward's GEMM packs its blocks from the image instead: gemm_bsrc, gemm.h).
  *
  * One geometry serves the three ops: a convolution from an input (n, c, h, w)
  * to an output (n, o, oh, ow) with weight (o, c/groups, kh, kw).
@@ -10,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "gemm.h"
 #include "nnops.h"
 #include "opargs.h"
@@ -99,6 +101,14 @@ static bool pointwise(const conv_geom *g) {
 
 enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT };
 
+/* the forward's B packer's context: one (sample, group)'s input */
+typedef struct conv_bsrc {
+    const conv_geom *g;
+    const void *x;
+} conv_bsrc;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 typedef struct conv_job {
     const conv_geom *g;
     int which, dt;
@@ -107,6 +117,7 @@ typedef struct conv_job {
     char *scratch;          /* `slots` slots of `slot` bytes */
     size_t slot;
     int64_t slots, ncols;   /* ncols: the im2col buffer's elements, 0 when pointwise */
+    bool packs;             /* the forward's GEMM packs im2col from the image */
     atomic_llong next;      /* the next unclaimed item (forward and input gradient) */
 } conv_job;
 
@@ -145,8 +156,20 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
     size_t es = ad_dtype_size_(a->dtype);
     conv_job jb = {.g = g, .which = which, .dt = a->dtype};
     int64_t items = g->n * g->groups;
+    /* The forward's GEMM packs its B straight from the image (im2col_pack)
+       where im2col would outgrow L2: its buffer, written out and read back
+       to be packed, costs more there than the packer's short runs.  Zen 4,
+       float32, 64 3x3 filters, padding 1, 1 thread (old and new builds in
+       alternating processes, medians of three rounds): input (8, 64, 56,
+       56) 25.0-26.5 -> 21.9-23.3 ms, (16, 64, 32, 32) 14.8-18.2 ->
+       14.1-14.2, (8, 128, 16, 16) (1.2 MB, just past L2) level.  Below L2,
+       where im2col stays in cache and a small B is read in place, packing
+       lost: (64, 16, 14, 14) with 32 filters 2.0-3.0 -> 3.2-4.2 ms, (16, 64,
+       32, 32) at stride 2 4.3-5.3 -> 5.1-6.4. */
+    jb.packs = which == RUN_FWD && !pointwise(g) &&
+               (size_t)(g->k * g->l) * es > (size_t)ad_cpu_caches()->l2;
     /* im2col, then for the weight gradient one GEMM result and an accumulator */
-    jb.ncols = pointwise(g) ? 0 : g->k * g->l;
+    jb.ncols = pointwise(g) || jb.packs ? 0 : g->k * g->l;
     size_t slot = (size_t)jb.ncols;
     if (which == RUN_BWD_WEIGHT) slot += (size_t)((g->og + g->o) * g->k);
     slot = (slot * es + 63) / 64 * 64;

@@ -26,6 +26,67 @@ static void S(im2col)(const conv_geom *g, const T *in, T *cols) {
             }
 }
 
+/* gemm_bsrc's packer (gemm.h) for im2col(x) of one (sample, group) with x
+   at ctx: B's row p = (c, i, j), column l = (y, x).  A panel's nr columns
+   are a few runs of output pixels, each within one output row (listed once
+   per panel); row p of the panel takes each run from one input row at
+   stride sw, zeros where the window leaves the image.  The conv2d forward
+   packs the GEMM's B this way instead of writing im2col (k x l, 2.4 MB for
+   64 channels at 32 x 32) and packing that. */
+#define CONV_PACK_RUNS 32 /* runs of a panel: at most NR, 32 at the widest */
+_Static_assert(GEMM_AVX512_F32_NR <= CONV_PACK_RUNS && GEMM_AVX512_F64_NR <= CONV_PACK_RUNS &&
+                   GEMM_AVX2_F32_NR <= CONV_PACK_RUNS && GEMM_AVX2_F64_NR <= CONV_PACK_RUNS,
+               "a panel's runs outnumber im2col_pack's arrays"); /* portable: NR 8 */
+static void S(im2col_pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
+                           int nr, void *dst)
+{
+    const conv_bsrc *bs = ctx;
+    const conv_geom *g = bs->g;
+    const int64_t khw = g->kh * g->kw;
+    int64_t ry[CONV_PACK_RUNS], rx[CONV_PACK_RUNS], rn[CONV_PACK_RUNS], rl[CONV_PACK_RUNS];
+    T *d = dst;
+    for (int64_t q0 = 0; q0 < nb; q0 += nr, d += (int64_t)nr * kb) {
+        int64_t w = min64(nr, nb - q0), runs = 0;
+        for (int64_t t = 0, l = j0 + q0; t < w; runs++) { /* at most nr runs */
+            rl[runs] = t, ry[runs] = l / g->ow, rx[runs] = l % g->ow;
+            rn[runs] = min64(g->ow - rx[runs], w - t);
+            t += rn[runs], l += rn[runs];
+        }
+        int64_t c = p0 / khw, i = p0 % khw / g->kw, j = p0 % g->kw;
+        for (int64_t p = 0; p < kb; p++) {
+            T *row = d + p * nr;
+            const T *plane = (const T *)bs->x + c * g->h * g->w;
+            int64_t off = j * g->dw - g->pw, x0, x1, iy0 = i * g->dh - g->ph;
+            valid_cols(g, off, &x0, &x1);
+            for (int64_t s = 0; s < runs; s++) {
+                /* output columns [xs, xe) to r[0 .. xe - xs) */
+                T *restrict r = row + rl[s];
+                int64_t xs = rx[s], xe = xs + rn[s], iy = ry[s] * g->sh + iy0;
+                if (iy < 0 || iy >= g->h) {
+                    memset(r, 0, (size_t)(xe - xs) * sizeof(T));
+                    continue;
+                }
+                const T *restrict src = plane + iy * g->w + off;
+                int64_t a = x0 < xs ? xs : x0 > xe ? xe : x0;
+                int64_t b = x1 < a ? a : x1 > xe ? xe : x1;
+                for (int64_t x = xs; x < a; x++) r[x - xs] = 0;
+                if (g->sw == 1) /* libc's copy runs at the CPU's vector width */
+                    memcpy(r + (a - xs), src + a, (size_t)(b - a) * sizeof(T));
+                else
+                    for (int64_t x = a; x < b; x++) r[x - xs] = src[x * g->sw];
+                for (int64_t x = b; x < xe; x++) r[x - xs] = 0;
+            }
+            for (int64_t t = w; t < nr; t++) /* a partial last panel's padding */
+                row[t] = 0;
+            if (++j == g->kw) {
+                j = 0;
+                if (++i == g->kh) i = 0, c++;
+            }
+        }
+    }
+}
+#undef CONV_PACK_RUNS
+
 /* the adjoint of im2col: in[...] += cols[...] */
 static void S(col2im)(const conv_geom *g, const T *cols, T *in) {
     for (int64_t c = 0; c < g->cg; c++)
@@ -54,10 +115,15 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     T *y = jb->y;
     bool pw = pointwise(g);
     if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */
-        const T *c = pw ? a + xoff : cols;
+        const T *w = b + q * g->og * g->k;
+        if (jb->packs) {
+            conv_bsrc src = {g, a + xoff};
+            gemm_bsrc bs = {S(im2col_pack), &src};
+            S(gemm_bsrc)(g->og, g->l, g->k, w, g->k, 1, &bs, y + yoff, g->l);
+            return;
+        }
         if (!pw) S(im2col)(g, a + xoff, cols);
-        S(gemm)(g->og, g->l, g->k, b + q * g->og * g->k, g->k, 1, c, g->l, 1, y + yoff, g->l,
-                1);
+        S(gemm)(g->og, g->l, g->k, w, g->k, 1, pw ? a + xoff : cols, g->l, 1, y + yoff, g->l, 1);
     } else if (jb->which == RUN_BWD_INPUT) { /* a = conv output grad, b = w, y = x */
         if (pw) {
             S(gemm)(g->k, g->l, g->og, b + q * g->og * g->k, 1, g->k, a + yoff, g->l, 1,

@@ -157,9 +157,18 @@ static void packbuf_key_init(void)
     pthread_key_create(&g_buf_key, packbuf_free);
 }
 
+static atomic_int g_packbuf_fail; /* ad_testing_gemm_packbuf_fail's mask */
+
+void gemm_packbuf_fail(int mask)
+{
+    atomic_store(&g_packbuf_fail, mask);
+}
+
 /* A 64-byte aligned scratch area of at least `bytes`, or NULL if out of memory. */
 static void *packbuf_get(int which, size_t bytes)
 {
+    if (atomic_load_explicit(&g_packbuf_fail, memory_order_relaxed) >> which & 1)
+        return NULL;
     struct packbuf *pb = tl_buf;
     if (!pb) {
         pthread_once(&g_buf_once, packbuf_key_init);

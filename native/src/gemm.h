@@ -56,12 +56,33 @@ void gemm_epi_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t rsa,
                   const double *b, int64_t rsb, int64_t csb, double *c, int64_t rsc,
                   const gemm_epi *epi);
 
+/* A product whose B is never stored whole: C = A @ B (C row-major, unit
+   column stride) with B's micro-panels written by pack(ctx, p0, kb, j0, nb,
+   nr, dst), rows [p0, p0 + kb) and columns [j0, j0 + nb) of B as
+   ceil(nb / nr) panels of kb rows of nr elements, panel after panel, each row
+   contiguous and zero-padded past column j0 + nb.  The product always takes
+   the packed path (the fallbacks read B one element at a time, nr = 1); pack
+   may run on several threads at once.  conv2d packs im2col(x) this way,
+   straight from the image (conv.c). */
+typedef struct gemm_bsrc {
+    void (*pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
+                 void *dst);
+    const void *ctx;
+} gemm_bsrc;
+void gemm_bsrc_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                   const gemm_bsrc *bs, float *c, int64_t rsc);
+void gemm_bsrc_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t rsa, int64_t csa,
+                   const gemm_bsrc *bs, double *c, int64_t rsc);
+
 /* Kernel selection: "avx512", "avx2" or "portable", by default the level cpu.c
    picks (the CPU's best unless PYAUTODIFF_ISA / PYAUTODIFF_PORTABLE caps it).
    gemm_set_kernel(name) forces a level, "auto" (or NULL) restores the default;
    it returns -1 for an unknown name or a level above the default. */
 const char *gemm_kernel_name(void);
 int gemm_set_kernel(const char *name);
+/* ad_testing_gemm_packbuf_fail's switch: bit w makes packing buffer w
+   (0: A, 1: B) unobtainable */
+void gemm_packbuf_fail(int mask);
 
 /* ---- micro-kernels (internal to gemm*.c) ----
 

@@ -374,6 +374,7 @@ struct S(prob) {
     const int64_t *a_off; /* NULL: a single item at offset 0 */
     const int64_t *c_off;
     const gemm_epi *epi;  /* NULL, or (a single item) applied to each finished block */
+    const gemm_bsrc *bsrc; /* NULL, or (a single item) B's packer; b unused */
 };
 
 /* The epilogue over rows [i0, i0 + rows) x cols [j0, j0 + cols) of C (csc == 1). */
@@ -478,6 +479,11 @@ static void S(packb_task)(void *ctx, int64_t p0, int64_t p1)
     struct S(packb_job) *job = ctx;
     const struct S(prob) *pr = job->pr;
     int64_t j0 = p0 * job->nr, j1 = min64(p1 * job->nr, job->nb);
+    if (pr->bsrc) {
+        pr->bsrc->pack(pr->bsrc->ctx, job->pc, job->kb, job->jc + j0, j1 - j0, job->nr,
+                       job->bp + j0 * job->kb);
+        return;
+    }
     S(pack_b)(job->kn, job->kb, j1 - j0, pr->b + job->pc * pr->rsb + (job->jc + j0) * pr->csb,
               pr->rsb, pr->csb, job->bp + j0 * job->kb);
 }
@@ -513,8 +519,14 @@ static void S(slow)(const struct S(prob) *pr, int64_t item, int64_t r0, int64_t 
     for (int64_t i = r0; i < r1; i++)
         for (int64_t j = c0; j < c1; j++) {
             T s = accum ? c[i * pr->rsc + j * pr->csc] : 0;
-            for (int64_t p = p0; p < p1; p++)
-                s += a[i * pr->rsa + p * pr->csa] * pr->b[p * pr->rsb + j * pr->csb];
+            for (int64_t p = p0; p < p1; p++) {
+                T bv;
+                if (pr->bsrc)
+                    pr->bsrc->pack(pr->bsrc->ctx, p, 1, j, 1, 1, &bv);
+                else
+                    bv = pr->b[p * pr->rsb + j * pr->csb];
+                s += a[i * pr->rsa + p * pr->csa] * bv;
+            }
             c[i * pr->rsc + j * pr->csc] = s;
         }
 }
@@ -647,7 +659,7 @@ static void S(whole_task)(void *ctx, int64_t g0, int64_t g1)
 static void S(run_group)(const struct S(prob) *pr, int threads)
 {
     struct S(kernel) kn = S(pick_kernel)();
-    if ((pr->m == 1 || pr->n == 1) && S(vec_item)(&kn, pr, 0, 0, 0)) {
+    if ((pr->m == 1 || pr->n == 1) && !pr->bsrc && S(vec_item)(&kn, pr, 0, 0, 0)) {
         int64_t outs = pr->n == 1 ? pr->m : pr->n;
         for (int64_t it = 0; it < pr->count; it++) {
             struct S(vec_job) job = {&kn, pr, it, outs};
@@ -821,7 +833,7 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
-    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, 1, NULL, NULL, NULL};
+    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, 1, NULL, NULL, NULL, NULL};
     if (k <= 0) {
         for (int64_t i = 0; i < batch; i++) {
             pr.c = c + c_off[i];
@@ -832,7 +844,7 @@ void S(gemm_batch)(int64_t batch, const int64_t *a_off, const int64_t *b_off,
     /* The micro-kernel writes rows of C with unit column stride; a column-major
        C is the row-major C^T = B^T A^T, so swap the operands. */
     if (csc != 1 && rsc == 1) {
-        pr = (struct S(prob)){n, m, k, b, csb, rsb, a, csa, rsa, c, csc, rsc, 1, NULL, NULL, NULL};
+        pr = (struct S(prob)){n, m, k, b, csb, rsb, a, csa, rsa, c, csc, rsc, 1, NULL, NULL, NULL, NULL};
         const int64_t *t = a_off;
         a_off = b_off;
         b_off = t;
@@ -878,7 +890,7 @@ void S(gemm_epi)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64
 {
     if (m <= 0 || n <= 0)
         return;
-    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, 1, 1, NULL, NULL, epi};
+    struct S(prob) pr = {m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, 1, 1, NULL, NULL, epi, NULL};
     if (k <= 0) {
         S(zero_c)(&pr, 0);
         S(epi_block)(&pr, 0, m, 0, n);
@@ -888,6 +900,23 @@ void S(gemm_epi)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64
     int64_t work = m * n * k;
     int inner = threads > 1 && work >= (m == 1 || n == 1 ? GEMM_GEMV_PAR_MIN : GEMM_PAR_MIN_WORK);
     S(run_group)(&pr, inner ? threads : 1);
+}
+
+/* B from a packer (gemm.h): the packed path, whose B-reading paths (in-place
+   B, the whole and matrix-vector kernels) run_group leaves out: they ask for
+   unit-stride B (csb 1), and a bsrc problem's B strides are 0. */
+void S(gemm_bsrc)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t csa,
+                  const gemm_bsrc *bs, T *c, int64_t rsc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    struct S(prob) pr = {m, n, k, a, rsa, csa, NULL, 0, 0, c, rsc, 1, 1, NULL, NULL, NULL, bs};
+    if (k <= 0) {
+        S(zero_c)(&pr, 0);
+        return;
+    }
+    int threads = par_num_threads();
+    S(run_group)(&pr, threads > 1 && m * n * k >= GEMM_PAR_MIN_WORK ? threads : 1);
 }
 
 void S(gemm)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t csa, const T *b,

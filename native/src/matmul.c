@@ -809,6 +809,7 @@ ad_status fwd_matmul(const op_args *args, ad_tensor **out) {
 }
 
 AD_API const char *ad_gemm_kernel(void) { return gemm_kernel_name(); }
+AD_API void ad_testing_gemm_packbuf_fail(int mask) { gemm_packbuf_fail(mask); }
 AD_API ad_status ad_gemm_set_kernel(const char *name) {
     if (gemm_set_kernel(name))
         return ad_fail(AD_ERR_VALUE,
