@@ -177,6 +177,28 @@ def test_driver_paths_on_every_kernel(kernel, threads, dt):
         _check(ad.from_numpy(a), ad.from_numpy(b), dt)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_transposing_pack_of_columns_a_power_of_two_apart(kernel, threads, dt):
+    """The transposing pack (a unit-row-stride B into panels, a row-major A
+    into the AVX2 level's 6-row or the AVX-512 level's 12-row ones) takes
+    256 bytes of each column a pass where the columns are a multiple of 1 KiB
+    apart (they share L1 sets), one register block a pass otherwise: k with
+    and without a partial pass and a tail of single steps, both strides."""
+    rng = np.random.default_rng(5)
+    tol = TOL[dt] if dt == np.float64 else dict(rtol=1e-4, atol=5e-4)  # sums of 700 terms
+    for stride in (1024, 768, 1000):  # float32 4 KiB and 3 KiB apart, then no shared sets
+        big_b = rng.standard_normal((70, stride)).astype(dt)
+        big_a = rng.standard_normal((40, stride)).astype(dt)
+        for k in (700, 300, 75):
+            bt = ad.from_numpy(big_b)[:, :k].T    # (k, 70): columns stride apart
+            at = ad.from_numpy(big_a)[:, :k]      # (40, k): rows stride apart
+            want = big_a[:, :k] @ big_b[:, :k].T
+            np.testing.assert_allclose((at @ bt).numpy(), want, **tol,
+                                       err_msg=f"stride {stride}, k {k}")
+            np.testing.assert_allclose((bt.T @ at.T).numpy(), want.T, **tol,
+                                       err_msg=f"transposed, stride {stride}, k {k}")
+
+
 # Small products whose A and B are read in place (small_fits in
 # gemm_dtype.h; at the AVX-512 level the small kernel, gemm_small_avx512.h):
 # m around the row tiles (4 and 8 rows, a last tile of up to 6 / 12 rows
