@@ -200,6 +200,14 @@ def child(args):
                  lambda G=torch.from_numpy(g) if torch else None,
                  W=torch.from_numpy(w) if torch else None: G @ W.t())):
             run("matmul", name, libs_for(f_np, f_ad, f_t if torch else None))
+        # a Linear layer's x @ W^T, W's rows 4 KiB apart (the transposing pack)
+        x2 = rng.standard_normal((128, 1024)).astype("float32")
+        w2 = rng.standard_normal((1024, 1024)).astype("float32")
+        tx2, tw2 = ad.from_numpy(x2), ad.from_numpy(w2)
+        run("matmul", "linear x@W^T (128x1024)@(1024x1024)^T",
+            libs_for(lambda: x2 @ w2.T, lambda: tx2 @ tw2.t(),
+                     (lambda X=torch.from_numpy(x2), W=torch.from_numpy(w2): X @ W.t())
+                     if torch else None), {"flops": 2 * 128 * 1024 * 1024})
         a = rng.standard_normal((256, 32, 64)).astype("float32")
         b = rng.standard_normal((256, 64, 32)).astype("float32")
         ta, tb = ad.from_numpy(a), ad.from_numpy(b)
@@ -680,6 +688,15 @@ def model_rows(np, ad, torch, run, rep):
 
             fns["torch"] = step_t
         run("models", name + " SGD step", fns, repeat=rep, number=3)
+    # a convolution whose im2col outgrows L2: the GEMM packs it from the image
+    xi = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    wi = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
+    axi, awi = ad.from_numpy(xi), ad.from_numpy(wi)
+    fns = {"pyautodiff": lambda: ad.nn.functional.conv2d(axi, awi, padding=1)}
+    if torch:
+        txi, twi = torch.from_numpy(xi), torch.from_numpy(wi)
+        fns["torch"] = lambda: torch.nn.functional.conv2d(txi, twi, padding=1)
+    run("models", "conv2d forward (8,64,56,56) * 64 3x3, padding 1", fns, repeat=rep, number=3)
 
 
 def train_mem_child(lib):
