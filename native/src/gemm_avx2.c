@@ -149,6 +149,23 @@ static int packbt_lines(int64_t bytes_apart)
     return bytes_apart % 1024 == 0;
 }
 
+/* the passes of gemm_packbt_*_avx2 (src, csb, bp, nr and kb in scope): STEPS
+   over 256 bytes of each column where packbt_lines, else over one register
+   block of BLK steps, then the last kb % BLK steps one by one */
+#define PACKBT_PASSES(STEPS, BLK)                                                          \
+    do {                                                                                   \
+        const int64_t wide = 256 / (int64_t)sizeof *src, kbb = kb / (BLK) * (BLK);         \
+        int64_t p = 0;                                                                     \
+        if (packbt_lines(csb * (int64_t)sizeof *src))                                      \
+            for (; p + wide <= kbb; p += wide)                                             \
+                STEPS(src, csb, bp, nr, p, p + wide);                                      \
+        for (; p < kbb; p += (BLK))                                                        \
+            STEPS(src, csb, bp, nr, p, p + (BLK));                                         \
+        for (; p < kb; p++)                                                                \
+            for (int j = 0; j < nr; j++)                                                   \
+                bp[p * nr + j] = src[j * csb + p];                                         \
+    } while (0)
+
 /* k steps [p0, p1) (whole blocks of 8) of all nr columns, in 8 x 8 blocks
    and a 4-wide tail (nr = 12 packing an A panel), column block by column
    block */
@@ -188,16 +205,7 @@ void gemm_packbt_f32_avx2(int64_t kb, const float *src, int64_t csb, float *bp, 
         packbt6_f32(kb, src, csb, bp);
         return;
     }
-    const int64_t kb8 = kb & ~(int64_t)7;
-    int64_t p = 0;
-    if (packbt_lines(csb * 4))
-        for (; p + 64 <= kb8; p += 64)
-            packbt_steps_f32(src, csb, bp, nr, p, p + 64);
-    for (; p < kb8; p += 8)
-        packbt_steps_f32(src, csb, bp, nr, p, p + 8);
-    for (; p < kb; p++)
-        for (int j = 0; j < nr; j++)
-            bp[p * nr + j] = src[j * csb + p];
+    PACKBT_PASSES(packbt_steps_f32, 8);
 }
 
 /* k steps [p0, p1) (whole blocks of 4) of all nr columns, in 4 x 4 blocks
@@ -236,14 +244,6 @@ static inline __attribute__((always_inline)) void packbt_steps_f64(const double 
 
 void gemm_packbt_f64_avx2(int64_t kb, const double *src, int64_t csb, double *bp, int nr)
 {
-    const int64_t kb4 = kb & ~(int64_t)3;
-    int64_t p = 0;
-    if (packbt_lines(csb * 8))
-        for (; p + 32 <= kb4; p += 32)
-            packbt_steps_f64(src, csb, bp, nr, p, p + 32);
-    for (; p < kb4; p += 4)
-        packbt_steps_f64(src, csb, bp, nr, p, p + 4);
-    for (; p < kb; p++)
-        for (int j = 0; j < nr; j++)
-            bp[p * nr + j] = src[j * csb + p];
+    PACKBT_PASSES(packbt_steps_f64, 4);
 }
+#undef PACKBT_PASSES
