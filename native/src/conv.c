@@ -107,8 +107,6 @@ typedef struct conv_bsrc {
     const void *x;
 } conv_bsrc;
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 typedef struct conv_job {
     const conv_geom *g;
     int which, dt;

@@ -191,7 +191,6 @@ static void *packbuf_get(int which, size_t bytes)
     return pb->ptr[which];
 }
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Portable micro-kernel: plain C the compiler vectorises for the baseline ISA. */

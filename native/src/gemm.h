@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 /* C[m,n] = A[m,k] @ B[k,n] (overwrites C; C is never aliased with A or B).
    All strides are in elements and may be any value (row-major, column-major/transposed,
    sliced with step, or 0 for a broadcast dim). k may be 0 (then C = 0). m or n may be 0. */
