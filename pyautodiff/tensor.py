@@ -655,7 +655,7 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """A read-only numpy view of the tensor's memory (zero-copy; it keeps
         the storage alive).  A Var's view sees later Var.set writes."""
-        return np.asarray(_ArrayView(self))
+        return np.asarray(self if _BUFFER else _ArrayView(self))
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
         """numpy 2's protocol: copy=True always copies, copy=False never does
@@ -1498,6 +1498,12 @@ _FAST_METHODS = (
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()
+# Tensor and Var export their memory through the buffer protocol
+# (bindings/build_cffi.py, _ad_install_buffer): numpy reads it before
+# __array__, without the __array_interface__ dict of _ArrayView, which
+# numpy() uses when the slots are not installed (PYAUTODIFF_PYTHON_METHODS=1).
+_BUFFER = (os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0")
+           and lib._ad_install_buffer() == 0)
 Tensor.view = vars(Tensor)["reshape"]  # the alias follows reshape's form
 
 

@@ -858,3 +858,134 @@ def test_ordinary_calls_in_c_raise_once():
         finally:
             lib.ad_testing_fail_alloc_after(0)
         call()  # and then it works
+
+
+# ---- the buffer protocol of Tensor and Var (bindings/build_cffi.py, _ad_install_buffer) ----
+class _PyBuffer(__import__("ctypes").Structure):
+    import ctypes as _c
+    _fields_ = [("buf", _c.c_void_p), ("obj", _c.py_object), ("len", _c.c_ssize_t),
+                ("itemsize", _c.c_ssize_t), ("readonly", _c.c_int), ("ndim", _c.c_int),
+                ("format", _c.c_char_p), ("shape", _c.POINTER(_c.c_ssize_t)),
+                ("strides", _c.POINTER(_c.c_ssize_t)), ("suboffsets", _c.c_void_p),
+                ("internal", _c.c_void_p)]
+
+
+def _get_buffer(obj, flags):
+    """PyObject_GetBuffer(obj, flags) as a C consumer makes it: (ndim, shape,
+    strides, format, itemsize, len, readonly), the view released; or the
+    exception it raised."""
+    import ctypes
+    api = ctypes.pythonapi
+    api.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    api.PyBuffer_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    view = _PyBuffer()
+    try:
+        api.PyObject_GetBuffer(obj, ctypes.byref(view), flags)
+    except Exception as e:  # noqa: BLE001 - the exporter's error, as raised
+        return e
+    try:
+        nd = view.ndim
+        return (nd, tuple(view.shape[:nd]) if view.shape else None,
+                tuple(view.strides[:nd]) if view.strides else None, view.format,
+                view.itemsize, view.len, view.readonly, view.buf)
+    finally:
+        api.PyBuffer_Release(ctypes.byref(view))
+
+
+def _buffer_layouts():
+    base = ad.from_numpy(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    yield "contiguous", base
+    yield "transposed", base.permute(2, 1, 0)
+    yield "sliced", base[:, 1:, ::2]
+    yield "reversed", base[:, ::-1]
+    yield "broadcast", ad.from_numpy(np.arange(4.0)).broadcast_to((3, 4))
+    yield "0-d", ad.tensor(2.5)
+    yield "empty", ad.zeros((0, 3))
+    for dt in DTYPES:
+        yield dt, ad.from_numpy(sample(dt, (2, 5), 3)).t()
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _buffer_layouts()])
+def test_numpy_view_matches_the_array_interface(name):
+    # np.asarray(t) and t.numpy() (the buffer, or _ArrayView without it) read
+    # the tensor's memory in place with _ArrayView's dtype, shape and strides
+    t = dict(_buffer_layouts())[name]
+    ref = np.asarray(_T._ArrayView(t))
+    for a in (np.asarray(t), t.numpy(), np.array(t, copy=False)):
+        assert (a.dtype, a.shape, a.strides) == (ref.dtype, ref.shape, ref.strides)
+        assert a.dtype == np.dtype(t.dtype.name) and a.dtype.char == np.dtype(t.dtype.name).char
+        assert a.__array_interface__["data"] == ref.__array_interface__["data"]
+        assert not a.flags.writeable
+        assert bits(a).tolist() == bits(ref).tolist() and a.tolist() == t.tolist()
+    copied = np.array(t)
+    assert copied.flags.writeable and not np.shares_memory(copied, ref) or not ref.size
+    np.testing.assert_array_equal(np.asarray(t, dtype=np.float64), ref.astype(np.float64))
+
+
+def test_numpy_view_keeps_the_tensor_alive_and_sees_var_writes():
+    v = ad.Var(np.arange(6.0).reshape(2, 3))
+    before = (sys.getrefcount(v), ad.live_tensors())
+    arrays = [np.asarray(v), v.numpy(), v.t().numpy()]
+    del arrays
+    assert (sys.getrefcount(v), ad.live_tensors()) == before
+    a, at = np.asarray(v), np.asarray(v.t())
+    v.set(ad.tensor(np.full((2, 3), 7.0)))
+    assert a.tolist() == [[7.0] * 3] * 2 and at.tolist() == [[7.0] * 2] * 3
+    t = ad.tensor([1.0, 2.0, 3.0]) * 2.0
+    a = np.asarray(t[::2])
+    del t
+    import gc
+    gc.collect()
+    assert a.tolist() == [2.0, 6.0]
+
+
+@pytest.mark.skipif(PYTHON_METHODS, reason="the buffer slots are installed with the C methods")
+def test_buffer_requests_a_c_consumer_makes():
+    import ctypes
+    ND, STRIDES, FORMAT, WRITABLE = 0x8, 0x18, 0x4, 0x1
+    C_CONTIG, F_CONTIG, ANY_CONTIG = 0x38, 0x58, 0x98
+    x = ad.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    got = _get_buffer(x, STRIDES | FORMAT)
+    assert got[:7] == (2, (2, 3), (12, 4), b"f", 4, 24, 1)
+    assert got[7] == np.asarray(x).__array_interface__["data"][0]
+    assert _get_buffer(x, 0)[:7] == (1, None, None, None, 4, 24, 1)  # PyBUF_SIMPLE: bytes
+    assert _get_buffer(x, ND)[:3] == (2, (2, 3), None)
+    assert _get_buffer(x, C_CONTIG)[1:3] == ((2, 3), (12, 4))
+    xt = x.t()
+    assert _get_buffer(xt, F_CONTIG)[1:3] == ((3, 2), (4, 12))
+    assert _get_buffer(xt, ANY_CONTIG)[1:3] == ((3, 2), (4, 12))
+    for obj, flags, words in ((x, STRIDES | WRITABLE, "read-only"), (xt, C_CONTIG, "C-contiguous"),
+                              (xt, ND, "no strides"), (xt, 0, "no strides"),
+                              (x, F_CONTIG, "Fortran-contiguous"),
+                              (x[:, ::2], ANY_CONTIG, "not contiguous")):
+        e = _get_buffer(obj, flags)
+        assert isinstance(e, BufferError) and words in str(e), (flags, e)
+    # a 1-row view is both; size-0 and size-1 dims take any stride
+    assert _get_buffer(x[:1], C_CONTIG)[1] == (1, 3) and _get_buffer(x[:1].t(), C_CONTIG)[1] == (3, 1)
+    assert _get_buffer(ad.zeros((0, 3)).t(), C_CONTIG)[5] == 0
+    m = memoryview(xt)
+    assert (m.format, m.shape, m.strides, m.readonly) == ("f", (3, 2), (4, 12), True)
+    assert bytes(xt) == np.ascontiguousarray(np.asarray(xt)).tobytes()
+    with pytest.raises(TypeError):
+        (ctypes.c_char * 24).from_buffer(x)  # a writable export is refused
+    for dt, fmt in zip(DTYPES, ("f", "d", "l", "i", "B", "?")):
+        assert memoryview(ad.from_numpy(sample(dt, (3,), 1))).format == fmt
+    refs = sys.getrefcount(x)
+    for _ in range(100):
+        _get_buffer(x, STRIDES | FORMAT), _get_buffer(xt, C_CONTIG)
+    assert sys.getrefcount(x) == refs
+
+
+@pytest.mark.skipif(PYTHON_METHODS, reason="the buffer slots are installed with the C methods")
+def test_buffer_of_subclasses_and_released_tensors():
+    class Sub(ad.Tensor):
+        pass
+
+    s = Sub([1.0, 2.0])
+    assert memoryview(s).tolist() == [1.0, 2.0] and np.asarray(s).base.obj is s
+    v = ad.Var([3.0])
+    assert memoryview(v).tolist() == [3.0]
+    for t in (ad.tensor([1.0]), Sub([1.0]), ad.Var([1.0])):
+        t.__del__()
+        with pytest.raises(Exception, match="released|bytes-like"):  # never a read of its memory
+            memoryview(t)
