@@ -234,9 +234,13 @@ fail:
    one-element tensor; CALL tensor._call(op, inputs, iargs=(), fargs=()), the
    generic entry every other op takes (the row's first element is the module,
    whose function of that name the wrapper replaces): ad_op_call, the
-   interpreter lock released around it as cffi releases it */
+   interpreter lock released around it as cffi releases it; FROM_NUMPY
+   tensor.from_numpy(a) of a writable C-contiguous numpy array (exactly
+   numpy.ndarray) of one of the dtypes, not empty: the copy its Python form
+   makes first (interop.py), the array read through the buffer protocol
+   (the module's function replaced as CALL's) */
 enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
-       AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM_CALL, AD_FM__COUNT };
+       AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM_CALL, AD_FM_FROM_NUMPY, AD_FM__COUNT };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -526,6 +530,47 @@ static ad_tensor *_ad_fm_opcall(PyObject *const *args, Py_ssize_t n, ad_status *
     return *st ? NULL : out;
 }
 
+/* from_numpy(a)'s copy, or NULL: declined (another type, a read-only,
+   strided, empty or non-native array: the Python function decides), or
+   the call failed (its status in *st).  (4, 4) float32, Zen 4: 1.5 -> 0.4
+   us (torch.from_numpy, which shares, 1.1).  The lock is released around
+   the copy from 64 KiB on (as cffi releases it for every call). */
+static PyTypeObject *_ad_fm_ndarray; /* numpy.ndarray */
+static ad_tensor *_ad_fm_from_numpy(PyObject *a, ad_status *st) {
+    Py_buffer v;
+    if (Py_TYPE(a) != _ad_fm_ndarray) return NULL;
+    if (PyObject_GetBuffer(a, &v, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int dt = -1;
+    if (v.format && v.format[0] && !v.format[1]) {
+        switch (v.format[0]) {
+        case 'f': dt = AD_FLOAT32; break;
+        case 'd': dt = AD_FLOAT64; break;
+        case 'l': case 'q': dt = AD_INT64; break;
+        case 'i': dt = AD_INT32; break;
+        case 'B': dt = AD_UINT8; break;
+        case '?': dt = AD_BOOL; break;
+        }
+    }
+    ad_tensor *out = NULL;
+    int64_t shape[AD_FM_MAX_DIMS];
+    if (dt >= 0 && v.itemsize == (Py_ssize_t)ad_dtype_size(dt) && !v.readonly && v.len > 0 &&
+        v.ndim <= AD_FM_MAX_DIMS && PyBuffer_IsContiguous(&v, 'C')) {
+        for (int d = 0; d < v.ndim; d++) shape[d] = v.shape[d];
+        if (v.len < (1 << 16)) {
+            *st = ad_tensor_from_data(v.buf, (size_t)v.len, dt, shape, v.ndim, &out);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            *st = ad_tensor_from_data(v.buf, (size_t)v.len, dt, shape, v.ndim, &out);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyBuffer_Release(&v);
+    return *st ? NULL : out;
+}
+
 /* the exception of a failed call, as the Python methods raise it
    (pyautodiff._lib.raise_status, fetched at install) */
 static PyObject *_ad_fm_raise_status;
@@ -562,6 +607,8 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
     ad_status st = 0; /* an ordinary call made here that failed */
     if (m->kind == AD_FM_CALL) {
         if (!kwnames) r = _ad_fm_opcall(args, n, &st);
+    } else if (m->kind == AD_FM_FROM_NUMPY) {
+        if (!kwnames && n == 1) r = _ad_fm_from_numpy(args[0], &st);
     } else if (!kwnames && n == 1 && m->kind >= AD_FM_SHAPE && (x = _ad_fm_handle(args[0]))) {
         PyObject *v = m->kind == AD_FM_SHAPE ? _ad_fm_shape(x, m->op) : _ad_fm_item(x);
         if (v || PyErr_Occurred()) return v;
@@ -676,6 +723,7 @@ static int _ad_install_fast_methods(void) {
     if (_ad_fm_tensor) return 0; /* installed already */
     PyObject *mod = PyImport_ImportModule("pyautodiff.tensor"), *rows = NULL, *ctype = NULL;
     PyObject *fmtype = NULL, *wrappers = NULL, *classes = NULL, *base = NULL, *raise = NULL;
+    PyObject *numpy = NULL, *ndarray = NULL;
     Py_ssize_t offset;
     if (!mod || !(rows = PyObject_GetAttrString(mod, "_FAST_METHODS")) || !PyTuple_Check(rows) ||
         !(raise = PyObject_GetAttrString(mod, "raise_status")) || !PyCallable_Check(raise) ||
@@ -684,7 +732,8 @@ static int _ad_install_fast_methods(void) {
         !(ctype = PyObject_GetAttrString(mod, "_HANDLE_CTYPE")) ||
         !(fmtype = PyType_FromSpec(&_ad_fm_spec)) || !(wrappers = PyList_New(0)) ||
         !(base = PyObject_GetAttrString(mod, "Tensor")) || !PyType_Check(base) ||
-        (offset = _ad_handle_offset(base)) < 0)
+        (offset = _ad_handle_offset(base)) < 0 || !(numpy = PyImport_ImportModule("numpy")) ||
+        !(ndarray = PyObject_GetAttrString(numpy, "ndarray")) || !PyType_Check(ndarray))
         goto fail;
     /* every wrapper is made before any is set: all or none */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rows); i++) {
@@ -692,11 +741,11 @@ static int _ad_install_fast_methods(void) {
         int kind, op, sop, reflected, negate;
         if (!PyArg_ParseTuple(row, "OUiiipp", &cls, &name, &kind, &op, &sop, &reflected, &negate) ||
             kind < 0 || kind >= AD_FM__COUNT ||
-            (kind == AD_FM_CALL
+            (kind == AD_FM_CALL || kind == AD_FM_FROM_NUMPY
                  ? !PyModule_Check(cls)
                  : !PyType_Check(cls) || !PyType_IsSubtype(AD_TYPE(cls), AD_TYPE(base))))
             goto fail;
-        PyObject *dict = kind == AD_FM_CALL ? PyModule_GetDict(cls) : AD_TYPE(cls)->tp_dict;
+        PyObject *dict = PyModule_Check(cls) ? PyModule_GetDict(cls) : AD_TYPE(cls)->tp_dict;
         PyObject *func = PyDict_GetItemWithError(dict, name), *fget = NULL;
         if (func && kind == AD_FM_SHAPE) { /* a property: its getter */
             if (!PyObject_TypeCheck(func, &PyProperty_Type) ||
@@ -737,6 +786,8 @@ static int _ad_install_fast_methods(void) {
     _ad_fm_ctype = (struct _cffi_ctypedescr *)ctype; /* reference kept */
     _ad_fm_raise_status = raise;                     /* reference kept */
     _ad_fm_tensor = AD_TYPE(base); /* reference kept */
+    _ad_fm_ndarray = AD_TYPE(ndarray); /* reference kept */
+    Py_DECREF(numpy);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wrappers); i++) {
         PyObject *e = PyList_GET_ITEM(wrappers, i);
         if (PyObject_SetAttr(PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2)) < 0)
@@ -749,6 +800,8 @@ static int _ad_install_fast_methods(void) {
     return 0;
 fail:
     PyErr_Clear();
+    Py_XDECREF(ndarray);
+    Py_XDECREF(numpy);
     Py_XDECREF(raise);
     Py_XDECREF(base);
     Py_XDECREF(classes);

@@ -1449,6 +1449,19 @@ class Var(Tensor):
         return _result(lib.ad_tensor_detach(self._h, out), out)
 
 
+# ---- creation from numpy (above the C forms below: it has one) -------------------------
+def from_numpy(a: np.ndarray, dtype: Optional[DTypeLike] = None, *,
+               copy: Optional[bool] = None) -> Tensor:
+    """A tensor from the numpy array `a` (its dtype kept unless `dtype` is given).
+
+    copy=None (default): a read-only array is shared (zero-copy, its strides
+    kept; the tensor keeps the array alive), a writable one is copied.
+    copy=False: shared even when writable (the caller promises not to write
+    it); raises ad.InvalidArgumentError when sharing is impossible (another
+    dtype, misaligned data).  copy=True: always copied."""
+    return _interop.from_numpy(a, dtype, copy)
+
+
 # Tensor.__del__ also runs as a C finalizer for these classes when they die
 # (bindings/build_cffi.py, _ad_tensor_finalize: the same steps without the
 # Python frame); explicit t.__del__() calls and user subclasses run the
@@ -1493,8 +1506,10 @@ _FAST_METHODS = (
                              ("expand", 5, lib.AD_OP_BROADCAST),
                              ("__getitem__", 6, 0), ("shape", 7, 0), ("strides", 7, 1),
                              ("item", 8, 0))),
-    # _call itself, the generic entry (its arguments converted in C)
+    # _call itself, the generic entry (its arguments converted in C); from_numpy(a)'s copy
+    # of a writable C-contiguous ndarray
     (sys.modules[__name__], "_call", 9, 0, -1, False, False),
+    (sys.modules[__name__], "from_numpy", 10, 0, -1, False, False),
 )
 if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
     lib._ad_install_fast_methods()
@@ -1534,18 +1549,6 @@ def tensor(data: Any, dtype: Optional[DTypeLike] = None) -> Tensor:
         elif arr.dtype.kind in "iu":
             dtype = _dt.int64
     return _from_numpy_copy(arr, dtype)
-
-
-def from_numpy(a: np.ndarray, dtype: Optional[DTypeLike] = None, *,
-               copy: Optional[bool] = None) -> Tensor:
-    """A tensor from the numpy array `a` (its dtype kept unless `dtype` is given).
-
-    copy=None (default): a read-only array is shared (zero-copy, its strides
-    kept; the tensor keeps the array alive), a writable one is copied.
-    copy=False: shared even when writable (the caller promises not to write
-    it); raises ad.InvalidArgumentError when sharing is impossible (another
-    dtype, misaligned data).  copy=True: always copied."""
-    return _interop.from_numpy(a, dtype, copy)
 
 
 def _object_array(arr, dtype):

@@ -989,3 +989,79 @@ def test_buffer_of_subclasses_and_released_tensors():
         t.__del__()
         with pytest.raises(Exception, match="released|bytes-like"):  # never a read of its memory
             memoryview(t)
+
+
+# ---- from_numpy's C form (kind 10): the copy of a writable C-contiguous ndarray ----------
+class _Sub(np.ndarray):
+    pass
+
+
+def _from_numpy_inputs():
+    for dt in DTYPES:
+        yield dt, sample(dt, (3, 4), 2)
+    yield "0-d", np.array(2.5, np.float32)
+    yield "1 element", np.array([7], np.int64)
+    yield "int64 as q", np.arange(5, dtype=np.longlong)
+    yield "large", np.arange(1 << 15, dtype=np.float64)  # past the lock's 64 KiB
+    yield "transposed", sample("float32", (3, 4), 3).T
+    yield "sliced", sample("float64", (6,), 3)[::2]
+    yield "read-only", np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), np.float32)
+    yield "big-endian", np.arange(3, dtype=">f4")
+    yield "float16", np.arange(3, dtype=np.float16)
+    yield "uint64", np.arange(3, dtype=np.uint64)
+    yield "empty", np.zeros((0, 3), np.float32)
+    yield "subclass", np.arange(4.0).view(_Sub)
+    yield "list", [1.0, 2.0]
+    yield "object", np.array([object()], dtype=object)
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _from_numpy_inputs()])
+def test_from_numpy_fast_form_is_the_python_function(name):
+    a = dict(_from_numpy_inputs())[name]
+    fast = vars(_T)["from_numpy"]
+    slow = getattr(fast, "__wrapped__", fast)
+    if not PYTHON_METHODS:
+        assert fast is not slow and ad.from_numpy is fast
+    got = []
+    for f in (fast, slow):
+        try:
+            t = f(a)
+        except Exception as e:  # noqa: BLE001 - both must raise alike
+            got.append((type(e), str(e)))
+            continue
+        arr = np.asarray(a)
+        shared = arr.size > 0 and np.shares_memory(t.numpy(), arr)
+        got.append((t.dtype, t.shape, bits(t.numpy()).tobytes(), shared))
+    assert got[0] == got[1]
+    if name in DTYPES:  # copied: the array's later writes do not reach the tensor
+        t = fast(a)
+        before = t.tolist()
+        a.reshape(-1)[0] = a.reshape(-1)[1]
+        assert t.tolist() == before and got[0][3] is False
+
+
+def test_from_numpy_fast_form_keeps_counts_and_takes_keywords():
+    a = sample("float32", (4, 4), 1)
+    fast = vars(_T)["from_numpy"]
+    before = (sys.getrefcount(a), ad.live_tensors())
+    for _ in range(200):
+        fast(a)
+    assert (sys.getrefcount(a), ad.live_tensors()) == before
+    # keywords go to the Python function
+    assert fast(a, dtype=ad.float64).dtype == ad.float64
+    t = fast(a, copy=False)
+    assert np.shares_memory(t.numpy(), a)
+    del t
+    with pytest.raises(TypeError):
+        fast()
+    with pytest.raises(TypeError):
+        fast(a, None, None)  # copy is keyword-only, as in the Python function
+    # a failed copy raises as the Python path's _result raises it
+    for n in (1, 2):  # the tensor header, then the storage
+        lib.ad_testing_fail_alloc_after(n)
+        try:
+            with pytest.raises(ad.OutOfMemoryError):
+                fast(a)
+        finally:
+            lib.ad_testing_fail_alloc_after(0)
+    assert (sys.getrefcount(a), ad.live_tensors()) == before
