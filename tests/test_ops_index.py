@@ -254,6 +254,18 @@ def test_gather_index_layouts_and_negative_values(dim):
         with pytest.raises(IndexError, match=rf"gather: index {bad} is out of range for dim 1 "
                                              r"of size 0"):
             ad.zeros((2, 0)).gather(1, [[bad]])
+    # the in-place check of a contiguous non-negative int64 index at its edges,
+    # the offender anywhere in a long index (its vectorised pass and the tail)
+    big = np.iinfo(np.int64).max
+    for bad in (size, size + 1, big, 2**62):
+        for at in (0, 37, 98):
+            vals = np.zeros(99, np.int64)
+            vals[at] = bad
+            with pytest.raises(IndexError, match=rf"index_select: index {bad} is out of range"):
+                ad.tensor(x).index_select(dim, ad.tensor(vals))
+    ok = np.full(99, size - 1, np.int64)
+    np.testing.assert_array_equal(ad.tensor(x).index_select(dim, ad.tensor(ok)).numpy(),
+                                  np.take(x, ok, dim))
 
 
 def np_scatter_add(x, dim, idx, src):
