@@ -532,7 +532,7 @@ static ad_tensor *_ad_fm_opcall(PyObject *const *args, Py_ssize_t n, ad_status *
 
 /* from_numpy(a)'s copy, or NULL: declined (another type, a read-only,
    strided, empty or non-native array: the Python function decides), or
-   the call failed (its status in *st).  (4, 4) float32, Zen 4: 1.5 -> 0.4
+   the call failed (its status in *st).  (4, 4) float32, Zen 4: 1.5 -> 0.25
    us (torch.from_numpy, which shares, 1.1).  The lock is released around
    the copy from 64 KiB on (as cffi releases it for every call). */
 static PyTypeObject *_ad_fm_ndarray; /* numpy.ndarray */
