@@ -241,6 +241,9 @@ fail:
    (the module's function replaced as CALL's) */
 enum { AD_FM_UNARY, AD_FM_BINARY, AD_FM_REDUCE, AD_FM_T, AD_FM_TRANSPOSE, AD_FM_DIMS,
        AD_FM_GETITEM, AD_FM_SHAPE, AD_FM_ITEM, AD_FM_CALL, AD_FM_FROM_NUMPY, AD_FM__COUNT };
+/* a BINARY row's scalar op: a number becomes a 0-d tensor of a float tensor's
+   dtype (the comparisons; tensor.py's _SCALAR_AS_TENSOR) */
+enum { AD_FM_SCALAR_AS_TENSOR = -2 };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -636,13 +639,23 @@ static PyObject *_ad_fm_call(PyObject *callable, PyObject *const *args, size_t n
                 r = _ad_fm_ordinary(m->kind, m->op, x, y, 0.0, &st);
         } else {
             double s;
+            int dt = ad_tensor_dtype(x);
             if (m->sop >= 0 && _ad_fm_scalar(args[1], &s)) {
                 s = m->negate ? -s : s;
                 /* an integer tensor's scalar: the Python method checks it first */
-                int dt = ad_tensor_dtype(x);
                 r = ad_scalar_quick(m->sop, x, s);
                 if (!r && (dt == AD_FLOAT32 || dt == AD_FLOAT64))
                     r = _ad_fm_ordinary(m->kind, m->sop, x, NULL, s, &st);
+            } else if (m->sop == AD_FM_SCALAR_AS_TENSOR && (dt == AD_FLOAT32 || dt == AD_FLOAT64) &&
+                       _ad_fm_scalar(args[1], &s)) {
+                /* a float tensor's comparison with a number: the 0-d tensor of
+                   its dtype the Python method makes (tensor._full_like_scalar),
+                   then the binary op */
+                ad_tensor *z = NULL;
+                if (!(st = ad_tensor_full(s, dt, NULL, 0, &z))) {
+                    r = _ad_fm_ordinary(m->kind, m->op, x, z, 0.0, &st);
+                    _ad_fm_drop(z);
+                }
             }
         }
     }

@@ -1482,15 +1482,21 @@ if os.environ.get("PYAUTODIFF_PYTHON_FINALIZER", "") in ("", "0"):
 # quick call is not taken; they read the handles of _FAST_FINALIZE's classes'
 # own instances only (not of subclasses, nor of released tensors).  Rows:
 # (class, name, kind 0 unary / 1 binary / 2 reduction over every dim (no
-# arguments) / 3 t / 4 transpose / 5 reshape, permute / 6 __getitem__, op, scalar op
-# or -1, reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the
+# arguments) / 3 t / 4 transpose / 5 reshape, permute / 6 __getitem__ / 7 the shape
+# and strides getters / 8 item / 9 _call / 10 from_numpy, op, scalar op or -1 (or
+# _SCALAR_AS_TENSOR), reflected, negate_scalar).  PYAUTODIFF_PYTHON_METHODS=1 keeps the
 # Python methods (the tests run both).
 _HANDLE_CTYPE = ffi.typeof("ad_tensor *")
+_SCALAR_AS_TENSOR = -2  # bindings/build_cffi.py's AD_FM_SCALAR_AS_TENSOR
 _REVERSED = tuple(tuple(range(n - 1, -1, -1)) for n in range(17))  # T: 0-16 dims
 _FAST_METHODS = (
     *((Tensor, name, 0, kind, -1, False, False)
       for name, kind in {**_ops_unary_kinds(), "__neg__": lib.AD_OP_NEG}.items()),
     *((Tensor, name, 1, *row) for name, row in _OPERATORS.items()),
+    # the comparisons: a float tensor's number operand as the 0-d tensor
+    # _full_like_scalar makes (the scalar op _SCALAR_AS_TENSOR)
+    *((Tensor, f"__{name}__", 1, getattr(lib, f"AD_OP_{name.upper()}"), _SCALAR_AS_TENSOR, False,
+       False) for name in _COMPARISON_SYMBOL),
     (Tensor, "__matmul__", 1, lib.AD_OP_MATMUL, -1, False, False),  # ad_binary, as below
     *((Tensor, name, 2, op, -1, False, False)
       for name, op in (("sum", lib.AD_OP_SUM), ("mean", lib.AD_OP_MEAN), ("prod", lib.AD_OP_PROD),

@@ -1065,3 +1065,25 @@ def test_from_numpy_fast_form_keeps_counts_and_takes_keywords():
         finally:
             lib.ad_testing_fail_alloc_after(0)
     assert (sys.getrefcount(a), ad.live_tensors()) == before
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_comparisons_with_numbers_at_ties(dtype):
+    # the C comparisons make the number a 0-d tensor of the float tensor's
+    # dtype, as _full_like_scalar does: ties, signed zeros, NaN, inf and a
+    # number that rounds in float32 must compare as numpy's weak scalars do
+    x = np.array([1.0, 2.0, 3.0, np.nan, -0.0, np.inf, 0.1, 2.0 ** 53], dtype)
+    t = ad.from_numpy(x)
+    numbers = [2.0, 2, 0.0, -0.0, float("nan"), float("inf"), -float("inf"), 0.1, 2.5, 3,
+               2 ** 53, 2 ** 53 + 1, 1e300 if dtype == "float64" else 1e30]
+    for name, sym in _T._COMPARISON_SYMBOL.items():
+        dunder = f"__{name}__"
+        m, f = fast_form(dunder), python_form(dunder)
+        for s in numbers:
+            got, want = m(t, s).numpy(), f(t, s).numpy()
+            with np.errstate(over="ignore"):
+                ref = getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less",
+                                   "le": "less_equal", "gt": "greater",
+                                   "ge": "greater_equal"}[name])(x, np.dtype(dtype).type(s))
+            assert got.dtype == np.bool_ and got.tolist() == want.tolist() == ref.tolist(), \
+                (dunder, s)
