@@ -19,7 +19,7 @@ import numpy as np
 
 from ._lib import lib
 from .errors import InvalidArgumentError, OutOfRangeError, ShapeError
-from .tensor import Tensor, _call, _dims_arg, _norm_dim, tensor
+from .tensor import Tensor, _call, _dims_arg, _norm_dim, from_numpy, tensor
 
 __all__ = [
     "cat", "stack", "split", "chunk", "flip", "repeat",
@@ -117,7 +117,37 @@ def _index_array(k):
     return a.astype(np.int64)
 
 
+def _one_index(t, key):
+    """t[k] for k alone an integer index (on dim 0) or a bool mask over t's
+    leading dims, as one index_select without the general path's
+    broadcasting: (4, 4) float32, Zen 4, t[[0, 2]] 23 -> 3.2 us, t[t > 2]
+    35 -> 5.5 us (torch 5.0, 7.2).  None for any other key, and for an
+    index out of range, whose error the general path words."""
+    if len(key) != 1 or isinstance(key[0], (bool, np.bool_)) or not t.ndim:
+        return None
+    k = key[0]
+    if isinstance(k, Tensor) and k.dtype.name == "int64" and k.ndim == 1:
+        a, idx = None, k
+    else:
+        a = _index_array(k)
+        if a.dtype.kind == "b":
+            shape = t.shape
+            if not a.ndim or a.shape != shape[:a.ndim]:
+                return None
+            src = t.reshape((-1,) + shape[a.ndim:]) if a.ndim != 1 else t
+            return _call(lib.AD_OP_INDEX_SELECT, (src, from_numpy(np.flatnonzero(a))), (0,))
+        idx = from_numpy(np.ascontiguousarray(a.reshape(-1)))
+    try:
+        out = _call(lib.AD_OP_INDEX_SELECT, (t, idx), (0,))
+    except OutOfRangeError:
+        return None
+    return out if a is None or a.ndim == 1 else out.reshape(a.shape + t.shape[1:])
+
+
 def _advanced_getitem(t, key):
+    fast = _one_index(t, key)
+    if fast is not None:
+        return fast
     # bool masks become the integer arrays of their nonzero positions
     items = []
     for k in key:

@@ -321,6 +321,13 @@ KEYS = [
     lambda: (slice(None, None, -1), ad.tensor([0, 0])),
     lambda: np.array([True, False, True]),
     lambda: (slice(None), np.array([0, 3, 3])),
+    # one index alone (indexing.py's _one_index): a whole-shape mask, numpy
+    # or a bool tensor; 2-d and int32 indices
+    lambda: np.arange(12).reshape(3, 4) % 3 == 0,
+    lambda: ad.tensor(np.arange(12).reshape(3, 4) % 5 == 1),
+    lambda: np.array([[0, 2], [1, -1]], np.int32),
+    lambda: ad.tensor([2, -3], dtype=ad.int32),
+    lambda: np.zeros((3, 4), bool),
 ]
 
 
@@ -340,8 +347,10 @@ def test_advanced_index_3d_and_layouts():
                 ([0, 1, 1], 2), (np.ones((2, 3), bool), [0, 1, 2, 3, 0, 1])]:
         np.testing.assert_array_equal(np_of(ad.tensor(base)[key]), base[key])
         check_grad(lambda x: x[key], [base])
+    mask = np.arange(12).reshape(3, 4) % 4 != 1
     for name, b, mk in layouts((3, 4)):
         check_grad(lambda x: x[[2, 2, 0]] * x[[1, 1, 1]], [b], make=lambda i, t: mk(t))
+        check_grad(lambda x: x[mask] * x[mask[:, 0]].sum(), [b], make=lambda i, t: mk(t))
 
 
 def test_index_repeated_accumulates_and_same_tensor_twice():
