@@ -120,8 +120,8 @@ def _index_array(k):
 def _one_index(t, key):
     """t[k] for k alone an integer index (on dim 0) or a bool mask over t's
     leading dims, as one index_select without the general path's
-    broadcasting: (4, 4) float32, Zen 4, t[[0, 2]] 23 -> 3.2 us, t[t > 2]
-    35 -> 5.5 us (torch 5.0, 7.2).  None for any other key, and for an
+    broadcasting: (4, 4) float32, Zen 4, t[[0, 2]] 23 -> 3.4 us, t[t > 2]
+    35 -> 5.2 us (torch 5.0, 7.2).  None for any other key, and for an
     index out of range, whose error the general path words."""
     if len(key) != 1 or isinstance(key[0], (bool, np.bool_)) or not t.ndim:
         return None
