@@ -831,15 +831,15 @@ fail:
    tensor's memory in place, read-only, strided as the tensor is, the view
    holding the tensor (so its storage) alive.  numpy takes an exporter's
    buffer before __array__, so np.asarray(t) builds no __array_interface__
-   dict for numpy to parse: (4, 4) float32, 2.3 -> 0.3 us (torch's .numpy()
-   0.9).  The handle is read as t._h reads it, so a released tensor (whose
-   class's lookups raise) refuses with that error; the released forms of
-   Tensor and Var, made before this is installed, have no buffer at all.
+   dict for numpy to parse: (4, 4) float32, 2.3 -> 0.4 us (torch's .numpy()
+   0.9).  Installed after the fast methods, whose handle reader it uses
+   (_ad_fm_handle: Tensor's and Var's own instances); a subclass's handle is
+   read as t._h reads it, so a released tensor (whose class's lookups raise)
+   refuses with that error; the released forms of Tensor and Var, made
+   before this is installed, have no buffer at all.
    The shape and the byte strides live in view->internal until the consumer
    releases the view.  A request for a writable buffer is refused, and so is
    one without strides, or for a contiguity, that the layout does not meet. */
-static struct _cffi_ctypedescr *_ad_buf_ctype; /* ad_tensor * */
-
 static int _ad_buf_contiguous(int nd, const Py_ssize_t *shape, const Py_ssize_t *strides,
                               Py_ssize_t es, int fortran) {
     Py_ssize_t want = es;
@@ -860,11 +860,14 @@ static int _ad_buf_get(PyObject *self, Py_buffer *view, int flags) {
         PyErr_SetString(PyExc_BufferError, "a tensor's memory is read-only (Var.set writes a Var)");
         return -1;
     }
-    PyObject *h = PyObject_GetAttrString(self, "_h");
-    if (!h) return -1;
-    ad_tensor *t = (ad_tensor *)_cffi_to_c_pointer(h, _ad_buf_ctype);
-    Py_DECREF(h); /* self keeps its handle */
-    if (!t) return -1;
+    ad_tensor *t = _ad_fm_handle(self);
+    if (!t) {
+        PyObject *h = PyObject_GetAttrString(self, "_h");
+        if (!h) return -1;
+        t = (ad_tensor *)_cffi_to_c_pointer(h, _ad_fm_ctype);
+        Py_DECREF(h); /* self keeps its handle */
+        if (!t) return -1;
+    }
     int nd = ad_tensor_ndim(t), dt = ad_tensor_dtype(t);
     if (dt < 0 || dt >= (int)(sizeof formats / sizeof *formats)) {
         PyErr_Format(PyExc_BufferError, "tensor dtype code %d has no buffer format", dt);
@@ -923,12 +926,14 @@ static void _ad_buf_release(PyObject *self, Py_buffer *view) {
 }
 
 /* Sets the slots of tensor._FAST_FINALIZE's classes (Tensor, Var): the
-   subclasses made later inherit them. */
+   subclasses made later inherit them.  Needs the fast methods installed. */
+static int _ad_buf_installed;
 static int _ad_install_buffer(void) {
-    if (_ad_buf_ctype) return 0; /* installed already */
-    PyObject *mod = PyImport_ImportModule("pyautodiff.tensor"), *classes = NULL, *ctype = NULL;
+    if (_ad_buf_installed) return 0;
+    if (!_ad_fm_tensor) return -1;
+    PyObject *mod = PyImport_ImportModule("pyautodiff.tensor"), *classes = NULL;
     if (!mod || !(classes = PyObject_GetAttrString(mod, "_FAST_FINALIZE")) ||
-        !PyTuple_Check(classes) || !(ctype = PyObject_GetAttrString(mod, "_HANDLE_CTYPE")))
+        !PyTuple_Check(classes))
         goto fail;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); i++) {
         PyObject *c = PyTuple_GET_ITEM(classes, i);
@@ -937,7 +942,7 @@ static int _ad_install_buffer(void) {
             AD_TYPE(c)->tp_as_buffer->bf_getbuffer)
             goto fail;
     }
-    _ad_buf_ctype = (struct _cffi_ctypedescr *)ctype; /* reference kept */
+    _ad_buf_installed = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); i++) {
         PyTypeObject *c = AD_TYPE(PyTuple_GET_ITEM(classes, i));
         c->tp_as_buffer->bf_getbuffer = _ad_buf_get;
@@ -949,7 +954,6 @@ static int _ad_install_buffer(void) {
     return 0;
 fail:
     PyErr_Clear();
-    Py_XDECREF(ctype);
     Py_XDECREF(classes);
     Py_XDECREF(mod);
     return -1;

@@ -1517,14 +1517,15 @@ _FAST_METHODS = (
     (sys.modules[__name__], "_call", 9, 0, -1, False, False),
     (sys.modules[__name__], "from_numpy", 10, 0, -1, False, False),
 )
-if os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0"):
+_C_METHODS = os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0")
+if _C_METHODS:
     lib._ad_install_fast_methods()
 # Tensor and Var export their memory through the buffer protocol
-# (bindings/build_cffi.py, _ad_install_buffer): numpy reads it before
-# __array__, without the __array_interface__ dict of _ArrayView, which
-# numpy() uses when the slots are not installed (PYAUTODIFF_PYTHON_METHODS=1).
-_BUFFER = (os.environ.get("PYAUTODIFF_PYTHON_METHODS", "") in ("", "0")
-           and lib._ad_install_buffer() == 0)
+# (bindings/build_cffi.py, _ad_install_buffer, which reads handles as the fast
+# methods do and needs them installed): numpy reads it before __array__,
+# without the __array_interface__ dict of _ArrayView, which numpy() uses when
+# the slots are not installed (PYAUTODIFF_PYTHON_METHODS=1).
+_BUFFER = _C_METHODS and lib._ad_install_buffer() == 0
 Tensor.view = vars(Tensor)["reshape"]  # the alias follows reshape's form
 
 
