@@ -30,15 +30,17 @@
  * sigmoid, silu (from e^-|x|) and the tanh-form gelu as x / (1 + e^(-2u)),
  * u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh u) without its
  * cancellation for negative x.  log: Cephes logf.
- * erf: x P(x^2) below |x| = 0.9, else 1 - erfc(|x|) with the sign restored;
+ * erf: x (c0 + x^2 Q(x^2)) below |x| = 1.2, else 1 - erfc(|x|) with the sign
+ * restored;
  * erfc(z) for z >= 0.5 as t e^Q(t) e^(-z^2), t = 1/(1 + z/2), Q a degree-9
  * polynomial fitted (minimax, float32 coefficients) to log(erfc(z) e^(z^2) / t)
  * on [0.5, 10.5] to 1.6e-8, and z^2 split exactly into hi + lo by an FMA so
  * e^(-z^2) carries no error from rounding z^2 (the form of Numerical Recipes'
  * erfcc, refitted); e^(Q - lo) e^(-hi) is one exp of the unrounded sum
  * (exp_sum_scaled).  gelu_erf = x Phi(x), Phi(x) = erfc(-x/sqrt 2) / 2: for
- * x/sqrt 2 below -0.5 straight from erfc with z^2 = x^2/2 split from x itself
- * (no cancellation, accurate far into the tail), else 1/2 (1 + erf). */
+ * x/sqrt 2 below -0.9 straight from erfc with z^2 = x^2/2 split from x itself
+ * (no cancellation, accurate far into the tail), from 1.2 on 1 - erfc / 2,
+ * between 1/2 (1 + erf) with 1 + 2/sqrt(pi) z in one rounding. */
 #include <math.h>
 
 #include "simd.h"
@@ -331,14 +333,21 @@ static inline V exp_sum_scaled(V a, V b, V f) {
     return V_LDEXP(V_MUL(exp_poly(r), f), n);
 }
 
-/* erf(x) / x for s = x^2 <= 0.81 */
-static inline V erf_small(V s) {
-    V p = V_SET1(-6.090653478167951e-4f);
-    p = V_FMADD(p, s, V_SET1(5.012028384953737e-3f));
-    p = V_FMADD(p, s, V_SET1(-2.6778962463140488e-2f));
-    p = V_FMADD(p, s, V_SET1(1.1282142996788025e-1f));
-    p = V_FMADD(p, s, V_SET1(-3.761252462863922e-1f));
-    return V_FMADD(p, s, V_SET1(1.1283791065216064f));
+/* erf(z) = z (c0 + s Q(s)) for s = z^2 <= 1.44: Q of degree 5 fitted (minimax
+   in the relative error of erf, float32 coefficients rounded one at a time
+   from the highest, the others refitted) to 1.5e-8, c0 = 2/sqrt(pi) in two
+   parts.  erf_sq(s) = s Q(s) + c0lo, so erf(z) = z c0hi + z erf_sq(s) with
+   the leading term's product exact in the last FMA: 1.9 ulp at most over
+   |z| < 1.2 (the degree-5 P(z^2) this replaces, over |z| < 0.9: 2.4). */
+#define ERF_C0HI 1.128379225730896f
+static inline V erf_sq(V s) {
+    V p = V_SET1(6.581855268450454e-05f);
+    p = V_FMADD(p, s, V_SET1(-0.0007587853469885886f));
+    p = V_FMADD(p, s, V_SET1(0.005135927349328995f));
+    p = V_FMADD(p, s, V_SET1(-0.02682422287762165f));
+    p = V_FMADD(p, s, V_SET1(0.1128285676240921f));
+    p = V_FMADD(p, s, V_SET1(-0.376125693321228f));
+    return V_FMADD(p, s, V_SET1(-5.8635382771399236e-08f));
 }
 
 /* erfc(z) for 0.5 <= z <= 10.5, z^2 = hi + lo exactly */
@@ -358,14 +367,14 @@ static inline V erfc_big(V z, V hi, V lo) {
     return exp_sum_scaled(V_SUB(V_ZERO(), hi), V_SUB(q, lo), t);
 }
 
-/* erf in two parts as gelu_erf below: x P(x^2) for |x| < 0.9 (erf_mid), 1 -
-   erfc(|x|) with the sign restored for the others (erf_tail), NaN restored
-   last (erf_fix) */
+/* erf in two parts as gelu_erf below: the polynomial for |x| < 1.2
+   (erf_mid), 1 - erfc(|x|) with the sign restored for the others (erf_tail),
+   then NaN restored (erf_fix; the mid lanes hold no NaN) */
 static inline M erf_mid_lanes(V x) {
-    return V_CMP(V_ANDNOT(V_SET1(-0.0f), x), V_SET1(0.9f), _CMP_LT_OQ);
+    return V_CMP(V_ANDNOT(V_SET1(-0.0f), x), V_SET1(1.2f), _CMP_LT_OQ);
 }
 
-static inline V erf_mid(V x) { return V_MUL(x, erf_small(V_MUL(x, x))); }
+static inline V erf_mid(V x) { return V_FMADD(x, V_SET1(ERF_C0HI), V_MUL(x, erf_sq(V_MUL(x, x)))); }
 
 static inline V erf_tail(V x) {
     const V sign = V_SET1(-0.0f);
@@ -381,30 +390,35 @@ static inline V erf_fix(V x, V y) { return V_SELECT(V_CMP(x, x, _CMP_UNORD_Q), x
 static inline V v_erf(V x) {
     V y = erf_mid(x);
     M mid = erf_mid_lanes(x);
-    if (!M_ALL(mid)) y = V_SELECT(mid, y, erf_tail(x));
-    return erf_fix(x, y);
+    return M_ALL(mid) ? y : V_SELECT(mid, y, erf_fix(x, erf_tail(x)));
 }
 
-/* gelu_erf in two parts: the polynomial for -0.5 <= x / sqrt 2 < 0.9 (the
-   lanes in gelu_erf_mid_lanes) and the erfc form for the others
-   (gelu_erf_tail), both before gelu_erf_fix (sign and NaN).  v_gelu_erf skips
-   the tail when a vector has none; a map may also gather the tail lanes of
-   many vectors first (simd_avx512.c): the same bits, lane by lane. */
-static inline M gelu_erf_mid_lanes(V x) {
-    V z = V_MUL(x, V_SET1(0.70710678118654752f));
-    return M_AND(V_CMP(z, V_SET1(-0.5f), _CMP_GE_OQ), V_CMP(z, V_SET1(0.9f), _CMP_LT_OQ));
+/* gelu_erf in two parts: the polynomial for -0.9 <= x / sqrt 2 < 1.2 (the
+   lanes in gelu_erf_mid_lanes, compared on x) and the erfc form for the
+   others (gelu_erf_tail, then gelu_erf_fix: sign and NaN; the mid lanes need
+   neither).  v_gelu_erf skips the tail when a vector has none; a map may also
+   gather the tail lanes of many vectors first (DEF_GATHERED below): the same
+   bits, lane by lane.
+   The mid form is Phi = 1/2 + u c0hi + u erf_sq(z^2), u = z / 2, times x:
+   1/2 + u c0hi in one rounding takes the cancellation of 1 + erf(z) for
+   negative z exactly, so the polynomial reaches z = -0.9 (Phi = 0.10) at
+   3.05 ulp at most, under the erfc form's 4.3 over z in [-0.9, -0.5) (every
+   float32 x measured; 2.2 for positive x, 1.8 before).  Against the
+   polynomial to z = -0.5 and 0.9 before: a seventh of N(0, 1) lanes take the
+   erfc form, not a third. */
+static inline M gelu_erf_mid_lanes(V x) { /* 0.9 sqrt 2, 1.2 sqrt 2 */
+    return M_AND(V_CMP(x, V_SET1(-1.2727922f), _CMP_GE_OQ), V_CMP(x, V_SET1(1.6970563f), _CMP_LT_OQ));
 }
 
 static inline V gelu_erf_mid(V x) {
-    V h = V_MUL(x, V_SET1(0.5f));
-    V z = V_MUL(x, V_SET1(0.70710678118654752f));
-    return V_FMADD(h, V_MUL(z, erf_small(V_MUL(z, z))), h);
+    V z = V_MUL(x, V_SET1(0.70710678118654752f)), u = V_MUL(z, V_SET1(0.5f));
+    V phi = V_FMADD(u, erf_sq(V_MUL(z, z)), V_FMADD(u, V_SET1(ERF_C0HI), V_SET1(0.5f)));
+    return V_MUL(x, phi);
 }
 
 static inline V gelu_erf_tail(V x) {
     const V sign = V_SET1(-0.0f), half = V_SET1(0.5f);
     V h = V_MUL(x, half);
-    V z = V_MUL(x, V_SET1(0.70710678118654752f));
     /* the flat lanes: x >= 7.5 (x erfc(x / sqrt 2) / 2 is below half an ulp of
        x: the result is x), x <= -14.25 (the result is below half the
        smallest denormal: -0) and NaN take erfc = 0, computed from |x| = 1,
@@ -419,7 +433,7 @@ static inline V gelu_erf_tail(V x) {
        x - |x| erfc / 2 */
     V lo = V_MUL(h, c);
     V hi = V_FNMADD(V_MUL(ax, half), c, x);
-    return V_SELECT(V_CMP(z, V_ZERO(), _CMP_LT_OQ), lo, hi);
+    return V_SELECT(V_CMP(x, V_ZERO(), _CMP_LT_OQ), lo, hi);
 }
 
 static inline V gelu_erf_fix(V x, V y) {
@@ -430,18 +444,17 @@ static inline V gelu_erf_fix(V x, V y) {
 static inline V v_gelu_erf(V x) {
     V y = gelu_erf_mid(x);
     M mid = gelu_erf_mid_lanes(x);
-    if (!M_ALL(mid)) y = V_SELECT(mid, y, gelu_erf_tail(x));
-    return gelu_erf_fix(x, y);
+    return M_ALL(mid) ? y : V_SELECT(mid, y, gelu_erf_fix(x, gelu_erf_tail(x)));
 }
 
 /* gelu_erf and erf over whole vectors of a contiguous x, a block at a time:
-   the polynomial (MID) for every lane, the other lanes of the block (not in
-   LANES) compressed into a buffer and run through the erfc form (TAIL)
-   densely, expanded back, FIX last.  In N(0, 1) data a third of gelu_erf's
-   lanes need TAIL, but nearly every vector has one (96% of 8-lane ones), so
-   the one-vector form (v_gelu_erf) runs both on nearly all.  Each lane's
-   result is the one-vector form's, bit for bit.  Returns the elements done
-   (a multiple of VW); y may be x.  The layer: M_BITS(m) a mask's lanes as
+   the lanes of the block not in LANES compressed into a buffer and run
+   through the erfc form and FIX (TAIL) densely, then the polynomial (MID) for
+   every vector with those lanes expanded into it as it is stored.  In N(0, 1)
+   data a seventh of gelu_erf's lanes need TAIL, but most vectors have one
+   (92% of 16-lane ones), so the one-vector form (v_gelu_erf) would run both
+   on nearly all.  Each lane's result is the one-vector form's, bit for bit.
+   Returns the elements done (a multiple of VW); y may be x.  The layer: M_BITS(m) a mask's lanes as
    bits, V_COMPRESS(t, v) the lanes set in t first, V_EXPAND(old, t, v) v's
    first lanes into those set in t (old's elsewhere), LANE_COUNT(t),
    GATHER_INIT() (AVX2: its permutation tables). */
@@ -461,17 +474,18 @@ enum { GE_BLOCK = 512 };
                 unsigned t = ~M_BITS(LANES(v)) & ((1u << VW) - 1);                         \
                 tails[i / VW] = t;                                                         \
                 V_STOREU(buf + k, V_COMPRESS(t, v));                                       \
-                V_STOREU(y + b + i, MID(v));                                               \
                 k += LANE_COUNT(t);                                                        \
             }                                                                              \
             V_STOREU(buf + k, V_ZERO()); /* the last vector's rest */                      \
-            for (unsigned j = 0; j < k; j += VW) V_STOREU(buf + j, TAIL(V_LOADU(buf + j)));  \
+            for (unsigned j = 0; j < k; j += VW) {                                         \
+                V v = V_LOADU(buf + j);                                                    \
+                V_STOREU(buf + j, FIX(v, TAIL(v)));                                        \
+            }                                                                              \
             k = 0;                                                                         \
             for (int64_t i = 0; i < m; i += VW) {                                          \
                 unsigned t = tails[i / VW];                                                \
-                V yt = V_EXPAND(V_LOADU(y + b + i), t, V_LOADU(buf + k));                  \
+                V_STOREU(y + b + i, V_EXPAND(MID(xs[i / VW]), t, V_LOADU(buf + k)));       \
                 k += LANE_COUNT(t);                                                        \
-                V_STOREU(y + b + i, FIX(xs[i / VW], yt));                                  \
             }                                                                              \
         }                                                                                  \
         return done;                                                                       \
