@@ -40,7 +40,7 @@
  * (exp_sum_scaled).  gelu_erf = x Phi(x), Phi(x) = erfc(-x/sqrt 2) / 2: for
  * x/sqrt 2 below -0.9 straight from erfc with z^2 = x^2/2 split from x itself
  * (no cancellation, accurate far into the tail), from 1.2 on 1 - erfc / 2,
- * between 1/2 (1 + erf) with 1 + 2/sqrt(pi) z in one rounding. */
+ * between 1/2 (1 + erf) with 1/2 + z/sqrt(pi) in one rounding. */
 #include <math.h>
 
 #include "simd.h"
