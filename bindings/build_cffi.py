@@ -37,6 +37,7 @@ PY_HELPERS_CDEF = """
 int _ad_install_finalizer(void);
 int _ad_install_fast_methods(void);
 int _ad_install_buffer(void);
+int _ad_buffer_subclasses(void);
 void _ad_custom_release_guarded(void *ctx);
 void _ad_custom_shutdown(void);
 void _ad_capsule_destructor(void *capsule);
@@ -826,26 +827,34 @@ fail:
     return -1;
 }
 
-/* The buffer protocol for Tensor and Var (and the subclasses made after it
-   is installed): np.asarray(t), t.numpy() and memoryview(t) read the
-   tensor's memory in place, read-only, strided as the tensor is, the view
-   holding the tensor (so its storage) alive.  numpy takes an exporter's
-   buffer before __array__, so np.asarray(t) builds no __array_interface__
-   dict for numpy to parse: (4, 4) float32, 2.3 -> 0.4 us (torch's .numpy()
-   0.9).  Installed after the fast methods, whose handle reader it uses
-   (_ad_fm_handle: Tensor's and Var's own instances); a subclass's handle is
-   read as t._h reads it, so a released tensor (whose class's lookups raise)
-   refuses with that error; the released forms of Tensor and Var, made
-   before this is installed, have no buffer at all.
-   The shape and the byte strides live in view->internal until the consumer
-   releases the view.  A request for a writable buffer is refused, and so is
-   one without strides, or for a contiguity, that the layout does not meet. */
+/* The buffer protocol for Tensor, Var and their subclasses: np.asarray(t),
+   t.numpy() and memoryview(t) read the tensor's memory in place, read-only,
+   strided as the tensor is.  numpy takes an exporter's buffer before
+   __array__, so np.asarray(t) builds no __array_interface__ dict for numpy
+   to parse: (4, 4) float32, 2.3 -> 0.4 us (torch's .numpy() 0.9).  Installed
+   after the fast methods, whose handle reader it uses (_ad_fm_handle:
+   Tensor's and Var's own instances); a subclass's handle is read as t._h
+   reads it, so a released tensor (whose class's lookups raise) refuses with
+   that error.
+   A view holds its own reference to the native tensor (and the Python
+   object, as the protocol asks): an explicit t.__del__() or a second
+   t.__init__ under a live memoryview leaves the memory it reads alive.  The
+   reference, the shape and the byte strides live in view->internal until
+   the consumer releases the view.  A request for a writable buffer is
+   refused, and so is one without strides, or for a contiguity, that the
+   layout does not meet (a tensor without elements meets every one). */
+typedef struct {
+    ad_tensor *t;
+    Py_ssize_t dims[]; /* the shape, then the byte strides (and one spare for 0-d) */
+} _ad_buf_block;
+
 static int _ad_buf_contiguous(int nd, const Py_ssize_t *shape, const Py_ssize_t *strides,
                               Py_ssize_t es, int fortran) {
     Py_ssize_t want = es;
+    for (int d = 0; d < nd; d++)
+        if (shape[d] == 0) return 1;
     for (int k = 0; k < nd; k++) {
         int d = fortran ? k : nd - 1 - k;
-        if (shape[d] == 0) return 1;
         if (shape[d] != 1 && strides[d] != want) return 0;
         want *= shape[d];
     }
@@ -874,12 +883,12 @@ static int _ad_buf_get(PyObject *self, Py_buffer *view, int flags) {
         return -1;
     }
     Py_ssize_t es = (Py_ssize_t)ad_dtype_size(dt), len = es;
-    Py_ssize_t *dims = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * nd + 1));
-    if (!dims) {
+    _ad_buf_block *blk = PyMem_Malloc(sizeof *blk + sizeof(Py_ssize_t) * (size_t)(2 * nd + 1));
+    if (!blk) {
         PyErr_NoMemory();
         return -1;
     }
-    Py_ssize_t *strides = dims + nd;
+    Py_ssize_t *dims = blk->dims, *strides = dims + nd;
     _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "shape and strides are written in place");
     ad_tensor_shape(t, (int64_t *)dims);
     ad_tensor_strides(t, (int64_t *)strides);
@@ -899,12 +908,14 @@ static int _ad_buf_get(PyObject *self, Py_buffer *view, int flags) {
     else if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !c)
         refuse = "C-contiguous (the request has no strides)";
     if (refuse) {
-        PyMem_Free(dims);
+        PyMem_Free(blk);
         PyErr_Format(PyExc_BufferError, "the tensor is a strided view, not %s: "
                      "t.contiguous() first", refuse);
         return -1;
     }
     void *data = ad_tensor_data(t);
+    ad_tensor_retain(t);
+    blk->t = t;
     view->buf = data ? data : &empty;
     Py_INCREF(self);
     view->obj = self;
@@ -916,18 +927,58 @@ static int _ad_buf_get(PyObject *self, Py_buffer *view, int flags) {
     view->shape = flags & PyBUF_ND ? dims : NULL;
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? strides : NULL;
     view->suboffsets = NULL;
-    view->internal = dims;
+    view->internal = blk;
     return 0;
 }
 
 static void _ad_buf_release(PyObject *self, Py_buffer *view) {
     (void)self;
-    PyMem_Free(view->internal);
+    _ad_buf_block *blk = view->internal;
+    _ad_fm_drop(blk->t);
+    PyMem_Free(blk);
 }
 
-/* Sets the slots of tensor._FAST_FINALIZE's classes (Tensor, Var): the
-   subclasses made later inherit them.  Needs the fast methods installed. */
+/* The slots on every subclass of cls that has none: Python 3.12 resets a
+   new class's buffer slots unless a __buffer__ method is found along its
+   bases (these slots have none), where 3.11 copies them from the base, so
+   Tensor.__init_subclass__ calls this for each class made after the
+   install; the install runs it for the released forms made before it (so
+   a view of a tensor released under it is still released through
+   _ad_buf_release).  A class with slots of its own keeps them. */
 static int _ad_buf_installed;
+static int _ad_buf_sync(PyObject *cls) {
+    PyObject *subs = PyObject_CallMethod(cls, "__subclasses__", NULL);
+    if (!subs || !PyList_Check(subs)) {
+        Py_XDECREF(subs);
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs) && rc == 0; i++) {
+        PyObject *c = PyList_GET_ITEM(subs, i);
+        PyTypeObject *t = AD_TYPE(c);
+        if ((t->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+            t->tp_as_buffer == &((PyHeapTypeObject *)c)->as_buffer &&
+            !t->tp_as_buffer->bf_getbuffer && !t->tp_as_buffer->bf_releasebuffer) {
+            t->tp_as_buffer->bf_getbuffer = _ad_buf_get;
+            t->tp_as_buffer->bf_releasebuffer = _ad_buf_release;
+            PyType_Modified(t);
+        }
+        rc = _ad_buf_sync(c);
+    }
+    Py_DECREF(subs);
+    return rc;
+}
+
+static int _ad_buffer_subclasses(void) {
+    if (!_ad_buf_installed) return 0;
+    if (_ad_buf_sync((PyObject *)_ad_fm_tensor) == 0) return 0;
+    PyErr_Clear();
+    return -1;
+}
+
+/* Sets the slots of tensor._FAST_FINALIZE's classes (Tensor, Var) and of
+   the subclasses made so far (_ad_buf_sync).  Needs the fast methods
+   installed. */
 static int _ad_install_buffer(void) {
     if (_ad_buf_installed) return 0;
     if (!_ad_fm_tensor) return -1;
@@ -951,6 +1002,7 @@ static int _ad_install_buffer(void) {
     }
     Py_DECREF(classes);
     Py_DECREF(mod);
+    _ad_buffer_subclasses(); /* a failure leaves those without a buffer (__array__ then) */
     return 0;
 fail:
     PyErr_Clear();
@@ -1025,6 +1077,7 @@ def quick_op_source(rows):
 # 1000-element add (callgrind), the quick call and the release counted.
 # The handle accessors below read a field or two (tensor.c) and join them.
 KEEP_GIL = ("_ad_install_finalizer", "_ad_install_fast_methods", "_ad_install_buffer",
+            "_ad_buffer_subclasses",
             "ad_binary_quick", "ad_unary_quick",
             "ad_scalar_quick", "ad_reduce_quick", "ad_view_quick", "ad_tensor_release_quick",
             "ad_tensor_ndim", "ad_tensor_dtype", "ad_tensor_numel", "ad_tensor_shape",

@@ -134,7 +134,7 @@ def _one_index(t, key):
             shape = t.shape
             if not a.ndim or a.shape != shape[:a.ndim]:
                 return None
-            src = t.reshape((-1,) + shape[a.ndim:]) if a.ndim != 1 else t
+            src = t.reshape((a.size,) + shape[a.ndim:]) if a.ndim != 1 else t
             return _call(lib.AD_OP_INDEX_SELECT, (src, from_numpy(np.flatnonzero(a))), (0,))
         idx = from_numpy(np.ascontiguousarray(a.reshape(-1)))
     try:

@@ -102,6 +102,7 @@ class _ReleasedError(GraphError, AttributeError):
 # of every tensor take the slow path (450 of 8300 instructions of a
 # 1000-element add, callgrind).
 _RELEASED: dict = {}
+_BUFFER = False  # the buffer slots installed (set below, after the classes)
 _RELEASED_KEEP = frozenset(("__del__", "__class__"))
 
 
@@ -537,6 +538,14 @@ class Tensor:
         del src._h  # the handle moves: src's __del__ must not release it
         self._take(h)
 
+    def __init_subclass__(cls, **kwargs):
+        # Python 3.12 leaves a new class's buffer slots empty when no base has a
+        # __buffer__ method (Tensor's slots are set in C, bindings/build_cffi.py):
+        # they are set again on each class made after the install
+        super().__init_subclass__(**kwargs)
+        if _BUFFER:
+            lib._ad_buffer_subclasses()
+
     def _take(self, h):
         """Holds h, releasing a handle held before (__init__ called twice)."""
         try:
@@ -660,8 +669,11 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
         """numpy 2's protocol: copy=True always copies, copy=False never does
         (ValueError when a dtype change needs one), None copies only when needed.
-        Without a copy the array is the read-only zero-copy view of numpy()."""
-        a = self.numpy()
+        Without a copy the array is the read-only zero-copy view of numpy().
+        numpy calls this only when the buffer export failed (a released or
+        never-initialised tensor), so it reads the memory through _ArrayView,
+        not the buffer again: numpy() would call back here without end."""
+        a = np.asarray(_ArrayView(self))
         if dtype is not None and np.dtype(dtype) != a.dtype:
             if copy is False:
                 raise InvalidArgumentError(

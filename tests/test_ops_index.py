@@ -353,6 +353,16 @@ def test_advanced_index_3d_and_layouts():
         check_grad(lambda x: x[mask] * x[mask[:, 0]].sum(), [b], make=lambda i, t: mk(t))
 
 
+def test_mask_over_leading_dims_of_an_empty_tensor():
+    # the mask's elements give the flattened dim (a -1 cannot be solved
+    # against a zero-size trailing dim)
+    for shape, mshape in (((2, 3, 0), (2, 3)), ((2, 0, 3), (2, 0)), ((0, 2, 0), (0, 2))):
+        x = np.zeros(shape, np.float32)
+        mask = np.ones(mshape, bool)
+        for key in (mask, ad.tensor(mask)):
+            assert ad.from_numpy(x)[key].shape == x[mask].shape
+
+
 def test_index_repeated_accumulates_and_same_tensor_twice():
     x = ad.Var([1.0, 2.0, 3.0])
     y = x[ad.tensor([0, 0, 1, 0])] * x[[2, 2, 2, 2]]
