@@ -938,13 +938,27 @@ static void _ad_buf_release(PyObject *self, Py_buffer *view) {
     PyMem_Free(blk);
 }
 
+/* A heap type whose buffer slots are its own and empty; _ad_buf_put fills them. */
+static int _ad_buf_open(PyObject *c) {
+    PyTypeObject *t = AD_TYPE(c);
+    return PyType_Check(c) && (t->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           t->tp_as_buffer == &((PyHeapTypeObject *)c)->as_buffer &&
+           !t->tp_as_buffer->bf_getbuffer && !t->tp_as_buffer->bf_releasebuffer;
+}
+
+static void _ad_buf_put(PyTypeObject *t) {
+    t->tp_as_buffer->bf_getbuffer = _ad_buf_get;
+    t->tp_as_buffer->bf_releasebuffer = _ad_buf_release;
+    PyType_Modified(t);
+}
+
 /* The slots on every subclass of cls that has none: Python 3.12 resets a
    new class's buffer slots unless a __buffer__ method is found along its
    bases (these slots have none), where 3.11 copies them from the base, so
    Tensor.__init_subclass__ calls this for each class made after the
-   install; the install runs it for the released forms made before it (so
-   a view of a tensor released under it is still released through
-   _ad_buf_release).  A class with slots of its own keeps them. */
+   install; the install runs it for the classes made before it (Var, the
+   released forms: a view of a tensor released under it is still released
+   through _ad_buf_release).  A class with slots of its own keeps them. */
 static int _ad_buf_installed;
 static int _ad_buf_sync(PyObject *cls) {
     PyObject *subs = PyObject_CallMethod(cls, "__subclasses__", NULL);
@@ -955,14 +969,7 @@ static int _ad_buf_sync(PyObject *cls) {
     int rc = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs) && rc == 0; i++) {
         PyObject *c = PyList_GET_ITEM(subs, i);
-        PyTypeObject *t = AD_TYPE(c);
-        if ((t->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-            t->tp_as_buffer == &((PyHeapTypeObject *)c)->as_buffer &&
-            !t->tp_as_buffer->bf_getbuffer && !t->tp_as_buffer->bf_releasebuffer) {
-            t->tp_as_buffer->bf_getbuffer = _ad_buf_get;
-            t->tp_as_buffer->bf_releasebuffer = _ad_buf_release;
-            PyType_Modified(t);
-        }
+        if (_ad_buf_open(c)) _ad_buf_put(AD_TYPE(c));
         rc = _ad_buf_sync(c);
     }
     Py_DECREF(subs);
@@ -972,43 +979,19 @@ static int _ad_buf_sync(PyObject *cls) {
 static int _ad_buffer_subclasses(void) {
     if (!_ad_buf_installed) return 0;
     if (_ad_buf_sync((PyObject *)_ad_fm_tensor) == 0) return 0;
-    PyErr_Clear();
+    PyErr_Clear(); /* those left without a buffer take __array__ */
     return -1;
 }
 
-/* Sets the slots of tensor._FAST_FINALIZE's classes (Tensor, Var) and of
-   the subclasses made so far (_ad_buf_sync).  Needs the fast methods
-   installed. */
+/* Sets Tensor's slots and those of its subclasses made so far.  Needs the
+   fast methods installed (their Tensor class and handle reader). */
 static int _ad_install_buffer(void) {
     if (_ad_buf_installed) return 0;
-    if (!_ad_fm_tensor) return -1;
-    PyObject *mod = PyImport_ImportModule("pyautodiff.tensor"), *classes = NULL;
-    if (!mod || !(classes = PyObject_GetAttrString(mod, "_FAST_FINALIZE")) ||
-        !PyTuple_Check(classes))
-        goto fail;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); i++) {
-        PyObject *c = PyTuple_GET_ITEM(classes, i);
-        if (!PyType_Check(c) || !(AD_TYPE(c)->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
-            AD_TYPE(c)->tp_as_buffer != &((PyHeapTypeObject *)c)->as_buffer ||
-            AD_TYPE(c)->tp_as_buffer->bf_getbuffer)
-            goto fail;
-    }
+    if (!_ad_fm_tensor || !_ad_buf_open((PyObject *)_ad_fm_tensor)) return -1;
     _ad_buf_installed = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); i++) {
-        PyTypeObject *c = AD_TYPE(PyTuple_GET_ITEM(classes, i));
-        c->tp_as_buffer->bf_getbuffer = _ad_buf_get;
-        c->tp_as_buffer->bf_releasebuffer = _ad_buf_release;
-        PyType_Modified(c);
-    }
-    Py_DECREF(classes);
-    Py_DECREF(mod);
-    _ad_buffer_subclasses(); /* a failure leaves those without a buffer (__array__ then) */
+    _ad_buf_put(_ad_fm_tensor);
+    _ad_buffer_subclasses();
     return 0;
-fail:
-    PyErr_Clear();
-    Py_XDECREF(classes);
-    Py_XDECREF(mod);
-    return -1;
 }
 
 /* Drops the reference a shared tensor holds on a Python object.  It may run
