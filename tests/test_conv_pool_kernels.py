@@ -181,6 +181,33 @@ def test_conv2d_forward_packs_a_large_im2col_in_blocks(threads, n, o, kw):
         np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("n,o", [(1, 4), (3, 2)])
+@pytest.mark.parametrize("kw", [dict(padding=(2, 0), dilation=(1, 2)), dict(padding=(0, 3)),
+                                dict(padding=1, groups=2), dict(padding=(1, 2), dilation=2)])
+def test_conv2d_forward_packs_a_padded_copy_at_stride_1(threads, n, o, kw):
+    """At stride 1 the packer copies rows of a padded copy of the image over
+    a wide grid of output columns, then gathers the output's: padding on one
+    axis only, wider than the window's half, dilated along one axis or both,
+    groups (each item its own channels and filters), 37 x 37 output pixels
+    (column panels starting inside a wide row)."""
+    x, w = rand(n, 130, 37, 37), rand(o, 130 // kw.get("groups", 1), 3, 3)
+    pair = {k: (v, v) if isinstance(v, int) else v for k, v in kw.items() if k != "groups"}
+    ref = np_conv2d(x, w, groups=kw.get("groups", 1), **pair)
+    for dt, tol in ((ad.float64, 1e-10), (ad.float32, 1e-3)):
+        y = F.conv2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), **kw)
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
+
+
+def test_conv2d_forward_narrow_output_packs_from_the_image():
+    """An output row of 8 pixels would be a quarter wider on the padded copy's
+    grid: such a product keeps packing its runs straight from the image
+    (1200 channels x 3 x 3 x 64 pixels: past L2 in float32)."""
+    x, w = rand(2, 1200, 8, 8), rand(3, 1200, 3, 3)
+    ref = np_conv2d(x, w, padding=(1, 1))
+    y = F.conv2d(ad.tensor(x, dtype=ad.float32), ad.tensor(w, dtype=ad.float32), padding=1)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("mask", [1, 2, 3])
 def test_gemm_fallbacks_without_packing_buffers(threads, mask):
     """With the GEMM's packing buffers unobtainable (as when out of memory)

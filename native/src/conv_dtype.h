@@ -87,6 +87,68 @@ static void S(im2col_pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, 
 }
 #undef CONV_PACK_RUNS
 
+/* The stride-1 forward's B from a padded copy of the image, xp: cg planes
+   of hp x wp (the image, ph rows and pw columns of zeros around it), then
+   WIDE_SLACK zeros.  B's column s of the wide grid, oh rows of wp columns
+   (each row's last (kw - 1) dw past the output's ow), reads row p = (c, i, j)
+   at xp[c hp wp + i dh wp + j dw + s]: every row of a panel is one copy of nr
+   elements.  The product is og rows of oh x wp; wide_unpack gathers the
+   output's columns from it. */
+static void S(wide_pad)(const conv_geom *g, const T *in, T *xp, int64_t hp, int64_t wp) {
+    for (int64_t c = 0; c < g->cg; c++) {
+        T *d = xp + c * hp * wp;
+        memset(d, 0, (size_t)(g->ph * wp) * sizeof(T));
+        for (int64_t y = 0; y < g->h; y++) {
+            T *restrict row = d + (g->ph + y) * wp;
+            memset(row, 0, (size_t)g->pw * sizeof(T));
+            memcpy(row + g->pw, in + (c * g->h + y) * g->w, (size_t)g->w * sizeof(T));
+            memset(row + g->pw + g->w, 0, (size_t)g->pw * sizeof(T));
+        }
+        memset(d + (g->ph + g->h) * wp, 0, (size_t)((hp - g->ph - g->h) * wp) * sizeof(T));
+    }
+    memset(xp + g->cg * hp * wp, 0, (size_t)WIDE_SLACK(g) * sizeof(T));
+}
+
+static void S(wide_pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
+                         int nr, void *dst) {
+    const conv_bsrc *bs = ctx;
+    const conv_geom *g = bs->g;
+    const int64_t khw = g->kh * g->kw, plane = bs->hp * bs->wp;
+    T *d = dst;
+    for (int64_t q0 = 0; q0 < nb; q0 += nr, d += (int64_t)nr * kb) {
+        int64_t w = min64(nr, nb - q0);
+        int64_t c = p0 / khw, i = p0 % khw / g->kw, j = p0 % g->kw;
+        const T *base = (const T *)bs->x + j0 + q0;
+        for (int64_t p = 0; p < kb; p++) {
+            T *restrict row = d + p * nr;
+            const T *restrict src = base + c * plane + i * g->dh * bs->wp + j * g->dw;
+            if (w == nr) {
+                switch (nr) {
+                case 32: memcpy(row, src, 32 * sizeof(T)); break;
+                case 16: memcpy(row, src, 16 * sizeof(T)); break;
+                case 8: memcpy(row, src, 8 * sizeof(T)); break;
+                default: memcpy(row, src, (size_t)nr * sizeof(T)); break;
+                }
+            } else {
+                memcpy(row, src, (size_t)w * sizeof(T));
+                memset(row + w, 0, (size_t)(nr - w) * sizeof(T));
+            }
+            if (++j == g->kw) {
+                j = 0;
+                if (++i == g->kh) i = 0, c++;
+            }
+        }
+    }
+}
+
+/* the output's og rows of oh x ow from the wide product's og rows of oh x wp */
+static void S(wide_unpack)(const conv_geom *g, const T *cw, int64_t wp, T *y) {
+    for (int64_t o = 0; o < g->og; o++)
+        for (int64_t r = 0; r < g->oh; r++)
+            memcpy(y + (o * g->oh + r) * g->ow, cw + (o * g->oh + r) * wp,
+                   (size_t)g->ow * sizeof(T));
+}
+
 /* the adjoint of im2col: in[...] += cols[...] */
 static void S(col2im)(const conv_geom *g, const T *cols, T *in) {
     for (int64_t c = 0; c < g->cg; c++)
@@ -116,8 +178,18 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     bool pw = pointwise(g);
     if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */
         const T *w = b + q * g->og * g->k;
+        if (jb->wide) {
+            int64_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw, nw = g->oh * wp;
+            T *xp = cols, *cw = cols + g->cg * hp * wp + WIDE_SLACK(g);
+            S(wide_pad)(g, a + xoff, xp, hp, wp);
+            conv_bsrc src = {g, xp, hp, wp};
+            gemm_bsrc bs = {S(wide_pack), &src};
+            S(gemm_bsrc)(g->og, nw, g->k, w, g->k, 1, &bs, cw, nw);
+            S(wide_unpack)(g, cw, wp, y + yoff);
+            return;
+        }
         if (jb->packs) {
-            conv_bsrc src = {g, a + xoff};
+            conv_bsrc src = {g, a + xoff, 0, 0};
             gemm_bsrc bs = {S(im2col_pack), &src};
             S(gemm_bsrc)(g->og, g->l, g->k, w, g->k, 1, &bs, y + yoff, g->l);
             return;
