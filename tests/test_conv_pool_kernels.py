@@ -15,7 +15,7 @@ import pyautodiff as ad
 from gradcheck import check_grad
 from pyautodiff._lib import lib
 from pyautodiff.tensor import _call
-from test_ops_nn import np_conv2d, np_pool2d
+from test_ops_nn import np_conv2d, np_conv_transpose2d, np_pool2d
 
 F = ad.nn.functional
 rng = np.random.default_rng(12)
@@ -206,6 +206,23 @@ def test_conv2d_forward_narrow_output_packs_from_the_image():
     ref = np_conv2d(x, w, padding=(1, 1))
     y = F.conv2d(ad.tensor(x, dtype=ad.float32), ad.tensor(w, dtype=ad.float32), padding=1)
     np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(padding=(0, 2), dilation=(1, 2)),
+                                dict(padding=(2, 1), dilation=2, groups=2)])
+def test_conv_transpose2d_at_stride_1_runs_as_a_conv2d(threads, n, kw):
+    """At stride 1, where the matching conv2d packs a padded copy of its input,
+    conv_transpose2d is that conv2d with the weight flipped and its channels
+    swapped (padding dilation (k - 1) - padding: 0 up to the window's whole
+    reach), not a GEMM and col2im."""
+    g = kw.get("groups", 1)
+    x, w = rand(n, 130, 37, 37), rand(130, 6 // g, 3, 3)
+    pair = {k: (v, v) if isinstance(v, int) else v for k, v in kw.items() if k != "groups"}
+    ref = np_conv_transpose2d(x, w, groups=g, **pair)
+    for dt, tol in ((ad.float64, 1e-10), (ad.float32, 1e-3)):
+        y = F.conv_transpose2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), **kw)
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("mask", [1, 2, 3])

@@ -52,11 +52,13 @@ def np_conv_transpose2d(x, w, stride=(1, 1), padding=(0, 0), output_padding=(0, 
     oh = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
     ow = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
     y = np.zeros((n, coutg * groups, oh, ow))
-    for b, ci, i, j, ki, kj, co in itertools.product(range(n), range(cin), range(h), range(wd),
-                                                     range(kh), range(kw), range(coutg)):
-        g = ci // cing
-        y[b, g * coutg + co, i * stride[0] + ki * dilation[0],
-          j * stride[1] + kj * dilation[1]] += x[b, ci, i, j] * w[ci, co, ki, kj]
+    for g, ki, kj in itertools.product(range(groups), range(kh), range(kw)):
+        # every input pixel (i, j) adds to output pixel (i s + ki d, j s + kj d)
+        cs = slice(g * cing, (g + 1) * cing)
+        part = np.einsum("bchw,cd->bdhw", x[:, cs], w[cs, :, ki, kj])
+        y[:, g * coutg:(g + 1) * coutg,
+          ki * dilation[0]:ki * dilation[0] + (h - 1) * stride[0] + 1:stride[0],
+          kj * dilation[1]:kj * dilation[1] + (wd - 1) * stride[1] + 1:stride[1]] += part
     return y[:, :, padding[0]:oh - padding[0], padding[1]:ow - padding[1]]
 
 

@@ -149,6 +149,20 @@ static void S(wide_unpack)(const conv_geom *g, const T *cw, int64_t wp, T *y) {
                    (size_t)g->ow * sizeof(T));
 }
 
+/* conv_transpose2d's weight (o, cg, kh, kw) as the weight (c, og, kh, kw) of
+   the conv2d that computes it at stride 1 (transpose_as_conv): each group's
+   in and out channels swapped, the window turned half round */
+static void S(flip_weight)(const conv_geom *g, const T *w, T *f) {
+    const int64_t khw = g->kh * g->kw;
+    for (int64_t q = 0; q < g->groups; q++)
+        for (int64_t o = 0; o < g->og; o++)
+            for (int64_t c = 0; c < g->cg; c++) {
+                const T *restrict s = w + ((q * g->og + o) * g->cg + c) * khw;
+                T *restrict d = f + ((q * g->cg + c) * g->og + o) * khw;
+                for (int64_t t = 0; t < khw; t++) d[khw - 1 - t] = s[t];
+            }
+}
+
 /* the adjoint of im2col: in[...] += cols[...] */
 static void S(col2im)(const conv_geom *g, const T *cols, T *in) {
     for (int64_t c = 0; c < g->cg; c++)
