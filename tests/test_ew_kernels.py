@@ -7,6 +7,7 @@ against the ordinary path at every ISA level.  Contiguous softmax / log_softmax
 / logsumexp lanes run whole in the SIMD row kernel: checked against float64
 numpy for every tail length, with non-finite elements, at 1 and 2 threads, and
 AVX2 against AVX-512 bit for bit."""
+import math
 import os
 import pickle
 import subprocess
@@ -762,3 +763,38 @@ def test_strided_lanes_same_bits_as_contiguous(length, threads):
             if dt == np.float64 and length:  # and right: float64 numpy
                 ref = np.exp(x - x.max(0)) / np.exp(x - x.max(0)).sum(0)
                 np.testing.assert_allclose(t.softmax(0).numpy(), ref, rtol=1e-12, atol=1e-300)
+
+
+MSE_SCRIPT = r"""
+import pickle, sys
+import numpy as np, pyautodiff as ad
+from pyautodiff._lib import ffi, lib
+rng = np.random.default_rng(5)
+outs = []
+# every tail of the 16 accumulators, past one 16384-element chunk, past the threads' split
+for n in (1, 15, 16, 17, 31, 16384 + 7, 300001):
+    for dt in (np.float32, np.float64):
+        x, y = (rng.standard_normal((2, n)) * 3).astype(dt)
+        for red in ("sum", "mean", "none"):
+            outs.append(ad.nn.functional.mse_loss(ad.tensor(x), ad.tensor(y), reduction=red)
+                        .numpy().tobytes())
+pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), outs), sys.stdout.buffer)
+"""
+
+
+def test_mse_loss_same_bits_on_every_isa():
+    """mse_loss's pass (sixteen double accumulators, the x86 levels widening
+    floats by their own instruction, the portable level by the generic
+    conversion) gives the same bits at every level and thread count, and its
+    sum is the float64 sum of the squares to a few ulps."""
+    runs = {(isa, th): _run(MSE_SCRIPT, PYAUTODIFF_ISA=isa, PYAUTODIFF_NUM_THREADS=th)[1]
+            for isa in ("avx512", "avx2", "portable") for th in ("1", "2")}
+    first = runs[("portable", "1")]
+    for key, outs in runs.items():
+        assert outs == first, f"mse_loss bits differ at {key}"
+    rng = np.random.default_rng(5)
+    for n in (17, 300001):
+        x, y = (rng.standard_normal((2, n)) * 3).astype(np.float64)
+        got = ad.nn.functional.mse_loss(ad.tensor(x), ad.tensor(y), reduction="sum").item()
+        want = math.fsum((x - y) ** 2)
+        assert abs(got - want) <= 8 * np.spacing(want)

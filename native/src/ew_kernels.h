@@ -253,19 +253,31 @@ const bin_nt_kernel EW_NAME(ew_bin_nt_f32)[AD_OP__COUNT] = {
 /* ---- mse_loss's pass ---------------------------------------------------------
  * Over the elements [i0, i1) of contiguous x and y (float32 or float64, dt):
  * (x - y)^2 in double into o (reduction none), else their sum, returned;
- * eight double accumulators as two vectors of four (lane k takes the
- * elements k mod 8 in order), folded in a fixed order, so every level gives
- * the same bits. */
+ * sixteen double accumulators as four vectors of four (lane k takes the
+ * elements k mod 16 in order), folded in a fixed order, so every level gives
+ * the same bits.  The x86 levels widen four floats with one instruction
+ * (EW_CVT4_F32; GCC splits the generic conversion in two halves and an
+ * insert) and four addition chains are in flight, not two.  Zen 4, 1 thread,
+ * float32: 65536 (in cache) 16.8 -> 10.0 us, 1048576 260 -> 148 (torch 230). */
 typedef double EW_NAME(vd4) __attribute__((vector_size(32)));
 typedef float EW_NAME(vf4) __attribute__((vector_size(16)));
-/* elements p[0..3] as four doubles */
-#define MSE_LOAD4_float(v, p)                                                            \
+#ifndef EW_CVT4_F32
+#define EW_CVT4_F32(v, p)                                                                \
     do {                                                                                 \
         EW_NAME(vf4) f_;                                                                 \
         memcpy(&f_, (p), sizeof f_);                                                     \
         (v) = __builtin_convertvector(f_, EW_NAME(vd4));                                 \
     } while (0)
+#endif
+#define MSE_LOAD4_float(v, p) EW_CVT4_F32(v, p)
 #define MSE_LOAD4_double(v, p) memcpy(&(v), (p), sizeof(v))
+#define MSE_STEP(T, s, j)                                                                \
+    do {                                                                                 \
+        EW_NAME(vd4) a_, b_;                                                             \
+        MSE_LOAD4_##T(a_, x + i + 4 * (j));                                              \
+        MSE_LOAD4_##T(b_, y + i + 4 * (j));                                              \
+        (s)[j] += (a_ - b_) * (a_ - b_);                                                 \
+    } while (0)
 #define DEF_MSE(T, SFX)                                                                  \
     static double EW_NAME(mse_##SFX)(const T *restrict x, const T *restrict y,           \
                                      T *restrict o, int64_t i0, int64_t i1) {            \
@@ -276,27 +288,28 @@ typedef float EW_NAME(vf4) __attribute__((vector_size(16)));
             }                                                                            \
             return 0;                                                                    \
         }                                                                                \
-        EW_NAME(vd4) lo = {0}, hi = {0}, a, b;                                           \
+        EW_NAME(vd4) s[4] = {{0}, {0}, {0}, {0}};                                        \
         int64_t i = i0;                                                                  \
-        for (; i + 8 <= i1; i += 8) {                                                    \
-            MSE_LOAD4_##T(a, x + i);                                                     \
-            MSE_LOAD4_##T(b, y + i);                                                     \
-            lo += (a - b) * (a - b);                                                     \
-            MSE_LOAD4_##T(a, x + i + 4);                                                 \
-            MSE_LOAD4_##T(b, y + i + 4);                                                 \
-            hi += (a - b) * (a - b);                                                     \
+        for (; i + 16 <= i1; i += 16) {                                                  \
+            MSE_STEP(T, s, 0);                                                           \
+            MSE_STEP(T, s, 1);                                                           \
+            MSE_STEP(T, s, 2);                                                           \
+            MSE_STEP(T, s, 3);                                                           \
         }                                                                                \
-        double acc[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};        \
+        double acc[16];                                                                  \
+        for (int k = 0; k < 16; k++) acc[k] = s[k / 4][k % 4];                           \
         for (int k = 0; i < i1; i++, k++) {                                              \
             double d = (double)x[i] - (double)y[i];                                      \
             acc[k] += d * d;                                                             \
         }                                                                                \
-        return ((acc[0] + acc[4]) + (acc[2] + acc[6])) +                                 \
-               ((acc[1] + acc[5]) + (acc[3] + acc[7]));                                  \
+        for (int w = 8; w >= 1; w /= 2)                                                  \
+            for (int k = 0; k < w; k++) acc[k] += acc[k + w];                            \
+        return acc[0];                                                                   \
     }
 DEF_MSE(float, f32)
 DEF_MSE(double, f64)
 #undef DEF_MSE
+#undef MSE_STEP
 #undef MSE_LOAD4_float
 #undef MSE_LOAD4_double
 
