@@ -295,7 +295,13 @@ def stack(tensors, dim=0):
             raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} has "
                              f"{t.shape}")
     d = _norm_dim(dim, len(shape) + 1, "stack")
-    new = shape[:d] + (1,) + shape[d:]
+    if d < len(shape):
+        # cat along d puts tensor j's shape[d] entries after tensor j - 1's:
+        # that dim read as (len(ts), shape[d]) is the stack (one native call,
+        # not a reshape per tensor)
+        return _cat(ts, d, [shape[d]] * len(ts)).reshape(
+            shape[:d] + (len(ts),) + shape[d:])
+    new = shape + (1,)
     return _cat([t.reshape(new) for t in ts], d, [1] * len(ts))
 
 

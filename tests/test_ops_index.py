@@ -57,6 +57,15 @@ def test_stack():
         np.testing.assert_array_equal(np_of(y), np.stack([a, b], d))
     for name, base, mk in layouts((2, 3)):
         check_grad(lambda x, y: ad.stack([x, y, x], 1), [base, b], make=first_layout(mk))
+    # before the last dim: one cat read as (count, size); at the end: a reshape each
+    for d in (0, 2):
+        check_grad(lambda x, y: ad.stack([x, y, x], d), [a, b])
+    many = [rand(3, 2) for _ in range(11)]  # more than one native cat's 8 inputs
+    for d in (0, 1, 2):
+        np.testing.assert_array_equal(np_of(ad.stack([ad.tensor(m) for m in many], d)),
+                                      np.stack(many, d))
+    assert ad.stack([ad.tensor(1.0), ad.tensor(2.0)]).tolist() == [1.0, 2.0]
+    assert ad.stack([ad.zeros((2, 0, 3))] * 3, 1).shape == (2, 3, 0, 3)
 
 
 def test_cat_stack_errors():
