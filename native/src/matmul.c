@@ -204,17 +204,22 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
 /* The skinny kernel's tiles: mr rows by SKNV(mr) vectors (16 registers at
    AVX2: 6-8 accumulators; 32 at AVX-512: 8-16); SK_CACHED: the bytes of B
    read as one block of rows (matmul_simd.h's sk_rows). The axpy form's passes
-   over y: 8 rows of M^T each, or AXG for an M past AXPY_FAR bytes, as many
-   broadcast x[p] as the registers hold (AVX-512, f32, thread CPU time against
+   over y: 8 rows of M^T each, or AXG for an M past AXPY_FAR bytes on a core
+   whose L1D holds AXPY_WIDE_L1, as many broadcast x[p] as the registers hold
+   (Zen 5, L1D 48 KiB, AVX-512, f32, thread CPU time against
    numpy: 4096 x 4096 16 rows 0.88-0.99x, 8 rows 0.83-0.90x, 4 rows
    0.75-0.85x; 1024 x 1024, in cache, 16 rows 0.67x, 8 rows 0.94-1.05x:
    16 rows 4 KiB apart alias in L1's sets). With more than one thread
    streaming M at once the passes stay at 8 rows: Zen 4, 2 threads, wall
    time interleaved in one process, (4096,) @ (4096x4096) 2077 -> 1659 us
    and 2203 -> 1897 (numpy 1795, 1944), (8192,) @ (8192x2048) 2025 -> 1678.
-   (At 1 thread on Zen 4, 8 rows were 1-5% faster too, 12% for 2048 x 8192,
-   against the 1-thread gain of 16 above, measured on another machine.) */
+   At 1 thread on Zen 4 (L1D 32 KiB), 8 rows were faster too: numpy's time
+   over ours, old and new builds alternating, min of 9 blocks, (2048,) @
+   (2048x8192) 16 rows 0.90-0.93x, 8 rows 0.99-1.08x; (4096,) @ (4096x4096)
+   0.95-1.06x and 1.00-1.05x; (1x4096) @ (4096x4096) 0.93-1.05x and
+   0.99-1.04x. */
 #define AXPY_FAR ((int64_t)16 << 20)
+#define AXPY_WIDE_L1 (48L << 10)
 #define SKNV_avx2(mr) ((mr) <= 2 ? 4 : (mr) <= 4 ? 2 : 1)
 #define SKNV_avx512(mr) ((mr) <= 4 ? 4 : 2)
 #define SK_CACHED ((int64_t)256 << 10)

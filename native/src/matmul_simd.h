@@ -85,7 +85,8 @@ MV_ATTR static void S(mv_axpy)(int64_t k, int64_t n, const T *x, int64_t incx, c
         return;
     }
     int64_t p = 0;
-    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR && par_num_threads() == 1)
+    if (AXG > 8 && k * n * (int64_t)sizeof(T) > AXPY_FAR && par_num_threads() == 1 &&
+        ad_cpu_caches()->l1d >= AXPY_WIDE_L1)
         for (; p + AXG <= k; p += AXG)
             S(axpy_group)(AXG, p == 0, nv, tail, mk, x + p * incx, incx, b + p * rsb, rsb, y);
     for (; p + 8 <= k; p += 8)
