@@ -225,6 +225,45 @@ def test_conv_transpose2d_at_stride_1_runs_as_a_conv2d(threads, n, kw):
         np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
 
 
+def np_conv2d_weight_grad(x, gy, kh, kw, padding, dilation, groups):
+    """dW[o, c, i, j] = sum over n, y, x of gy[n, o, y, x] xpad[n, c, y + i dh, x + j dw]."""
+    (ph, pw), (dh, dw) = padding, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    o, oh, ow = gy.shape[1:]
+    cg, og = x.shape[1] // groups, o // groups
+    dw_ = np.zeros((o, cg, kh, kw))
+    for g, i, j in itertools.product(range(groups), range(kh), range(kw)):
+        win = xp[:, g * cg:(g + 1) * cg, i * dh:i * dh + oh, j * dw:j * dw + ow]
+        dw_[g * og:(g + 1) * og, :, i, j] = np.einsum("nohw,nchw->oc", gy[:, g * og:(g + 1) * og], win)
+    return dw_
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(padding=(0, 2), dilation=(1, 2)),
+                                dict(padding=(2, 1), dilation=2, groups=2)])
+def test_conv2d_weight_grad_at_stride_1_packs_a_padded_copy(threads, n, kw):
+    """Past L2 at stride 1 the weight gradient's GEMM packs im2col transposed
+    straight from a padded copy of the input (window offset-major columns,
+    gathered back to the weight's order): 130 channels per group, so panels
+    of 32, 16 or 8 columns straddle window offsets (packed element by
+    element) as well as lying within one (the AVX2 transposing pack), the
+    items' sums split over the threads."""
+    g = kw.get("groups", 1)
+    pad = kw.get("padding", 0)
+    pad = (pad, pad) if isinstance(pad, int) else pad
+    d = kw.get("dilation", 1)
+    d = (d, d) if isinstance(d, int) else d
+    x = rand(n, 130 * g, 37, 37)
+    oh = 37 + 2 * pad[0] - 2 * d[0]
+    ow = 37 + 2 * pad[1] - 2 * d[1]
+    gy = rand(n, 2 * g, oh, ow)
+    ref = np_conv2d_weight_grad(x, gy, 3, 3, pad, d, g)
+    ia = (3, 3, 1, 1, pad[0], pad[1], d[0], d[1], g)
+    for dt, tol in ((ad.float64, 1e-9), (ad.float32, 2e-3)):
+        got = _call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(x, dtype=dt), ad.tensor(gy, dtype=dt)), ia)
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("mask", [1, 2, 3])
 def test_gemm_fallbacks_without_packing_buffers(threads, mask):
     """With the GEMM's packing buffers unobtainable (as when out of memory)

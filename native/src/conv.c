@@ -3,7 +3,9 @@
  * forward's GEMM packs its blocks from the image instead: gemm_bsrc, gemm.h).
  *
  * At stride 1 the forward's packer reads a padded copy of the image instead,
- * over a wide grid of output columns (conv_dtype.h wide_pack).
+ * over a wide grid of output columns (conv_dtype.h wide_pack), and so does
+ * the weight gradient's, im2col transposed (wide_packt); conv_transpose2d
+ * runs there as a conv2d (transpose_as_conv).
  *
  * One geometry serves the three ops: a convolution from an input (n, c, h, w)
  * to an output (n, o, oh, ow) with weight (o, c/groups, kh, kw).
@@ -130,6 +132,11 @@ typedef struct conv_job {
 
 /* The kernels are written once, in the template header conv_dtype.h, and
    instantiated here per float dtype. */
+#if defined(__x86_64__) || defined(__i386__)
+#define packbt_avx2_f32 gemm_packbt_f32_avx2
+#define packbt_avx2_f64 gemm_packbt_f64_avx2
+#endif
+
 #define T float
 #define S(name) name##_f32
 #include "conv_dtype.h"
@@ -173,9 +180,9 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
        where im2col stays in cache and a small B is read in place, packing
        lost: (64, 16, 14, 14) with 32 filters 2.0-3.0 -> 3.2-4.2 ms, (16, 64,
        32, 32) at stride 2 4.3-5.3 -> 5.1-6.4. */
-    jb.packs = which == RUN_FWD && !pointwise(g) &&
-               (size_t)(g->k * g->l) * es > (size_t)ad_cpu_caches()->l2;
-    /* At stride 1 the packer copies rows of a padded image instead
+    bool big = !pointwise(g) && (size_t)(g->k * g->l) * es > (size_t)ad_cpu_caches()->l2;
+    jb.packs = which == RUN_FWD && big;
+    /* At stride 1 the forward's packer copies rows of a padded image instead
        (wide_pack: one copy of nr elements a panel row, against a few runs
        and their bounds each), for the wide grid's (kw - 1) dw extra columns
        an output row, so only where those are at most a sixth of ow.  Zen 4,
@@ -184,8 +191,18 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
        (4, 64, 112, 112) 44 -> 40, (8, 64, 28, 28) 5x5 15.5 -> 14.4,
        (8, 256, 14, 14) 20.1 -> 19.7, (16, 64, 32, 32) 13.6 -> 13.1;
        (8, 256, 10, 10), 2 extra columns of 10, level, and (8, 512, 8, 8),
-       2 of 8, 22.9 -> 27.4: left to im2col_pack. */
-    jb.wide = jb.packs && g->sh == 1 && g->sw == 1 && 6 * (g->kw - 1) * g->dw <= g->ow;
+       2 of 8, 22.9 -> 27.4: left to im2col_pack.
+       The weight gradient, past L2 too, packs the wide im2col transposed
+       from the padded image (wide_packt) instead of writing im2col and
+       transposing it, where the extra columns, which its products sum over,
+       are at most an eighth: (8, 64, 56, 56) 22.7 -> 19.2-20.5 ms (2
+       threads 12.7-14.1 -> 10.5-11.2), (8, 32, 64, 64) 5x5 32 -> 19.4-20.4
+       (17.0 -> 9.9-10.4), (16, 64, 32, 32) 14.7 -> 13.0-14.5, (8, 64, 56,
+       56) dilation 2 22.2 -> 20.2-21.0; (8, 256, 14, 14), 2 of 14, lost
+       19.5 -> 21.3-22.5. */
+    jb.wide = g->sh == 1 && g->sw == 1 &&
+              ((jb.packs && 6 * (g->kw - 1) * g->dw <= g->ow) ||
+               (which == RUN_BWD_WEIGHT && big && 8 * (g->kw - 1) * g->dw <= g->ow));
     /* im2col (or the padded image, its slack and the wide product), then for
        the weight gradient one GEMM result and an accumulator */
     jb.ncols = pointwise(g) || jb.packs ? 0 : g->k * g->l;

@@ -141,6 +141,40 @@ static void S(wide_pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, in
     }
 }
 
+/* The stride-1 weight gradient's B, the wide im2col transposed: row s of
+   the wide grid, column p' = (i kw + j) cg + c (window offset major, so that
+   a panel's columns within one offset are plane elements apart) reads
+   xp[c hp wp + i dh wp + j dw + s].  A panel within one offset is one
+   transposing pack (the AVX2 one where the CPU has it), else element by
+   element. */
+static void S(wide_packt)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
+                          int nr, void *dst) {
+    const conv_bsrc *bs = ctx;
+    const conv_geom *g = bs->g;
+    const int64_t plane = bs->hp * bs->wp;
+    const T *xp = (const T *)bs->x + p0;
+    T *d = dst;
+#define WIDE_COL(col) /* column col's first element (row p0) */                             \
+    (xp + (col) % g->cg * plane + (col) / g->cg / g->kw * g->dh * bs->wp +                 \
+     (col) / g->cg % g->kw * g->dw)
+    for (int64_t q0 = 0; q0 < nb; q0 += nr, d += (int64_t)nr * kb) {
+        int64_t w = min64(nr, nb - q0), col = j0 + q0;
+#if defined(__x86_64__) || defined(__i386__)
+        if (w == nr && nr > 1 && col % g->cg + nr <= g->cg && ad_cpu_isa() >= AD_ISA_AVX2) {
+            S(packbt_avx2)(kb, WIDE_COL(col), plane, d, nr);
+            continue;
+        }
+#endif
+        for (int64_t u = 0; u < w; u++) {
+            const T *restrict src = WIDE_COL(col + u);
+            for (int64_t r = 0; r < kb; r++) d[r * nr + u] = src[r];
+        }
+        for (int64_t r = 0; r < kb && w < nr; r++)
+            memset(d + r * nr + w, 0, (size_t)(nr - w) * sizeof(T));
+    }
+#undef WIDE_COL
+}
+
 /* the output's og rows of oh x ow from the wide product's og rows of oh x wp */
 static void S(wide_unpack)(const conv_geom *g, const T *cw, int64_t wp, T *y) {
     for (int64_t o = 0; o < g->og; o++)
@@ -220,6 +254,25 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
                 g->l, 1);
         memset(y + xoff, 0, (size_t)(g->cg * g->h * g->w) * sizeof(T));
         S(col2im)(g, cols, y + xoff);
+    } else if (jb->wide) { /* the weight gradient over the wide grid */
+        int64_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw, nw = g->oh * wp;
+        const int64_t khw = g->kh * g->kw;
+        T *xp = cols, *gw = cols + g->cg * hp * wp + WIDE_SLACK(g);
+        S(wide_pad)(g, a + xoff, xp, hp, wp);
+        for (int64_t o = 0; o < g->og; o++) /* gy's rows, zero past each output row */
+            for (int64_t r = 0; r < g->oh; r++) {
+                T *restrict row = gw + (o * g->oh + r) * wp;
+                memcpy(row, b + yoff + (o * g->oh + r) * g->ow, (size_t)g->ow * sizeof(T));
+                memset(row + g->ow, 0, (size_t)(wp - g->ow) * sizeof(T));
+            }
+        conv_bsrc src = {g, xp, hp, wp};
+        gemm_bsrc bs = {S(wide_packt), &src};
+        S(gemm_bsrc)(g->og, g->k, nw, gw, nw, 1, &bs, tmp, g->k);
+        T *restrict d = acc + q * g->og * g->k;
+        for (int64_t o = 0; o < g->og; o++) /* columns (i, j, c) -> the weight's (c, i, j) */
+            for (int64_t t = 0; t < khw; t++)
+                for (int64_t c = 0; c < g->cg; c++)
+                    d[o * g->k + c * khw + t] += tmp[o * g->k + t * g->cg + c];
     } else { /* a = x, b = conv output grad: acc_q += b_g @ im2col(a_g)^T */
         const T *c = pw ? a + xoff : cols;
         if (!pw) S(im2col)(g, a + xoff, cols);
