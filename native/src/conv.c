@@ -113,8 +113,8 @@ typedef struct conv_bsrc {
     int64_t hp, wp; /* wide_pack: the padded image's planes (else 0) */
 } conv_bsrc;
 
-/* wide_pack reads this far past the padded image's last plane: the last
-   row of its window, shifted (kw - 1) dw, ends there */
+/* wide_pack and wide_packt read this far past the padded image's last
+   plane: the last row of its window, shifted (kw - 1) dw, ends there */
 #define WIDE_SLACK(g) (((g)->kw - 1) * (g)->dw)
 
 typedef struct conv_job {
@@ -360,7 +360,8 @@ ad_status fwd_conv_transpose2d(const op_args *a, ad_tensor **out) {
     if (g.oh == 0 || g.ow == 0) g.h = g.w = 0;
     finish(&g);
     int64_t shape[4] = {g.n, g.c, g.h, g.w};
-    if (transpose_is_conv(&g, &c, ad_dtype_size_(x->dtype))) return transpose_as_conv(&g, x, w, shape, out);
+    if (transpose_is_conv(&g, &c, ad_dtype_size_(x->dtype)))
+        return transpose_as_conv(&g, x, w, shape, out);
     return run(RUN_BWD_INPUT, &g, x, w, shape, out);
 }
 

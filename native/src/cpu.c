@@ -177,8 +177,9 @@ static void caches_detect(void)
 #endif
     /* PYAUTODIFF_L1D_KIB: another machine's L1D, for its kernel choices */
     const char *env = getenv("PYAUTODIFF_L1D_KIB");
-    if (env && atol(env) > 0)
-        c.l1d = atol(env) << 10;
+    long kib = env ? atol(env) : 0;
+    if (kib > 0 && kib <= 1L << 20)
+        c.l1d = kib << 10;
     /* implausible reports (a hypervisor's zeros, a misread leaf) fall back */
     c.l1d = clamp_size(c.l1d, 16 << 10, 256 << 10, 32 << 10);
     c.l2 = clamp_size(c.l2, 128 << 10, 16 << 20, 256 << 10);
