@@ -264,6 +264,31 @@ def test_conv2d_weight_grad_at_stride_1_packs_a_padded_copy(threads, n, kw):
         np.testing.assert_allclose(np.asarray(got), ref, rtol=tol, atol=tol)
 
 
+def test_wide_paths_keep_non_finite_values_where_they_belong(threads):
+    """The wide grid's extra columns read pixels wrapped in from the next row,
+    and the transpose as a conv multiplies its weight by the padding's zeros:
+    an inf there would make NaNs (0 * inf) in elements the gradient and the
+    scatter leave finite.  The weight gradient zeroes those rows of its
+    panels; a non-finite weight sends conv_transpose2d to the scatter."""
+    x, gy = rand(1, 130, 37, 37), rand(1, 2, 37, 37)
+    x[0, 0, 5, 0], x[0, 3, 36, 36], x[0, 7, 0, 20] = np.inf, -np.inf, np.nan
+    ref = np_conv2d_weight_grad(x, gy, 3, 3, (1, 1), (1, 1), 1)
+    assert np.isfinite(ref).sum() > 0 and not np.isfinite(ref).all()
+    for dt in (ad.float64, ad.float32):
+        got = _call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(x, dtype=dt), ad.tensor(gy, dtype=dt)),
+                    (3, 3, 1, 1, 1, 1, 1, 1, 1))
+        got = np.asarray(got)
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(ref))
+        np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)
+    xt, w = rand(1, 130, 37, 37), rand(130, 3, 3, 3)
+    w[0, 0, 0, 0] = np.inf
+    ref = np_conv_transpose2d(xt, w, padding=(1, 1))
+    for dt in (ad.float64, ad.float32):
+        got = np.asarray(F.conv_transpose2d(ad.tensor(xt, dtype=dt), ad.tensor(w, dtype=dt), padding=1))
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(ref))
+        np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("mask", [1, 2, 3])
 def test_gemm_fallbacks_without_packing_buffers(threads, mask):
     """With the GEMM's packing buffers unobtainable (as when out of memory)

@@ -13,6 +13,7 @@
  *   conv_transpose2d  output -> input      x_g = col2im(W_g^T @ y_g)  (conv2d's input gradient)
  *   conv2d_weight_grad                     dW_g = sum_n y_g @ im2col(x_g)^T
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -328,9 +329,12 @@ static ad_status transpose_as_conv(const conv_geom *g, const ad_tensor *x, const
     ad_status st = nn_contig(w, &tw, &pw);
     if (!st) st = ad_tensor_empty(w->dtype, fshape, 4, &fw);
     if (!st) {
-        if (w->dtype == AD_FLOAT32) flip_weight_f32(g, pw, fw->storage->data);
-        else flip_weight_f64(g, pw, fw->storage->data);
-        st = run(RUN_FWD, &f, x, fw, shape, out);
+        /* a non-finite weight would meet the padding's zeros (0 * inf is NaN)
+           where the scatter never adds it: such a weight takes the scatter */
+        bool finite = w->dtype == AD_FLOAT32 ? flip_weight_f32(g, pw, fw->storage->data)
+                                             : flip_weight_f64(g, pw, fw->storage->data);
+        st = finite ? run(RUN_FWD, &f, x, fw, shape, out)
+                    : run(RUN_BWD_INPUT, g, x, w, shape, out);
     }
     ad_tensor_release(tw);
     ad_tensor_release(fw);

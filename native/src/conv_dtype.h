@@ -159,18 +159,26 @@ static void S(wide_packt)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, i
      (col) / g->cg % g->kw * g->dw)
     for (int64_t q0 = 0; q0 < nb; q0 += nr, d += (int64_t)nr * kb) {
         int64_t w = min64(nr, nb - q0), col = j0 + q0;
+        bool simd = false;
 #if defined(__x86_64__) || defined(__i386__)
-        if (w == nr && nr > 1 && col % g->cg + nr <= g->cg && ad_cpu_isa() >= AD_ISA_AVX2) {
-            S(packbt_avx2)(kb, WIDE_COL(col), plane, d, nr);
-            continue;
-        }
+        simd = w == nr && nr > 1 && col % g->cg + nr <= g->cg && ad_cpu_isa() >= AD_ISA_AVX2;
+        if (simd) S(packbt_avx2)(kb, WIDE_COL(col), plane, d, nr);
 #endif
-        for (int64_t u = 0; u < w; u++) {
-            const T *restrict src = WIDE_COL(col + u);
-            for (int64_t r = 0; r < kb; r++) d[r * nr + u] = src[r];
+        if (!simd) {
+            for (int64_t u = 0; u < w; u++) {
+                const T *restrict src = WIDE_COL(col + u);
+                for (int64_t r = 0; r < kb; r++) d[r * nr + u] = src[r];
+            }
+            for (int64_t r = 0; r < kb && w < nr; r++)
+                memset(d + r * nr + w, 0, (size_t)(nr - w) * sizeof(T));
         }
-        for (int64_t r = 0; r < kb && w < nr; r++)
-            memset(d + r * nr + w, 0, (size_t)(nr - w) * sizeof(T));
+        /* rows s past an output row's ow read pixels wrapped in from the next
+           row: zeros, so that a non-finite one never meets gy's zeros there
+           (0 * inf is NaN, where the gradient has no such term) */
+        for (int64_t s0 = p0 - p0 % bs->wp + g->ow; s0 < p0 + kb; s0 += bs->wp)
+            for (int64_t s = s0 < p0 ? p0 : s0, e = min64(s0 + bs->wp - g->ow, p0 + kb); s < e;
+                 s++)
+                memset(d + (s - p0) * nr, 0, (size_t)nr * sizeof(T));
     }
 #undef WIDE_COL
 }
@@ -185,16 +193,22 @@ static void S(wide_unpack)(const conv_geom *g, const T *cw, int64_t wp, T *y) {
 
 /* conv_transpose2d's weight (o, cg, kh, kw) as the weight (c, og, kh, kw) of
    the conv2d that computes it at stride 1 (transpose_as_conv): each group's
-   in and out channels swapped, the window turned half round */
-static void S(flip_weight)(const conv_geom *g, const T *w, T *f) {
+   in and out channels swapped, the window turned half round; false when a
+   weight is not finite */
+static bool S(flip_weight)(const conv_geom *g, const T *w, T *f) {
     const int64_t khw = g->kh * g->kw;
+    bool finite = true;
     for (int64_t q = 0; q < g->groups; q++)
         for (int64_t o = 0; o < g->og; o++)
             for (int64_t c = 0; c < g->cg; c++) {
                 const T *restrict s = w + ((q * g->og + o) * g->cg + c) * khw;
                 T *restrict d = f + ((q * g->cg + c) * g->og + o) * khw;
-                for (int64_t t = 0; t < khw; t++) d[khw - 1 - t] = s[t];
+                for (int64_t t = 0; t < khw; t++) {
+                    d[khw - 1 - t] = s[t];
+                    finite &= isfinite(s[t]) != 0;
+                }
             }
+    return finite;
 }
 
 /* the adjoint of im2col: in[...] += cols[...] */
