@@ -109,6 +109,15 @@ static void S(wide_pad)(const conv_geom *g, const T *in, T *xp, int64_t hp, int6
     memset(xp + g->cg * hp * wp, 0, (size_t)WIDE_SLACK(g) * sizeof(T));
 }
 
+/* item's padded image at cols and the packers' context for it; returns the
+   buffer after it and its slack (the wide product, og x oh x wp) */
+static T *S(wide_begin)(const conv_geom *g, const T *in, T *cols, conv_bsrc *src) {
+    int64_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw;
+    S(wide_pad)(g, in, cols, hp, wp);
+    *src = (conv_bsrc){g, cols, hp, wp};
+    return cols + g->cg * hp * wp + WIDE_SLACK(g);
+}
+
 static void S(wide_pack)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
                          int nr, void *dst) {
     const conv_bsrc *bs = ctx;
@@ -154,6 +163,9 @@ static void S(wide_packt)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, i
     const int64_t plane = bs->hp * bs->wp;
     const T *xp = (const T *)bs->x + p0;
     T *d = dst;
+#if defined(__x86_64__) || defined(__i386__)
+    const bool avx2 = nr > 1 && ad_cpu_isa() >= AD_ISA_AVX2;
+#endif
 #define WIDE_COL(col) /* column col's first element (row p0) */                             \
     (xp + (col) % g->cg * plane + (col) / g->cg / g->kw * g->dh * bs->wp +                 \
      (col) / g->cg % g->kw * g->dw)
@@ -161,7 +173,7 @@ static void S(wide_packt)(const void *ctx, int64_t p0, int64_t kb, int64_t j0, i
         int64_t w = min64(nr, nb - q0), col = j0 + q0;
         bool simd = false;
 #if defined(__x86_64__) || defined(__i386__)
-        simd = w == nr && nr > 1 && col % g->cg + nr <= g->cg && ad_cpu_isa() >= AD_ISA_AVX2;
+        simd = avx2 && w == nr && col % g->cg + nr <= g->cg;
         if (simd) S(packbt_avx2)(kb, WIDE_COL(col), plane, d, nr);
 #endif
         if (!simd) {
@@ -241,13 +253,12 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */
         const T *w = b + q * g->og * g->k;
         if (jb->wide) {
-            int64_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw, nw = g->oh * wp;
-            T *xp = cols, *cw = cols + g->cg * hp * wp + WIDE_SLACK(g);
-            S(wide_pad)(g, a + xoff, xp, hp, wp);
-            conv_bsrc src = {g, xp, hp, wp};
+            conv_bsrc src;
+            T *cw = S(wide_begin)(g, a + xoff, cols, &src);
             gemm_bsrc bs = {S(wide_pack), &src};
+            int64_t nw = g->oh * src.wp;
             S(gemm_bsrc)(g->og, nw, g->k, w, g->k, 1, &bs, cw, nw);
-            S(wide_unpack)(g, cw, wp, y + yoff);
+            S(wide_unpack)(g, cw, src.wp, y + yoff);
             return;
         }
         if (jb->packs) {
@@ -269,17 +280,15 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
         memset(y + xoff, 0, (size_t)(g->cg * g->h * g->w) * sizeof(T));
         S(col2im)(g, cols, y + xoff);
     } else if (jb->wide) { /* the weight gradient over the wide grid */
-        int64_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw, nw = g->oh * wp;
-        const int64_t khw = g->kh * g->kw;
-        T *xp = cols, *gw = cols + g->cg * hp * wp + WIDE_SLACK(g);
-        S(wide_pad)(g, a + xoff, xp, hp, wp);
+        conv_bsrc src;
+        T *gw = S(wide_begin)(g, a + xoff, cols, &src);
+        const int64_t khw = g->kh * g->kw, wp = src.wp, nw = g->oh * wp;
         for (int64_t o = 0; o < g->og; o++) /* gy's rows, zero past each output row */
             for (int64_t r = 0; r < g->oh; r++) {
                 T *restrict row = gw + (o * g->oh + r) * wp;
                 memcpy(row, b + yoff + (o * g->oh + r) * g->ow, (size_t)g->ow * sizeof(T));
                 memset(row + g->ow, 0, (size_t)(wp - g->ow) * sizeof(T));
             }
-        conv_bsrc src = {g, xp, hp, wp};
         gemm_bsrc bs = {S(wide_packt), &src};
         S(gemm_bsrc)(g->og, g->k, nw, gw, nw, 1, &bs, tmp, g->k);
         T *restrict d = acc + q * g->og * g->k;
