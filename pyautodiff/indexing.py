@@ -18,8 +18,10 @@ import operator
 import numpy as np
 
 from ._lib import lib
-from .errors import InvalidArgumentError, OutOfRangeError, ShapeError
+from .errors import Error, InvalidArgumentError, OutOfRangeError, ShapeError
 from .tensor import Tensor, _call, _dims_arg, _norm_dim, from_numpy, tensor
+
+_CAT = lib.AD_OP_CAT
 
 __all__ = [
     "cat", "stack", "split", "chunk", "flip", "repeat",
@@ -255,8 +257,9 @@ def _tensor_list(tensors, op):
     if isinstance(tensors, Tensor):
         raise TypeError(f"{op}: takes a sequence of tensors, got one tensor")
     ts = list(tensors)
-    for i, t in enumerate(ts):
+    for t in ts:
         if not isinstance(t, Tensor):
+            i = next(i for i, t in enumerate(ts) if not isinstance(t, Tensor))
             raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
     return ts
 
@@ -266,22 +269,16 @@ def cat(tensors, dim=0):
     ts = _tensor_list(tensors, "cat")
     if not ts:
         raise InvalidArgumentError("cat: needs at least one tensor")
-    dim = operator.index(dim)
-    try:
-        sizes = [t.shape[dim] for t in ts]
-    except IndexError:  # dim out of range: the native call names the error
-        sizes = [t.shape[dim] if -t.ndim <= dim < t.ndim else 0 for t in ts]
-    return _cat(ts, dim, sizes)
+    return _cat(ts, operator.index(dim))
 
 
-def _cat(ts, dim, sizes):
-    """cat of ts whose sizes along dim are `sizes` (0 where dim is out of
-    range: the native call names the error)."""
+def _cat(ts, dim, size=None):
+    """cat of ts along dim.  The native call takes each input's size along dim
+    from the inputs, or checks that it is `size` where that is given, and
+    names a dim out of range."""
     if len(ts) > 8:  # the native call takes at most 8 inputs
-        ends = range(0, len(ts), 8)
-        return _cat([_cat(ts[i:i + 8], dim, sizes[i:i + 8]) for i in ends], dim,
-                    [sum(sizes[i:i + 8]) for i in ends])
-    return _call(lib.AD_OP_CAT, ts, [dim] + sizes)
+        return _cat([_cat(ts[i:i + 8], dim, size) for i in range(0, len(ts), 8)], dim)
+    return _call(_CAT, ts, (dim,) if size is None else (dim,) + (size,) * len(ts))
 
 
 def stack(tensors, dim=0):
@@ -290,19 +287,21 @@ def stack(tensors, dim=0):
     if not ts:
         raise InvalidArgumentError("stack: needs at least one tensor")
     shape = ts[0].shape
-    for i, t in enumerate(ts):
-        if t.shape != shape:
-            raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} has "
-                             f"{t.shape}")
     d = _norm_dim(dim, len(shape) + 1, "stack")
-    if d < len(shape):
-        # cat along d puts tensor j's shape[d] entries after tensor j - 1's:
-        # that dim read as (len(ts), shape[d]) is the stack (one native call,
-        # not a reshape per tensor)
-        return _cat(ts, d, [shape[d]] * len(ts)).reshape(
-            shape[:d] + (len(ts),) + shape[d:])
-    new = shape + (1,)
-    return _cat([t.reshape(new) for t in ts], d, [1] * len(ts))
+    try:
+        if d < len(shape):
+            # cat along d with each size given as shape[d] (the native call
+            # checks those and the other dims: every input has `shape`) puts
+            # tensor j's entries after tensor j - 1's: that dim read as
+            # (len(ts), shape[d]) is the stack
+            return _cat(ts, d, shape[d]).reshape(shape[:d] + (len(ts),) + shape[d:])
+        return _cat([t.reshape(t.shape + (1,)) for t in ts], d, 1)
+    except Error:
+        for i, t in enumerate(ts):
+            if t.shape != shape:
+                raise ShapeError(f"stack: every tensor must have shape {shape}, tensor {i} "
+                                 f"has {t.shape}") from None
+        raise
 
 
 def split(t, split_size_or_sections, dim=0):

@@ -83,6 +83,38 @@ def test_cat_stack_errors():
         ad.cat([])
 
 
+def test_cat_records_the_sizes_it_takes_from_the_inputs():
+    """cat's native call is given the dim alone and fills in each input's size
+    along it: the node records them, so the gradient splits g right even where
+    an input is untracked (its tensor is not kept); sizes given are checked."""
+    a, b, c = rand(2, 3), rand(2, 1), rand(2, 2)
+    va, vc = ad.Var(a), ad.Var(c)
+    y = ad.cat([va, ad.tensor(b), vc, va], dim=1)
+    w = rand(*y.shape)
+    g = (y * ad.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(np_of(g[va]), w[:, 0:3] + w[:, 6:9])
+    np.testing.assert_array_equal(np_of(g[vc]), w[:, 4:6])
+    ts = [ad.tensor(a), ad.tensor(b)]
+    given = ad.indexing._call(ad._lib.AD_OP_CAT, ts, [1, 3, 1])
+    np.testing.assert_array_equal(np_of(given), np.concatenate([a, b], 1))
+    with pytest.raises(ad.InvalidArgumentError, match=r"cat: size argument 2 .*input 1"):
+        ad.indexing._call(ad._lib.AD_OP_CAT, ts, [1, 3, 2])
+
+
+def test_stack_checks_every_shape_in_the_native_call():
+    """stack hands cat each size along the dim: sizes that differ but add up to
+    a whole stack, another rank at the last dim, and a dtype mismatch are all
+    named (the first two as stack's)."""
+    parts = [ad.zeros((2, 3)), ad.zeros((2, 4)), ad.zeros((2, 2))]  # 3 + 4 + 2 = 3 x 3
+    for d in (0, 1, 2):
+        with pytest.raises(ad.ShapeError, match=r"stack: .*\(2, 3\), tensor 1 has \(2, 4\)"):
+            ad.stack(parts, d)
+    with pytest.raises(ad.ShapeError, match=r"stack: .*tensor 1 has \(2, 3, 1\)"):
+        ad.stack([ad.zeros((2, 3)), ad.zeros((2, 3, 1))], 2)
+    with pytest.raises(ad.DTypeError, match="cat: inputs must share a dtype"):
+        ad.stack([ad.zeros(2), ad.zeros(2, dtype=ad.float64)])
+
+
 # ---- split / chunk / flip / repeat / expand --------------------------------------------------
 def test_split_chunk_are_views():
     a = np.arange(14.0).reshape(7, 2)

@@ -148,6 +148,17 @@ ad_status index_args_decode(int op, const int64_t *ia, const ad_tensor *x, index
     return dim_arg_decode(op, ia[0], x, &a->dim);
 }
 
+const int64_t *cat_args_complete(int64_t dim, const ad_tensor *const *in, int n_in,
+                                 int64_t *ia) {
+    int nd = in[0]->ndim;
+    bool ok = dim >= -nd && dim < nd;
+    int d = (int)(dim < 0 ? dim + nd : dim);
+    ia[0] = dim;
+    for (int i = 0; i < n_in; i++)
+        ia[1 + i] = ok && in[i]->ndim == nd ? T_SHAPE(in[i])[d] : 0;
+    return ia;
+}
+
 ad_status cat_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *const *in,
                           int n_in, cat_args *c) {
     if (n_iargs != 1 + n_in)

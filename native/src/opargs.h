@@ -84,6 +84,10 @@ typedef struct cat_args {
 } cat_args;
 ad_status cat_args_decode(int op, const int64_t *ia, int n_iargs, const ad_tensor *const *in,
                           int n_in, cat_args *c);
+/* {dim} alone completed in ia (1 + n_in of them) with each input's size along
+   dim (0 where dim is out of range or an input's rank differs: the decode
+   and the shape check name those); returns ia */
+const int64_t *cat_args_complete(int64_t dim, const ad_tensor *const *in, int n_in, int64_t *ia);
 
 /* pad {before, after} pairs from the last dim backwards (at most ndim of x
    pairs; a negative amount crops), fargs {value} (representable in x's

@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "nnops.h"
+#include "opargs.h"
 
 #define OUT 0x80 /* needs bit: the output */
 #define I0 0x01
@@ -134,6 +135,12 @@ ad_status ad_call(int op, const ad_tensor *const *in, int n_in, const int64_t *i
               (def->family != AD_FAMILY_REDUCE || n_iargs >= 1);
     for (int i = 0; ok && i < n_in; i++) ok = in[i] != NULL;
     if (!ok) return bad_call(def, in, n_in, iargs, n_iargs, fargs, n_fargs);
+    /* cat's sizes may be left to the call ({dim} alone): the node records
+       them (its backward splits g by them, and an untracked input is not
+       kept) */
+    int64_t cat_ia[1 + AD_MAX_INPUTS];
+    if (op == AD_OP_CAT && n_iargs == 1)
+        iargs = cat_args_complete(iargs[0], in, n_in, cat_ia), n_iargs = 1 + n_in;
 
     op_args a = {op, in, n_in, iargs, n_iargs, fargs, n_fargs};
     ad_tensor *y = NULL;
