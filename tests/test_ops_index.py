@@ -309,6 +309,28 @@ def test_gather_index_layouts_and_negative_values(dim):
                                   np.take(x, ok, dim))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.bool_])
+def test_gather_checks_a_contiguous_index_as_it_walks(dtype):
+    """A contiguous int64 index is tested value by value inside the gather's
+    walk: an offender at the start, the middle or the end stops it and the
+    general way names it; a valid negative value found mid-walk restarts the
+    gather from a rewritten copy (the same result as numpy's)."""
+    x = (np.arange(4 * 7).reshape(4, 7) % 3).astype(dtype)
+    base = np.random.default_rng(5).integers(0, 7, (4, 9))
+    ref = np.take_along_axis(x, base, 1)
+    for at in ((0, 0), (1, 4), (3, 8)):
+        for bad in (7, 8, np.iinfo(np.int64).max, 2**62, -8, np.iinfo(np.int64).min):
+            idx = base.copy()
+            idx[at] = bad
+            with pytest.raises(IndexError, match=rf"gather: index {bad} is out of range for "
+                                                 r"dim 1 of size 7"):
+                ad.tensor(x).gather(1, ad.tensor(idx))
+        idx = base.copy()
+        idx[at] -= 7  # valid: counts from the end
+        np.testing.assert_array_equal(ad.tensor(x).gather(1, ad.tensor(idx)).numpy(), ref)
+    np.testing.assert_array_equal(ad.tensor(x).gather(1, ad.tensor(base)).numpy(), ref)
+
+
 def np_scatter_add(x, dim, idx, src):
     out = x.copy()
     for pos in np.ndindex(*idx.shape):

@@ -328,9 +328,10 @@ static ad_status check_gather_shapes(const char *op, const ad_tensor *x, const a
         int64_t c_[AD_MAX_DIMS] = {0}, xo_ = 0, oo_ = 0;                               \
         for (int64_t k_ = 0; k_ < (IDX)->numel; k_ += n_) {                            \
             for (int64_t t_ = 0; t_ < n_; t_++) {                                      \
-                int64_t xoff = xo_ + t_ * xl_ + ix[k_ + t_] * xd_, ooff = oo_ + t_ * ol_; \
+                int64_t iv = ix[k_ + t_];                                              \
+                int64_t xoff = xo_ + t_ * xl_ + iv * xd_, ooff = oo_ + t_ * ol_;       \
                 BODY;                                                                  \
-                (void)xoff, (void)ooff;                                                \
+                (void)iv, (void)xoff, (void)ooff;                                      \
             }                                                                          \
             for (int q_ = nd_ - 2; q_ >= 0; q_--) {                                    \
                 if (q_ != (D)) xo_ += (XSTR)[q_];                                      \
@@ -354,31 +355,51 @@ ad_status fwd_gather(const op_args *a, ad_tensor **out) {
     ad_status st = index_args_decode(a->op, a->iargs, x, &ia);
     int d = ia.dim;
     if (st || (st = check_gather_shapes(OP_NAME(a->op), x, idx, NULL, d))) return st;
-    const int64_t *ix;
-    int64_t *own;
-    if ((st = walk_indices(OP_NAME(a->op), idx, x, d, &ix, &own))) return st;
     ad_tensor *y = NULL;
-    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(idx), idx->ndim, &y))) goto done;
+    if ((st = ad_tensor_empty(x->dtype, T_SHAPE(idx), idx->ndim, &y))) return st;
     size_t es = ad_dtype_size_(x->dtype);
     const char *xp = ad_ptr(x);
     char *yp = y->storage->data;
     int64_t zero[1] = {0};
     const int64_t *xs = x->ndim ? T_STRIDES(x) : zero, *ys = T_STRIDES(y);
-    /* the element copy at each size its own loop: memcpy of a constant size is
-       a load and a store, of a variable one a call */
-#define GATHER_COPY(ES)                                                                   \
-    WALK_INDEX(idx, idx->ndim, xs, ys, d,                                                 \
+    /* the element copy at each size its own loop (memcpy of a constant size is
+       a load and a store, of a variable one a call), each index value iv
+       tested first where BAD says (one out of range: goto general) */
+#define GATHER_COPY(ES, BAD)                                                              \
+    WALK_INDEX(idx, idx->ndim, xs, ys, d, if (BAD) goto general;                          \
                memcpy(yp + (size_t)ooff * (ES), xp + (ptrdiff_t)xoff * (ES), (ES)))
-    switch (es) {
-    case 8: GATHER_COPY(8); break;
-    case 4: GATHER_COPY(4); break;
-    default: GATHER_COPY(1); break; /* uint8, bool */
+#define GATHER(BAD)                                                                       \
+    switch (es) {                                                                         \
+    case 8: GATHER_COPY(8, BAD); break;                                                   \
+    case 4: GATHER_COPY(4, BAD); break;                                                   \
+    default: GATHER_COPY(1, BAD); break; /* uint8, bool */                                \
     }
+    const int64_t *ix;
+    int64_t *own = NULL;
+    if (idx->dtype == AD_INT64 && ad_is_contiguous(idx)) {
+        /* a contiguous int64 index is checked as the walk reads it, not in a
+           pass before (the walk waits on x's loads: there the test costs
+           nothing; the pass was 12% of a gather of 10 a row from a 1024 x
+           1024 float32); a negative value or one past the end (bit 63 of v or
+           of size - 1 - v, wrapping) leaves the walk to the general way,
+           which rewrites or names it */
+        const uint64_t last = (uint64_t)(x->ndim ? T_SHAPE(x)[d] : 1) - 1;
+        ix = ad_ptr(idx);
+        GATHER(((uint64_t)iv | (last - (uint64_t)iv)) >> 63);
+        *out = y;
+        return AD_OK;
+    }
+general:
+    if ((st = walk_indices(OP_NAME(a->op), idx, x, d, &ix, &own))) {
+        ad_tensor_release(y);
+        return st;
+    }
+    GATHER(0);
+#undef GATHER
 #undef GATHER_COPY
     *out = y;
-done:
     ad_mfree(own);
-    return st;
+    return AD_OK;
 }
 
 /* x with src[i..] added at position idx[i..] on dim (repeats accumulate). */
