@@ -7,6 +7,10 @@ test_ops_nn, the pooling backward and gather against a direct argmax
 reference (first maximum in window order, a NaN counting as the maximum),
 gradients by float64 central differences."""
 import itertools
+import os
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -287,6 +291,71 @@ def test_wide_paths_keep_non_finite_values_where_they_belong(threads):
         got = np.asarray(F.conv_transpose2d(ad.tensor(xt, dtype=dt), ad.tensor(w, dtype=dt), padding=1))
         np.testing.assert_array_equal(np.isfinite(got), np.isfinite(ref))
         np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(padding=0), dict(padding=(2, 0)),
+                                dict(padding=(0, 3)), dict(padding=1, groups=2)])
+@pytest.mark.parametrize("hw", [(9, 9), (10, 13), (3, 4), (37, 37)])
+def test_conv2d_winograd(threads, n, kw, hw):
+    """A 3x3 kernel at stride 1 and dilation 1 with at least 16 channels in
+    and out a group runs as Winograd F(2x2, 3x3): 2x2 output tiles from 4x4
+    input tiles, odd output sizes leaving a last tile half outside, padding
+    on one axis only and past the window's half, groups, 19 tiles a row (5
+    tile rows a block, the last block short), and one item's blocks spread
+    over the threads (n = 1 at 2 threads)."""
+    g = kw.get("groups", 1)
+    x, w = rand(n, 17 * g, *hw), rand(18 * g, 17, 3, 3)
+    pair = {k: (v, v) if isinstance(v, int) else v for k, v in kw.items() if k != "groups"}
+    ref = np_conv2d(x, w, groups=g, **pair)
+    for dt, tol in ((ad.float64, 1e-12), (ad.float32, 1e-5)):
+        y = np.asarray(F.conv2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), **kw))
+        np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
+    """PYAUTODIFF_WINOGRAD=0 keeps the direct GEMM (other rounding, the same
+    values); an inf or NaN in the input or the weight takes it too, since the
+    transforms add and subtract it: an inf would come out NaN (inf - inf)
+    where the direct sums give +-inf."""
+    x, w = rand(2, 16, 12, 12).astype(np.float32), rand(16, 16, 3, 3).astype(np.float32)
+    wino = np.asarray(F.conv2d(ad.tensor(x), ad.tensor(w), padding=1))
+    code = ("import sys, numpy as np, pyautodiff as ad; x, w = np.load(sys.argv[1]), "
+            "np.load(sys.argv[2]); sys.stdout.buffer.write(np.asarray(ad.nn.functional.conv2d("
+            "ad.tensor(x), ad.tensor(w), padding=1)).tobytes())")
+    with tempfile.TemporaryDirectory() as d:
+        np.save(os.path.join(d, "x.npy"), x)
+        np.save(os.path.join(d, "w.npy"), w)
+        out = subprocess.run([sys.executable, "-c", code, os.path.join(d, "x.npy"),
+                              os.path.join(d, "w.npy")], capture_output=True, check=True,
+                             env={**os.environ, "PYAUTODIFF_WINOGRAD": "0"}).stdout
+    direct = np.frombuffer(out, np.float32).reshape(wino.shape)
+    assert not np.array_equal(wino, direct)
+    np.testing.assert_allclose(wino, direct, rtol=1e-5, atol=1e-5 * np.abs(direct).max())
+    for where in ("x", "w"):
+        for bad in (np.inf, np.nan):
+            xb, wb = x.copy(), w.copy()
+            if where == "x":
+                xb[0, 3, 5, 2] = bad
+            else:
+                wb[0, 3, 1, 2] = bad
+            with np.errstate(invalid="ignore"):
+                ref = np_conv2d(xb.astype(np.float64), wb.astype(np.float64), padding=(1, 1))
+            got = np.asarray(F.conv2d(ad.tensor(xb), ad.tensor(wb), padding=1))
+            fin = np.isfinite(ref)
+            np.testing.assert_array_equal(np.isfinite(got), fin)
+            np.testing.assert_array_equal(got[~fin], ref[~fin])  # +-inf stay inf, NaN NaN
+            assert fin.any()
+
+
+def test_conv_transpose2d_at_stride_1_takes_winograd():
+    """conv_transpose2d at stride 1 past L2 runs as a conv2d (its weight
+    flipped): with 16 channels or more each way, that conv2d is a Winograd one."""
+    x, w = rand(2, 32, 48, 48), rand(32, 16, 3, 3)
+    ref = np_conv_transpose2d(x, w, padding=(1, 1))
+    for dt, tol in ((ad.float64, 1e-12), (ad.float32, 1e-5)):
+        y = np.asarray(F.conv_transpose2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), padding=1))
+        np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("mask", [1, 2, 3])

@@ -262,15 +262,19 @@ static bool cache_put(block_cache *c, void *p, size_t size) {
  * cache keeps such blocks advised.  PYAUTODIFF_HUGEPAGES=0 turns it off. */
 enum { HUGE_MIN = 4 << 20, HUGE_PAGE = 2 << 20 };
 
-static bool huge_pages(void) {
-    static atomic_int on = -1; /* -1: the environment not read yet */
-    int v = atomic_load_explicit(&on, memory_order_relaxed);
+bool ad_env_switch(atomic_int *cache, const char *name) {
+    int v = atomic_load_explicit(cache, memory_order_relaxed);
     if (v < 0) {
-        const char *env = getenv("PYAUTODIFF_HUGEPAGES");
+        const char *env = getenv(name);
         v = !(env && env[0] == '0' && !env[1]);
-        atomic_store_explicit(&on, v, memory_order_relaxed);
+        atomic_store_explicit(cache, v, memory_order_relaxed);
     }
     return v;
+}
+
+static bool huge_pages(void) {
+    static atomic_int on = -1;
+    return ad_env_switch(&on, "PYAUTODIFF_HUGEPAGES");
 }
 
 static void *data_block_new(size_t size) {

@@ -241,6 +241,140 @@ static void S(col2im)(const conv_geom *g, const T *cols, T *in) {
             }
 }
 
+/* ---- Winograd F(2x2, 3x3) (conv.c: wino_fits says where) ----------------------------
+   Each 2x2 output tile is A^T [U . V] A with U = G g G^T the 4x4 transform
+   of a 3x3 filter and V = B^T d B that of the tile's 4x4 input d (Lavin and
+   Gray, "Fast Algorithms for Convolutional Neural Networks"): summed over the
+   channels, the 16 positions p of U . V are 16 products U_p (og x cg) @ V_p
+   (cg x tiles), 16 multiply-adds a tile and channel pair where the direct
+   convolution takes 36. */
+
+/* u[p][o][c] = (G g G^T)[p] for the group's og x cg filters at w:
+   G = (1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1) */
+static void S(wino_weights)(const conv_geom *g, const T *w, T *u) {
+    const int64_t oc = g->og * g->cg;
+    for (int64_t f = 0; f < oc; f++) {
+        const T *k = w + f * 9;
+        T t[4][3]; /* G g */
+        for (int j = 0; j < 3; j++) {
+            t[0][j] = k[j];
+            t[1][j] = (k[j] + k[3 + j] + k[6 + j]) / 2;
+            t[2][j] = (k[j] - k[3 + j] + k[6 + j]) / 2;
+            t[3][j] = k[6 + j];
+        }
+        for (int i = 0; i < 4; i++) { /* (G g) G^T */
+            u[(4 * i + 0) * oc + f] = t[i][0];
+            u[(4 * i + 1) * oc + f] = (t[i][0] + t[i][1] + t[i][2]) / 2;
+            u[(4 * i + 2) * oc + f] = (t[i][0] - t[i][1] + t[i][2]) / 2;
+            u[(4 * i + 3) * oc + f] = t[i][2];
+        }
+    }
+}
+
+/* One (sample, group) item: x its cg x h x w input, u its filters'
+   transforms (16 x og x cg), y its og x oh x ow output.  The input is
+   copied once with its padding and zeros to whole tiles (cg x hp x wp),
+   then blocks of whole tile rows go through V (16 x cg x tb), the 16 GEMMs
+   into M (16 x og x tb) and the output transform, the blocks spread over
+   `parts` threads with a V and M each after the copy. */
+typedef struct S(wino_ctx) {
+    const conv_geom *g;
+    const T *xp, *u;
+    T *y, *vm;
+    int64_t th, tw, hp, wp, rows, tb, vps, mps, blocks;
+    int parts;
+} S(wino_ctx);
+
+/* blocks [b0, b1) with the V and M at vm */
+static void S(wino_blocks)(const S(wino_ctx) *w, int64_t b0, int64_t b1, T *vm) {
+    const conv_geom *g = w->g;
+    const int64_t tw = w->tw, hp = w->hp, wp = w->wp, tb = w->tb, vps = w->vps, mps = w->mps;
+    const int64_t cg = g->cg, og = g->og;
+    T *v = vm, *m = v + 16 * vps, *y = w->y;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t ty0 = b * w->rows, nr = min64(w->rows, w->th - ty0), nb = nr * tw;
+        /* V = B^T d B, B^T = (1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1) */
+        for (int64_t c = 0; c < cg; c++)
+            for (int64_t ty = 0; ty < nr; ty++) {
+                const T *src = w->xp + (c * hp + 2 * (ty0 + ty)) * wp;
+                T *restrict vd = v + c * tb + ty * tw;
+                for (int64_t tx = 0; tx < tw; tx++) {
+                    const T *d = src + 2 * tx;
+                    T t[4][4];
+                    for (int j = 0; j < 4; j++) {
+                        T d0 = d[j], d1 = d[wp + j], d2 = d[2 * wp + j], d3 = d[3 * wp + j];
+                        t[0][j] = d0 - d2, t[1][j] = d1 + d2, t[2][j] = d2 - d1, t[3][j] = d1 - d3;
+                    }
+                    for (int i = 0; i < 4; i++) {
+                        vd[(4 * i + 0) * vps + tx] = t[i][0] - t[i][2];
+                        vd[(4 * i + 1) * vps + tx] = t[i][1] + t[i][2];
+                        vd[(4 * i + 2) * vps + tx] = t[i][2] - t[i][1];
+                        vd[(4 * i + 3) * vps + tx] = t[i][1] - t[i][3];
+                    }
+                }
+            }
+        for (int p = 0; p < 16; p++)
+            S(gemm)(og, nb, cg, w->u + p * og * cg, cg, 1, v + p * vps, tb, 1, m + p * mps, tb, 1);
+        /* Y = A^T M A, A^T = (1 1 1 0; 0 1 -1 -1), the tile's part in the output */
+        for (int64_t o = 0; o < og; o++)
+            for (int64_t ty = 0; ty < nr; ty++) {
+                const int64_t oy = 2 * (ty0 + ty);
+                const T *restrict md = m + o * tb + ty * tw;
+                T *restrict y0 = y + (o * g->oh + oy) * g->ow;
+                T *restrict y1 = oy + 1 < g->oh ? y0 + g->ow : NULL;
+                for (int64_t tx = 0; tx < tw; tx++) {
+                    T s[2][4];
+                    for (int j = 0; j < 4; j++) {
+                        T m0 = md[j * mps + tx], m1 = md[(4 + j) * mps + tx];
+                        T m2 = md[(8 + j) * mps + tx], m3 = md[(12 + j) * mps + tx];
+                        s[0][j] = m0 + m1 + m2, s[1][j] = m1 - m2 - m3;
+                    }
+                    const int64_t ox = 2 * tx;
+                    const bool two = ox + 1 < g->ow;
+                    y0[ox] = s[0][0] + s[0][1] + s[0][2];
+                    if (two) y0[ox + 1] = s[0][1] - s[0][2] - s[0][3];
+                    if (y1) {
+                        y1[ox] = s[1][0] + s[1][1] + s[1][2];
+                        if (two) y1[ox + 1] = s[1][1] - s[1][2] - s[1][3];
+                    }
+                }
+            }
+    }
+}
+
+static void S(wino_parts)(void *ctx, int64_t s0, int64_t s1) {
+    const S(wino_ctx) *w = ctx;
+    for (int64_t s = s0; s < s1; s++)
+        S(wino_blocks)(w, w->blocks * s / w->parts, w->blocks * (s + 1) / w->parts,
+                       w->vm + s * 16 * (w->vps + w->mps));
+}
+
+static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *scratch,
+                         int parts) {
+    S(wino_ctx) w = {.g = g, .u = u, .y = y, .parts = parts};
+    w.th = (g->oh + 1) / 2, w.tw = (g->ow + 1) / 2, w.hp = 2 * w.th + 2, w.wp = 2 * w.tw + 2;
+    w.rows = WINO_ROWS(w.tw), w.tb = w.rows * w.tw;
+    w.vps = WINO_PLANE(g->cg * w.tb), w.mps = WINO_PLANE(g->og * w.tb); /* position planes */
+    w.blocks = (w.th + w.rows - 1) / w.rows;
+    T *xp = scratch;
+    w.xp = xp, w.vm = xp + g->cg * w.hp * w.wp;
+    for (int64_t c = 0; c < g->cg; c++) /* the padded copy: image at (ph, pw), zeros around */
+        for (int64_t r = 0; r < w.hp; r++) {
+            T *restrict d = xp + (c * w.hp + r) * w.wp;
+            int64_t iy = r - g->ph;
+            if (iy < 0 || iy >= g->h) {
+                memset(d, 0, (size_t)w.wp * sizeof(T));
+                continue;
+            }
+            int64_t x0 = min64(g->pw, w.wp), x1 = min64(g->pw + g->w, w.wp);
+            memset(d, 0, (size_t)x0 * sizeof(T));
+            memcpy(d + x0, x + (c * g->h + iy) * g->w, (size_t)(x1 - x0) * sizeof(T));
+            memset(d + x1, 0, (size_t)(w.wp - x1) * sizeof(T));
+        }
+    if (parts > 1) par_for(parts, S(wino_parts), &w);
+    else S(wino_blocks)(&w, 0, w.blocks, w.vm);
+}
+
 /* item (sample n, group q) of one of the three kernels; cols is k*l scratch,
    acc the weight gradient being accumulated (o*k), tmp og*k scratch */
 static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *tmp) {
@@ -252,6 +386,11 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     bool pw = pointwise(g);
     if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */
         const T *w = b + q * g->og * g->k;
+        if (jb->wino) {
+            S(wino_item)(g, a + xoff, (const T *)jb->wino + q * 16 * g->og * g->cg, y + yoff,
+                         cols, jb->wino_parts);
+            return;
+        }
         if (jb->wide) {
             conv_bsrc src;
             T *cw = S(wide_begin)(g, a + xoff, cols, &src);

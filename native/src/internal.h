@@ -99,6 +99,10 @@ ad_status ad_external_tensor_(const char *op, void *data, int dtype, const int64
 void ad_storage_write_begin(ad_storage *s);
 void ad_storage_write_end(ad_storage *s);
 
+/* An on/off switch from the environment, read once into *cache (-1 before):
+   on unless `name` is set to "0" (PYAUTODIFF_HUGEPAGES, PYAUTODIFF_WINOGRAD). */
+bool ad_env_switch(atomic_int *cache, const char *name);
+
 /* Whether two storages share memory: the same storage, or two headers over
  * one range of bytes (a Var re-imported through DLPack or from_numpy is an
  * external storage over the Var's own buffer).  In-place writers use it for
