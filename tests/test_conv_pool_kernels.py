@@ -348,13 +348,18 @@ def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
             assert fin.any()
 
 
-def test_conv_transpose2d_at_stride_1_takes_winograd():
-    """conv_transpose2d at stride 1 past L2 runs as a conv2d (its weight
-    flipped): with 16 channels or more each way, that conv2d is a Winograd one."""
-    x, w = rand(2, 32, 48, 48), rand(32, 16, 3, 3)
-    ref = np_conv_transpose2d(x, w, padding=(1, 1))
+@pytest.mark.parametrize("shape,g", [((2, 32, 48, 48), 1), ((3, 32, 7, 9), 1), ((2, 34, 5, 6), 2)])
+@pytest.mark.parametrize("pad", [0, 1, (2, 1)])
+def test_conv_transpose2d_at_stride_1_takes_winograd(threads, shape, g, pad):
+    """conv_transpose2d at stride 1 (padding within the window's reach) runs
+    as a conv2d with its weight flipped wherever that conv2d is a Winograd
+    one (16 channels or more each way a group), past L2 or not."""
+    x, w = rand(*shape), rand(shape[1], 16, 3, 3)
+    pair = (pad, pad) if isinstance(pad, int) else pad
+    ref = np_conv_transpose2d(x, w, padding=pair, groups=g)
     for dt, tol in ((ad.float64, 1e-12), (ad.float32, 1e-5)):
-        y = np.asarray(F.conv_transpose2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt), padding=1))
+        y = np.asarray(F.conv_transpose2d(ad.tensor(x, dtype=dt), ad.tensor(w, dtype=dt),
+                                          padding=pad, groups=g))
         np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 

@@ -385,12 +385,19 @@ static ad_status tr_size(const conv_geom *g, const char *axis, int64_t in, int64
    padding 1: (8, 64, 56, 56) 20.4-21.1 -> 19.4-19.6 ms at 1 thread (torch
    17.8), 11.6-13.4 -> 9.9-11.1 at 2; (16, 64, 32, 32) 13.3-13.6 -> 13.0-13.2.
    Elsewhere it lost: (64, 32, 7, 7) 0.62 -> 0.95 ms, (8, 256, 14, 14) and
-   (8, 64, 28, 28) 5x5 3-4% at 1 thread. */
+   (8, 64, 28, 28) 5x5 3-4% at 1 thread.  It also runs as one wherever that
+   conv2d is a Winograd one (wino_fits), past L2 or not: 3x3, 32 -> 32
+   channels, (64, 32, 7, 7) 1.28 -> 0.82 ms, 256 -> 256 (8, 256, 14, 14) 19.4
+   -> 14.8, 32 -> 16 (64, 32, 14, 14) 1.72 -> 1.62. */
 static bool transpose_is_conv(const conv_geom *g, const conv_args *c, size_t es) {
-    return g->sh == 1 && g->sw == 1 && c->oph == 0 && c->opw == 0 &&
-           g->ph <= g->dh * (g->kh - 1) && g->pw <= g->dw * (g->kw - 1) &&
-           (size_t)(g->og * g->kh * g->kw * g->h * g->w) * es > (size_t)ad_cpu_caches()->l2 &&
-           8 * (g->kw - 1) * g->dw <= g->w;
+    if (g->sh != 1 || g->sw != 1 || c->oph || c->opw || g->ph > g->dh * (g->kh - 1) ||
+        g->pw > g->dw * (g->kw - 1))
+        return false;
+    conv_geom f = *g; /* the conv2d's channels a group, for wino_fits */
+    f.cg = g->og, f.og = g->cg;
+    return wino_fits(&f, RUN_FWD) ||
+           ((size_t)(g->og * g->kh * g->kw * g->h * g->w) * es > (size_t)ad_cpu_caches()->l2 &&
+            8 * (g->kw - 1) * g->dw <= g->w);
 }
 
 static ad_status transpose_as_conv(const conv_geom *g, const ad_tensor *x, const ad_tensor *w,
