@@ -99,10 +99,12 @@ static bool pointwise(const conv_geom *g) {
    a group (the 16 GEMMs' k and m), whatever the padding and size.  Its tiles
    run in blocks of whole tile rows, about WINO_TB tiles (the GEMMs' n).
    Zen 4, float32, 64 -> 64 channels unless said, direct -> Winograd, ms:
-   (8, 64, 56, 56) 19.3 -> 12.8 at 1 thread (torch 17.0), 9.7 -> 6.7 at 2;
-   (16, 64, 32, 32) 12.9 -> 7.7; (8, 128, 28, 28) 18.9 -> 11.7; (64, 16, 14,
-   14) to 32 channels 1.81 -> 1.41; (1, 64, 56, 56) 2.41 -> 1.75 (2 threads
-   1.31 -> 1.11, the item's blocks split). */
+   (8, 64, 56, 56) 19.3 -> 11.8 at 1 thread (torch 17.0), 9.7 -> 6.7 at 2;
+   (16, 64, 32, 32) 12.9 -> 6.85; (8, 128, 28, 28) 18.9 -> 11.3; (64, 16,
+   14, 14) to 32 channels 1.81 -> 1.41; (1, 64, 56, 56) 2.41 -> 1.54 (2
+   threads 1.31 -> 1.11, the item's blocks split).  The transforms were a
+   quarter of the time before the compiler vectorised them (wino_bt,
+   wino_at: 12.8 -> 11.8 ms). */
 enum { WINO_MIN = 16, WINO_TB = 96 };
 #define WINO_ROWS(tw) ((tw) >= WINO_TB ? 1 : WINO_TB / (tw))
 /* V's and M's 16 planes a cache line more than their elements apart: planes
@@ -122,11 +124,12 @@ static bool wino_fits(const conv_geom *g, int which) {
            wino_enabled();
 }
 
-/* the padded copy, then a V and an M for each of `parts` threads
-   (conv_dtype.h wino_item; 16 elements cover WINO_PLANE's line) */
+/* the padded copy, then a V, an M and two output rows for each of `parts`
+   threads (conv_dtype.h wino_item; 16 elements cover WINO_PLANE's line) */
 static int64_t wino_scratch(const conv_geom *g, int parts) {
     int64_t th = (g->oh + 1) / 2, tw = (g->ow + 1) / 2, tb = WINO_ROWS(tw) * tw;
-    return g->cg * (2 * th + 2) * (2 * tw + 2) + parts * 16 * ((g->cg + g->og) * tb + 2 * 16);
+    return g->cg * (2 * th + 2) * (2 * tw + 2) +
+           parts * (16 * ((g->cg + g->og) * tb + 2 * 16) + 4 * tw);
 }
 
 /* no inf or NaN among n elements of a float dtype: the transforms add and

@@ -273,71 +273,89 @@ static void S(wino_weights)(const conv_geom *g, const T *w, T *u) {
 
 /* One (sample, group) item: x its cg x h x w input, u its filters'
    transforms (16 x og x cg), y its og x oh x ow output.  The input is
-   copied once with its padding and zeros to whole tiles (cg x hp x wp),
-   then blocks of whole tile rows go through V (16 x cg x tb), the 16 GEMMs
-   into M (16 x og x tb) and the output transform, the blocks spread over
-   `parts` threads with a V and M each after the copy. */
+   copied once with its padding and zeros to whole tiles (cg x hp x wp), each
+   row as its even columns then its odd ones; then blocks of whole tile rows
+   go through V (16 x cg x tb), the 16 GEMMs into M (16 x og x tb) and the
+   output transform, the blocks spread over `parts` threads with a V, an M
+   and two output rows (2 x 2 tw) each.  The transforms' loops run along a
+   tile row with every operand contiguous there (the even / odd split turns
+   the tiles' overlapping columns 2 tx .. 2 tx + 3 into E[tx], O[tx],
+   E[tx + 1], O[tx + 1]), so the compiler vectorises them. */
 typedef struct S(wino_ctx) {
     const conv_geom *g;
     const T *xp, *u;
     T *y, *vm;
-    int64_t th, tw, hp, wp, rows, tb, vps, mps, blocks;
+    int64_t th, tw, hp, wp, rows, tb, vps, mps, part, blocks;
     int parts;
 } S(wino_ctx);
 
-/* blocks [b0, b1) with the V and M at vm */
+/* Four of V's planes for a tile row's tw tiles: B^T's row x + s y (s = +-1,
+   exact) of the tile's padded rows at its columns 2 tx .. 2 tx + 3 (each
+   row its even columns, then from `odd` on its odd ones: a = e[tx], b =
+   o[tx], c = e[tx + 1], d = o[tx + 1]), then B across them.  Helpers with
+   restrict operands, so that the compiler vectorises along the tile row. */
+static void S(wino_bt)(int64_t tw, const T *restrict x, const T *restrict y, T s, int64_t odd,
+                       T *restrict v0, T *restrict v1, T *restrict v2, T *restrict v3) {
+    for (int64_t tx = 0; tx < tw; tx++) {
+        T a = x[tx] + s * y[tx], b = x[odd + tx] + s * y[odd + tx];
+        T c = x[tx + 1] + s * y[tx + 1], d = x[odd + tx + 1] + s * y[odd + tx + 1];
+        v0[tx] = a - c, v1[tx] = b + c, v2[tx] = c - b, v3[tx] = b - d;
+    }
+}
+
+/* Two output rows (2 tw each) of a tile row from M's 16 planes (md, mps
+   apart): A^T on the rows (positions j, 4 + j, 8 + j, 12 + j) at each
+   column j, then A across them */
+static void S(wino_at)(int64_t tw, const T *restrict md, int64_t mps, T *restrict y0,
+                       T *restrict y1) {
+    for (int64_t tx = 0; tx < tw; tx++) {
+        T a0 = md[tx] + md[4 * mps + tx] + md[8 * mps + tx];
+        T a1 = md[mps + tx] + md[5 * mps + tx] + md[9 * mps + tx];
+        T a2 = md[2 * mps + tx] + md[6 * mps + tx] + md[10 * mps + tx];
+        T a3 = md[3 * mps + tx] + md[7 * mps + tx] + md[11 * mps + tx];
+        T b0 = md[4 * mps + tx] - md[8 * mps + tx] - md[12 * mps + tx];
+        T b1 = md[5 * mps + tx] - md[9 * mps + tx] - md[13 * mps + tx];
+        T b2 = md[6 * mps + tx] - md[10 * mps + tx] - md[14 * mps + tx];
+        T b3 = md[7 * mps + tx] - md[11 * mps + tx] - md[15 * mps + tx];
+        y0[2 * tx] = a0 + a1 + a2, y0[2 * tx + 1] = a1 - a2 - a3;
+        y1[2 * tx] = b0 + b1 + b2, y1[2 * tx + 1] = b1 - b2 - b3;
+    }
+}
+
+/* blocks [b0, b1) with the V, M and output rows at vm */
 static void S(wino_blocks)(const S(wino_ctx) *w, int64_t b0, int64_t b1, T *vm) {
     const conv_geom *g = w->g;
     const int64_t tw = w->tw, hp = w->hp, wp = w->wp, tb = w->tb, vps = w->vps, mps = w->mps;
-    const int64_t cg = g->cg, og = g->og;
-    T *v = vm, *m = v + 16 * vps, *y = w->y;
+    const int64_t cg = g->cg, og = g->og, odd = tw + 1; /* a row's odd columns */
+    T *v = vm, *m = v + 16 * vps, *rows = m + 16 * mps, *y = w->y;
     for (int64_t b = b0; b < b1; b++) {
         const int64_t ty0 = b * w->rows, nr = min64(w->rows, w->th - ty0), nb = nr * tw;
         /* V = B^T d B, B^T = (1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1) */
         for (int64_t c = 0; c < cg; c++)
             for (int64_t ty = 0; ty < nr; ty++) {
-                const T *src = w->xp + (c * hp + 2 * (ty0 + ty)) * wp;
-                T *restrict vd = v + c * tb + ty * tw;
-                for (int64_t tx = 0; tx < tw; tx++) {
-                    const T *d = src + 2 * tx;
-                    T t[4][4];
-                    for (int j = 0; j < 4; j++) {
-                        T d0 = d[j], d1 = d[wp + j], d2 = d[2 * wp + j], d3 = d[3 * wp + j];
-                        t[0][j] = d0 - d2, t[1][j] = d1 + d2, t[2][j] = d2 - d1, t[3][j] = d1 - d3;
-                    }
-                    for (int i = 0; i < 4; i++) {
-                        vd[(4 * i + 0) * vps + tx] = t[i][0] - t[i][2];
-                        vd[(4 * i + 1) * vps + tx] = t[i][1] + t[i][2];
-                        vd[(4 * i + 2) * vps + tx] = t[i][2] - t[i][1];
-                        vd[(4 * i + 3) * vps + tx] = t[i][1] - t[i][3];
-                    }
-                }
+                const T *r0 = w->xp + (c * hp + 2 * (ty0 + ty)) * wp;
+                const T *r1 = r0 + wp, *r2 = r1 + wp, *r3 = r2 + wp;
+                T *vd = v + c * tb + ty * tw;
+                /* B^T's rows: r0 - r2, r1 + r2, r2 - r1, r1 - r3 */
+                S(wino_bt)(tw, r0, r2, -1, odd, vd, vd + vps, vd + 2 * vps, vd + 3 * vps);
+                S(wino_bt)(tw, r1, r2, 1, odd, vd + 4 * vps, vd + 5 * vps, vd + 6 * vps,
+                           vd + 7 * vps);
+                S(wino_bt)(tw, r2, r1, -1, odd, vd + 8 * vps, vd + 9 * vps, vd + 10 * vps,
+                           vd + 11 * vps);
+                S(wino_bt)(tw, r1, r3, -1, odd, vd + 12 * vps, vd + 13 * vps, vd + 14 * vps,
+                           vd + 15 * vps);
             }
         for (int p = 0; p < 16; p++)
             S(gemm)(og, nb, cg, w->u + p * og * cg, cg, 1, v + p * vps, tb, 1, m + p * mps, tb, 1);
-        /* Y = A^T M A, A^T = (1 1 1 0; 0 1 -1 -1), the tile's part in the output */
+        /* Y = A^T M A, A^T = (1 1 1 0; 0 1 -1 -1): two whole output rows of
+           the tile row, then their first ow columns into the output */
         for (int64_t o = 0; o < og; o++)
             for (int64_t ty = 0; ty < nr; ty++) {
                 const int64_t oy = 2 * (ty0 + ty);
-                const T *restrict md = m + o * tb + ty * tw;
-                T *restrict y0 = y + (o * g->oh + oy) * g->ow;
-                T *restrict y1 = oy + 1 < g->oh ? y0 + g->ow : NULL;
-                for (int64_t tx = 0; tx < tw; tx++) {
-                    T s[2][4];
-                    for (int j = 0; j < 4; j++) {
-                        T m0 = md[j * mps + tx], m1 = md[(4 + j) * mps + tx];
-                        T m2 = md[(8 + j) * mps + tx], m3 = md[(12 + j) * mps + tx];
-                        s[0][j] = m0 + m1 + m2, s[1][j] = m1 - m2 - m3;
-                    }
-                    const int64_t ox = 2 * tx;
-                    const bool two = ox + 1 < g->ow;
-                    y0[ox] = s[0][0] + s[0][1] + s[0][2];
-                    if (two) y0[ox + 1] = s[0][1] - s[0][2] - s[0][3];
-                    if (y1) {
-                        y1[ox] = s[1][0] + s[1][1] + s[1][2];
-                        if (two) y1[ox + 1] = s[1][1] - s[1][2] - s[1][3];
-                    }
-                }
+                S(wino_at)(tw, m + o * tb + ty * tw, mps, rows, rows + 2 * tw);
+                T *yo = y + (o * g->oh + oy) * g->ow;
+                memcpy(yo, rows, (size_t)g->ow * sizeof(T));
+                if (oy + 1 < g->oh) memcpy(yo + g->ow, rows + 2 * tw, (size_t)g->ow * sizeof(T));
             }
     }
 }
@@ -346,7 +364,7 @@ static void S(wino_parts)(void *ctx, int64_t s0, int64_t s1) {
     const S(wino_ctx) *w = ctx;
     for (int64_t s = s0; s < s1; s++)
         S(wino_blocks)(w, w->blocks * s / w->parts, w->blocks * (s + 1) / w->parts,
-                       w->vm + s * 16 * (w->vps + w->mps));
+                       w->vm + s * w->part);
 }
 
 static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *scratch,
@@ -355,10 +373,15 @@ static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *sc
     w.th = (g->oh + 1) / 2, w.tw = (g->ow + 1) / 2, w.hp = 2 * w.th + 2, w.wp = 2 * w.tw + 2;
     w.rows = WINO_ROWS(w.tw), w.tb = w.rows * w.tw;
     w.vps = WINO_PLANE(g->cg * w.tb), w.mps = WINO_PLANE(g->og * w.tb); /* position planes */
+    w.part = 16 * (w.vps + w.mps) + 4 * w.tw;
     w.blocks = (w.th + w.rows - 1) / w.rows;
-    T *xp = scratch;
+    T *xp = scratch, *tmp = xp + g->cg * w.hp * w.wp + 16 * (w.vps + w.mps); /* part 0's rows */
+    const int64_t odd = w.tw + 1;
     w.xp = xp, w.vm = xp + g->cg * w.hp * w.wp;
-    for (int64_t c = 0; c < g->cg; c++) /* the padded copy: image at (ph, pw), zeros around */
+    /* the padded copy: image at (ph, pw), zeros around, each row (built in
+       tmp: 4 tw >= wp elements) stored as its even columns, then its odd */
+    const int64_t x0 = min64(g->pw, w.wp), x1 = min64(g->pw + g->w, w.wp);
+    for (int64_t c = 0; c < g->cg; c++)
         for (int64_t r = 0; r < w.hp; r++) {
             T *restrict d = xp + (c * w.hp + r) * w.wp;
             int64_t iy = r - g->ph;
@@ -366,10 +389,10 @@ static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *sc
                 memset(d, 0, (size_t)w.wp * sizeof(T));
                 continue;
             }
-            int64_t x0 = min64(g->pw, w.wp), x1 = min64(g->pw + g->w, w.wp);
-            memset(d, 0, (size_t)x0 * sizeof(T));
-            memcpy(d + x0, x + (c * g->h + iy) * g->w, (size_t)(x1 - x0) * sizeof(T));
-            memset(d + x1, 0, (size_t)(w.wp - x1) * sizeof(T));
+            memset(tmp, 0, (size_t)x0 * sizeof(T));
+            memcpy(tmp + x0, x + (c * g->h + iy) * g->w, (size_t)(x1 - x0) * sizeof(T));
+            memset(tmp + x1, 0, (size_t)(w.wp - x1) * sizeof(T));
+            for (int64_t j = 0; j < odd; j++) d[j] = tmp[2 * j], d[odd + j] = tmp[2 * j + 1];
         }
     if (parts > 1) par_for(parts, S(wino_parts), &w);
     else S(wino_blocks)(&w, 0, w.blocks, w.vm);
