@@ -313,6 +313,35 @@ def test_conv2d_winograd(threads, n, kw, hw):
         np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(padding=0), dict(padding=(2, 0)),
+                                dict(padding=(0, 3)), dict(padding=1, groups=2)])
+@pytest.mark.parametrize("hw", [(9, 9), (10, 13), (3, 4), (37, 37)])
+def test_conv2d_weight_grad_winograd(threads, n, kw, hw):
+    """The weight gradient of such a convolution sums, for each 4x4 position
+    of the filters' transform, the transformed output gradient times the
+    transformed input over the tiles (16 GEMMs a block), each slot its own
+    sums, then G^T dU G: against numpy, with items spread over the threads
+    (n = 3 at 2 threads) or one thread (n = 1 at 2 threads: the direct GEMM)."""
+    g = kw.get("groups", 1)
+    pad = kw.get("padding", 0)
+    pad = (pad, pad) if isinstance(pad, int) else pad
+    x = rand(n, 17 * g, *hw)
+    gy = rand(n, 18 * g, hw[0] + 2 * pad[0] - 2, hw[1] + 2 * pad[1] - 2)
+    ref = np_conv2d_weight_grad(x, gy, 3, 3, pad, (1, 1), g)
+    for dt, tol in ((ad.float64, 1e-12), (ad.float32, 1e-5)):
+        got = _call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(x, dtype=dt), ad.tensor(gy, dtype=dt)),
+                    (3, 3, 1, 1, pad[0], pad[1], 1, 1, g))
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_conv2d_winograd_gradients_by_finite_differences():
+    """conv2d's gradients (input through the transposed conv, weight through
+    the position sums, both Winograd here) against float64 central
+    differences."""
+    check_grad(lambda a, b: F.conv2d(a, b, padding=1), [rand(2, 16, 5, 4), rand(16, 16, 3, 3)])
+
+
 def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
     """PYAUTODIFF_WINOGRAD=0 keeps the direct GEMM (other rounding, the same
     values); an inf or NaN in the input or the weight takes it too, since the
@@ -346,6 +375,20 @@ def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
             np.testing.assert_array_equal(np.isfinite(got), fin)
             np.testing.assert_array_equal(got[~fin], ref[~fin])  # +-inf stay inf, NaN NaN
             assert fin.any()
+    # the weight gradient with an inf or NaN in the input or the output gradient
+    gy = rand(2, 16, 12, 12).astype(np.float32)
+    for where in ("x", "gy"):
+        for bad in (np.inf, np.nan):
+            xb, gb = x.copy(), gy.copy()
+            (xb if where == "x" else gb)[1, 3, 5, 2] = bad
+            with np.errstate(invalid="ignore"):
+                ref = np_conv2d_weight_grad(xb.astype(np.float64), gb.astype(np.float64), 3, 3,
+                                            (1, 1), (1, 1), 1)
+            got = np.asarray(_call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(xb), ad.tensor(gb)),
+                                   (3, 3, 1, 1, 1, 1, 1, 1, 1)))
+            fin = np.isfinite(ref)
+            np.testing.assert_array_equal(np.isfinite(got), fin)
+            np.testing.assert_array_equal(got[~fin], ref[~fin])
 
 
 @pytest.mark.parametrize("shape,g", [((2, 32, 48, 48), 1), ((3, 32, 7, 9), 1), ((2, 34, 5, 6), 2)])

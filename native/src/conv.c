@@ -5,7 +5,9 @@
  * At stride 1 the forward's packer reads a padded copy of the image instead,
  * over a wide grid of output columns (conv_dtype.h wide_pack), and so does
  * the weight gradient's, im2col transposed (wide_packt); conv_transpose2d
- * runs there as a conv2d (transpose_as_conv).
+ * runs there as a conv2d (transpose_as_conv).  A 3x3 kernel at stride 1
+ * with 16 channels or more each way runs as Winograd F(2x2, 3x3) instead,
+ * forward (wino_item) and weight gradient (wino_wgrad).
  *
  * One geometry serves the three ops: a convolution from an input (n, c, h, w)
  * to an output (n, o, oh, ow) with weight (o, c/groups, kh, kw).
@@ -94,17 +96,22 @@ static bool pointwise(const conv_geom *g) {
            g->oh == g->h && g->ow == g->w; /* not so for conv_transpose2d's output padding */
 }
 
-/* Winograd F(2x2, 3x3) (conv_dtype.h wino_item) serves a forward of a 3x3
-   kernel at stride 1, dilation 1, with at least WINO_MIN channels in and out
-   a group (the 16 GEMMs' k and m), whatever the padding and size.  Its tiles
-   run in blocks of whole tile rows, about WINO_TB tiles (the GEMMs' n).
+/* Winograd F(2x2, 3x3) (conv_dtype.h wino_item, wino_wgrad) serves the
+   forward and the weight gradient of a 3x3 kernel at stride 1, dilation 1,
+   with at least WINO_MIN channels in and out a group (the 16 GEMMs' k and m;
+   the weight gradient's m and n), whatever the padding and size.  Its tiles
+   run in blocks of whole tile rows, about WINO_TB tiles (the forward GEMMs'
+   n, the weight gradient's k).
    Zen 4, float32, 64 -> 64 channels unless said, direct -> Winograd, ms:
    (8, 64, 56, 56) 19.3 -> 11.8 at 1 thread (torch 17.0), 9.7 -> 6.7 at 2;
    (16, 64, 32, 32) 12.9 -> 6.85; (8, 128, 28, 28) 18.9 -> 11.3; (64, 16,
    14, 14) to 32 channels 1.81 -> 1.41; (1, 64, 56, 56) 2.41 -> 1.54 (2
    threads 1.31 -> 1.11, the item's blocks split).  The transforms were a
    quarter of the time before the compiler vectorised them (wino_bt,
-   wino_at: 12.8 -> 11.8 ms). */
+   wino_at: 12.8 -> 11.8 ms).  Weight gradient, 1 thread: (8, 64, 56, 56)
+   19.35 -> 12.4 (torch 20.0), 2 threads 9.85 -> 6.6; (8, 128, 28, 28) 19.4
+   -> 11.2; (16, 64, 32, 32) 13.25 -> 8.1; (64, 16, 14, 14) to 32 channels
+   2.01 -> 1.92 (1.03 -> 1.10 at 2 threads: 49 tiles, short GEMMs). */
 enum { WINO_MIN = 16, WINO_TB = 96 };
 #define WINO_ROWS(tw) ((tw) >= WINO_TB ? 1 : WINO_TB / (tw))
 /* V's and M's 16 planes a cache line more than their elements apart: planes
@@ -119,7 +126,7 @@ static bool wino_enabled(void) {
 }
 
 static bool wino_fits(const conv_geom *g, int which) {
-    return which == RUN_FWD && g->kh == 3 && g->kw == 3 && g->sh == 1 &&
+    return which != RUN_BWD_INPUT && g->kh == 3 && g->kw == 3 && g->sh == 1 &&
            g->sw == 1 && g->dh == 1 && g->dw == 1 && g->cg >= WINO_MIN && g->og >= WINO_MIN &&
            wino_enabled();
 }
@@ -180,6 +187,7 @@ typedef struct conv_job {
     int64_t slots, ncols;   /* ncols: the im2col buffer's elements, 0 when pointwise */
     bool packs;             /* the forward's GEMM packs im2col from the image */
     bool wide;              /* ... from a padded copy of it, over the wide grid (wide_pack) */
+    bool wino_w;            /* the weight gradient by Winograd (conv_dtype.h wino_wgrad) */
     void *wino;             /* Winograd: the filters' transforms (groups x 16 x og x cg) */
     int wino_parts;         /* ... and the threads an item's tile blocks are spread over */
     atomic_llong next;      /* the next unclaimed item (forward and input gradient) */
@@ -266,8 +274,17 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
         jb.ncols = g->cg * hp * wp + WIDE_SLACK(g) + g->og * g->oh * wp;
     }
     if ((st = nn_contig(a, &ta, &pa)) || (st = nn_contig(b, &tb, &pb))) goto done;
-    if (wino_fits(g, which) && all_finite(a->dtype, pa, a->numel) &&
-        all_finite(a->dtype, pb, b->numel)) {
+    int threads = par_num_threads();
+    bool wino = wino_fits(g, which) && all_finite(a->dtype, pa, a->numel) &&
+                all_finite(a->dtype, pb, b->numel);
+    /* the weight gradient's position sums: one set a slot, so only where the
+       items spread over the threads */
+    if (wino && which == RUN_BWD_WEIGHT && (threads == 1 || items >= threads)) {
+        jb.wino_w = true;
+        jb.packs = jb.wide = false;
+        jb.ncols = wino_scratch(g, 1);
+    }
+    if (wino && which == RUN_FWD) {
         if (!(jb.wino = ad_malloc((size_t)(16 * g->o * g->cg) * es))) {
             st = ad_fail_nomem(OP_NAME(g->op));
             goto done;
@@ -286,7 +303,8 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
         jb.ncols = wino_scratch(g, 1);
     }
     size_t slot = (size_t)jb.ncols;
-    if (which == RUN_BWD_WEIGHT) slot += (size_t)((g->og + g->o) * g->k);
+    if (which == RUN_BWD_WEIGHT) /* a GEMM result and an accumulator */
+        slot += (size_t)(jb.wino_w ? (g->og + 16 * g->o) * g->cg : (g->og + g->o) * g->k);
     slot = (slot * es + 63) / 64 * 64;
     jb.slot = slot;
     /* every item writes its whole part of the forward and input-gradient
@@ -296,7 +314,6 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
              a->dtype, yshape, 4, &y)))
         goto done;
     if (y->numel == 0 || empty) goto done;
-    int threads = par_num_threads();
     /* fewer items than threads: one at a time, each GEMM threaded */
     jb.slots = threads > 1 && items >= threads && slot <= CONV_SLOT_MAX ? threads : 1;
     if (jb.wino && jb.slots == 1 && threads > 1) { /* Winograd: the threads share each item */
@@ -312,7 +329,20 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
     atomic_init(&jb.next, 0);
     if (jb.slots > 1) par_for(jb.slots, conv_slots, &jb);
     else conv_slots(&jb, 0, 1);
-    if (which == RUN_BWD_WEIGHT && jb.slots > 1) {
+    if (jb.wino_w) { /* the slots' position sums in slot order, then dW = G^T dU G */
+        int64_t nu = 16 * g->o * g->cg;
+        size_t off = (size_t)(jb.ncols + g->og * g->cg) * es;
+        char *du = jb.scratch + off;
+        for (int64_t s = 1; s < jb.slots; s++) {
+            const char *acc = jb.scratch + (size_t)s * slot + off;
+            if (a->dtype == AD_FLOAT32)
+                for (int64_t i = 0; i < nu; i++) ((float *)du)[i] += ((const float *)acc)[i];
+            else
+                for (int64_t i = 0; i < nu; i++) ((double *)du)[i] += ((const double *)acc)[i];
+        }
+        if (a->dtype == AD_FLOAT32) wino_wgrad_finish_f32(g, (const float *)du, jb.y);
+        else wino_wgrad_finish_f64(g, (const double *)du, jb.y);
+    } else if (which == RUN_BWD_WEIGHT && jb.slots > 1) {
         int64_t nk = g->o * g->k;
         for (int64_t s = 1; s < jb.slots; s++) {
             const char *acc =

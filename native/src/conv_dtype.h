@@ -322,29 +322,33 @@ static void S(wino_at)(int64_t tw, const T *restrict md, int64_t mps, T *restric
     }
 }
 
+/* V = B^T d B, B^T = (1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1), for the nr
+   tile rows from ty0 */
+static void S(wino_v)(const S(wino_ctx) *w, int64_t ty0, int64_t nr, T *v) {
+    const int64_t tw = w->tw, wp = w->wp, vps = w->vps, odd = tw + 1; /* a row's odd columns */
+    for (int64_t c = 0; c < w->g->cg; c++)
+        for (int64_t ty = 0; ty < nr; ty++) {
+            const T *r0 = w->xp + (c * w->hp + 2 * (ty0 + ty)) * wp;
+            const T *r1 = r0 + wp, *r2 = r1 + wp, *r3 = r2 + wp;
+            T *vd = v + c * w->tb + ty * tw;
+            /* B^T's rows: r0 - r2, r1 + r2, r2 - r1, r1 - r3 */
+            S(wino_bt)(tw, r0, r2, -1, odd, vd, vd + vps, vd + 2 * vps, vd + 3 * vps);
+            S(wino_bt)(tw, r1, r2, 1, odd, vd + 4 * vps, vd + 5 * vps, vd + 6 * vps, vd + 7 * vps);
+            S(wino_bt)(tw, r2, r1, -1, odd, vd + 8 * vps, vd + 9 * vps, vd + 10 * vps,
+                       vd + 11 * vps);
+            S(wino_bt)(tw, r1, r3, -1, odd, vd + 12 * vps, vd + 13 * vps, vd + 14 * vps,
+                       vd + 15 * vps);
+        }
+}
+
 /* blocks [b0, b1) with the V, M and output rows at vm */
 static void S(wino_blocks)(const S(wino_ctx) *w, int64_t b0, int64_t b1, T *vm) {
     const conv_geom *g = w->g;
-    const int64_t tw = w->tw, hp = w->hp, wp = w->wp, tb = w->tb, vps = w->vps, mps = w->mps;
-    const int64_t cg = g->cg, og = g->og, odd = tw + 1; /* a row's odd columns */
+    const int64_t tw = w->tw, tb = w->tb, vps = w->vps, mps = w->mps, cg = g->cg, og = g->og;
     T *v = vm, *m = v + 16 * vps, *rows = m + 16 * mps, *y = w->y;
     for (int64_t b = b0; b < b1; b++) {
         const int64_t ty0 = b * w->rows, nr = min64(w->rows, w->th - ty0), nb = nr * tw;
-        /* V = B^T d B, B^T = (1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1) */
-        for (int64_t c = 0; c < cg; c++)
-            for (int64_t ty = 0; ty < nr; ty++) {
-                const T *r0 = w->xp + (c * hp + 2 * (ty0 + ty)) * wp;
-                const T *r1 = r0 + wp, *r2 = r1 + wp, *r3 = r2 + wp;
-                T *vd = v + c * tb + ty * tw;
-                /* B^T's rows: r0 - r2, r1 + r2, r2 - r1, r1 - r3 */
-                S(wino_bt)(tw, r0, r2, -1, odd, vd, vd + vps, vd + 2 * vps, vd + 3 * vps);
-                S(wino_bt)(tw, r1, r2, 1, odd, vd + 4 * vps, vd + 5 * vps, vd + 6 * vps,
-                           vd + 7 * vps);
-                S(wino_bt)(tw, r2, r1, -1, odd, vd + 8 * vps, vd + 9 * vps, vd + 10 * vps,
-                           vd + 11 * vps);
-                S(wino_bt)(tw, r1, r3, -1, odd, vd + 12 * vps, vd + 13 * vps, vd + 14 * vps,
-                           vd + 15 * vps);
-            }
+        S(wino_v)(w, ty0, nr, v);
         for (int p = 0; p < 16; p++)
             S(gemm)(og, nb, cg, w->u + p * og * cg, cg, 1, v + p * vps, tb, 1, m + p * mps, tb, 1);
         /* Y = A^T M A, A^T = (1 1 1 0; 0 1 -1 -1): two whole output rows of
@@ -367,35 +371,126 @@ static void S(wino_parts)(void *ctx, int64_t s0, int64_t s1) {
                        w->vm + s * w->part);
 }
 
-static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *scratch,
-                         int parts) {
-    S(wino_ctx) w = {.g = g, .u = u, .y = y, .parts = parts};
-    w.th = (g->oh + 1) / 2, w.tw = (g->ow + 1) / 2, w.hp = 2 * w.th + 2, w.wp = 2 * w.tw + 2;
-    w.rows = WINO_ROWS(w.tw), w.tb = w.rows * w.tw;
-    w.vps = WINO_PLANE(g->cg * w.tb), w.mps = WINO_PLANE(g->og * w.tb); /* position planes */
-    w.part = 16 * (w.vps + w.mps) + 4 * w.tw;
-    w.blocks = (w.th + w.rows - 1) / w.rows;
-    T *xp = scratch, *tmp = xp + g->cg * w.hp * w.wp + 16 * (w.vps + w.mps); /* part 0's rows */
-    const int64_t odd = w.tw + 1;
-    w.xp = xp, w.vm = xp + g->cg * w.hp * w.wp;
-    /* the padded copy: image at (ph, pw), zeros around, each row (built in
-       tmp: 4 tw >= wp elements) stored as its even columns, then its odd */
-    const int64_t x0 = min64(g->pw, w.wp), x1 = min64(g->pw + g->w, w.wp);
+/* The item's geometry in w and its input x padded into scratch: the image
+   at (ph, pw), zeros around, each row (built in the first part's output
+   rows: 4 tw >= wp elements) stored as its even columns, then its odd */
+static void S(wino_begin)(S(wino_ctx) *w, const conv_geom *g, const T *x, T *scratch) {
+    w->g = g;
+    w->th = (g->oh + 1) / 2, w->tw = (g->ow + 1) / 2, w->hp = 2 * w->th + 2, w->wp = 2 * w->tw + 2;
+    w->rows = WINO_ROWS(w->tw), w->tb = w->rows * w->tw;
+    w->vps = WINO_PLANE(g->cg * w->tb), w->mps = WINO_PLANE(g->og * w->tb); /* position planes */
+    w->part = 16 * (w->vps + w->mps) + 4 * w->tw;
+    w->blocks = (w->th + w->rows - 1) / w->rows;
+    const int64_t hp = w->hp, wp = w->wp, odd = w->tw + 1;
+    T *xp = scratch, *tmp = xp + g->cg * hp * wp + 16 * (w->vps + w->mps);
+    w->xp = xp, w->vm = xp + g->cg * hp * wp;
+    const int64_t x0 = min64(g->pw, wp), x1 = min64(g->pw + g->w, wp);
     for (int64_t c = 0; c < g->cg; c++)
-        for (int64_t r = 0; r < w.hp; r++) {
-            T *restrict d = xp + (c * w.hp + r) * w.wp;
+        for (int64_t r = 0; r < hp; r++) {
+            T *restrict d = xp + (c * hp + r) * wp;
             int64_t iy = r - g->ph;
             if (iy < 0 || iy >= g->h) {
-                memset(d, 0, (size_t)w.wp * sizeof(T));
+                memset(d, 0, (size_t)wp * sizeof(T));
                 continue;
             }
             memset(tmp, 0, (size_t)x0 * sizeof(T));
             memcpy(tmp + x0, x + (c * g->h + iy) * g->w, (size_t)(x1 - x0) * sizeof(T));
-            memset(tmp + x1, 0, (size_t)(w.wp - x1) * sizeof(T));
+            memset(tmp + x1, 0, (size_t)(wp - x1) * sizeof(T));
             for (int64_t j = 0; j < odd; j++) d[j] = tmp[2 * j], d[odd + j] = tmp[2 * j + 1];
         }
+}
+
+static void S(wino_item)(const conv_geom *g, const T *x, const T *u, T *y, T *scratch,
+                         int parts) {
+    S(wino_ctx) w = {.u = u, .y = y, .parts = parts};
+    S(wino_begin)(&w, g, x, scratch);
     if (parts > 1) par_for(parts, S(wino_parts), &w);
     else S(wino_blocks)(&w, 0, w.blocks, w.vm);
+}
+
+/* Four of the output gradient's transformed planes for a tile row: A's row
+   h = a x + b y (a, b in {0, 1, -1}, exact) of the tile's two gradient rows,
+   each as its even columns (xe, ye) and odd ones (xo, yo), then A^T across
+   (A = (1 0; 1 1; 1 -1; 0 -1)) */
+static void S(wino_gt)(int64_t tw, const T *restrict xe, const T *restrict xo,
+                       const T *restrict ye, const T *restrict yo, T a, T b, T *restrict v0,
+                       T *restrict v1, T *restrict v2, T *restrict v3) {
+    for (int64_t tx = 0; tx < tw; tx++) {
+        T he = a * xe[tx] + b * ye[tx], ho = a * xo[tx] + b * yo[tx];
+        v0[tx] = he, v1[tx] = he + ho, v2[tx] = he - ho, v3[tx] = -ho;
+    }
+}
+
+/* The weight gradient's item (x its input, gy its og x oh x ow output
+   gradient): each 4x4 position p of the filters' transform U gets sum over
+   the tiles of (A gy_t A^T)_p V_t,p, since y_t = A^T (U . V_t) A is linear in
+   U: du_p += G_p (og x tiles) @ V_p^T (tiles x cg), 16 GEMMs a block of tile
+   rows (through tmp, og x cg).  du: position 0's rows of this group, dps
+   apart for the others; run() turns the sums into G^T dU G. */
+static void S(wino_wgrad)(const conv_geom *g, const T *x, const T *gy, T *scratch, T *tmp, T *du,
+                          int64_t dps) {
+    S(wino_ctx) w = {0};
+    S(wino_begin)(&w, g, x, scratch);
+    const int64_t tw = w.tw, tb = w.tb, vps = w.vps, gps = w.mps, cg = g->cg, og = g->og;
+    T *v = w.vm, *gt = v + 16 * vps, *rows = gt + 16 * gps;
+    for (int64_t b = 0; b < w.blocks; b++) {
+        const int64_t ty0 = b * w.rows, nr = min64(w.rows, w.th - ty0), nb = nr * tw;
+        S(wino_v)(&w, ty0, nr, v);
+        for (int64_t o = 0; o < og; o++)
+            for (int64_t ty = 0; ty < nr; ty++) {
+                /* the tile row's two gradient rows, zeros past oh and ow, as
+                   even and odd columns: e0, o0, e1, o1 (tw each) */
+                const int64_t oy = 2 * (ty0 + ty);
+                for (int r = 0; r < 2; r++) {
+                    T *e = rows + 2 * r * tw, *od = e + tw;
+                    if (oy + r >= g->oh) {
+                        memset(e, 0, (size_t)(2 * tw) * sizeof(T));
+                        continue;
+                    }
+                    const T *src = gy + (o * g->oh + oy + r) * g->ow;
+                    for (int64_t tx = 0; tx < tw; tx++) {
+                        e[tx] = src[2 * tx];
+                        od[tx] = 2 * tx + 1 < g->ow ? src[2 * tx + 1] : 0;
+                    }
+                }
+                const T *e0 = rows, *o0 = rows + tw, *e1 = rows + 2 * tw, *o1 = rows + 3 * tw;
+                T *gd = gt + o * tb + ty * tw;
+                /* A's rows: g0, g0 + g1, g0 - g1, -g1 */
+                S(wino_gt)(tw, e0, o0, e1, o1, 1, 0, gd, gd + gps, gd + 2 * gps, gd + 3 * gps);
+                S(wino_gt)(tw, e0, o0, e1, o1, 1, 1, gd + 4 * gps, gd + 5 * gps, gd + 6 * gps,
+                           gd + 7 * gps);
+                S(wino_gt)(tw, e0, o0, e1, o1, 1, -1, gd + 8 * gps, gd + 9 * gps, gd + 10 * gps,
+                           gd + 11 * gps);
+                S(wino_gt)(tw, e0, o0, e1, o1, 0, -1, gd + 12 * gps, gd + 13 * gps,
+                           gd + 14 * gps, gd + 15 * gps);
+            }
+        for (int p = 0; p < 16; p++) {
+            S(gemm)(og, cg, nb, gt + p * gps, tb, 1, v + p * vps, 1, tb, tmp, cg, 1);
+            T *restrict d = du + p * dps;
+            for (int64_t i = 0; i < og * cg; i++) d[i] += tmp[i];
+        }
+    }
+}
+
+/* the weight gradient from the positions' sums du (16 x o x cg): dW = G^T
+   dU G, G^T = (1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1) */
+static void S(wino_wgrad_finish)(const conv_geom *g, const T *du, T *dw) {
+    const int64_t oc = g->o * g->cg;
+    for (int64_t f = 0; f < oc; f++) {
+        T d[4][4], t[3][4];
+        for (int p = 0; p < 16; p++) d[p / 4][p % 4] = du[p * oc + f];
+        for (int j = 0; j < 4; j++) {
+            t[0][j] = d[0][j] + (d[1][j] + d[2][j]) / 2;
+            t[1][j] = (d[1][j] - d[2][j]) / 2;
+            t[2][j] = (d[1][j] + d[2][j]) / 2 + d[3][j];
+        }
+        T *k = dw + f * 9;
+        for (int i = 0; i < 3; i++) {
+            k[3 * i] = t[i][0] + (t[i][1] + t[i][2]) / 2;
+            k[3 * i + 1] = (t[i][1] - t[i][2]) / 2;
+            k[3 * i + 2] = (t[i][1] + t[i][2]) / 2 + t[i][3];
+        }
+    }
 }
 
 /* item (sample n, group q) of one of the three kernels; cols is k*l scratch,
@@ -441,6 +536,8 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
                 g->l, 1);
         memset(y + xoff, 0, (size_t)(g->cg * g->h * g->w) * sizeof(T));
         S(col2im)(g, cols, y + xoff);
+    } else if (jb->wino_w) { /* a = x, b = conv output grad: Winograd position sums */
+        S(wino_wgrad)(g, a + xoff, b + yoff, cols, tmp, acc + q * g->og * g->cg, g->o * g->cg);
     } else if (jb->wide) { /* the weight gradient over the wide grid */
         conv_bsrc src;
         T *gw = S(wide_begin)(g, a + xoff, cols, &src);
@@ -475,7 +572,12 @@ static void S(conv_slot)(conv_job *jb, int64_t s) {
         /* a static share of the items, so that the sums' order depends only on the
            slot count */
         T *acc = s == 0 ? (T *)jb->y : tmp + g->og * g->k;
-        if (s) memset(acc, 0, (size_t)(g->o * g->k) * sizeof(T));
+        if (jb->wino_w) { /* Winograd: every slot sums the positions (16 x o x cg) */
+            acc = tmp + g->og * g->cg;
+            memset(acc, 0, (size_t)(16 * g->o * g->cg) * sizeof(T));
+        } else if (s) {
+            memset(acc, 0, (size_t)(g->o * g->k) * sizeof(T));
+        }
         for (int64_t it = items * s / jb->slots; it < items * (s + 1) / jb->slots; it++)
             S(conv_item)(jb, it, cols, acc, tmp);
         return;
