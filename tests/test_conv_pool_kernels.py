@@ -346,7 +346,8 @@ def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
     """PYAUTODIFF_WINOGRAD=0 keeps the direct GEMM (other rounding, the same
     values); an inf or NaN in the input or the weight takes it too, since the
     transforms add and subtract it: an inf would come out NaN (inf - inf)
-    where the direct sums give +-inf."""
+    where the direct sums give +-inf; so do values large enough to overflow
+    in the transforms where the direct sums stay finite (1e38 in float32)."""
     x, w = rand(2, 16, 12, 12).astype(np.float32), rand(16, 16, 3, 3).astype(np.float32)
     wino = np.asarray(F.conv2d(ad.tensor(x), ad.tensor(w), padding=1))
     code = ("import sys, numpy as np, pyautodiff as ad; x, w = np.load(sys.argv[1]), "
@@ -375,6 +376,20 @@ def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
             np.testing.assert_array_equal(np.isfinite(got), fin)
             np.testing.assert_array_equal(got[~fin], ref[~fin])  # +-inf stay inf, NaN NaN
             assert fin.any()
+    rng = np.random.default_rng(4)
+    huge = (np.sign(rng.standard_normal(x.shape)) * 1e38).astype(np.float32)
+    for xb, wb in ((np.full_like(x, 1e38), np.full_like(w, 1e-4)), (huge, w * 1e-3)):
+        ref = np_conv2d(xb.astype(np.float64), wb.astype(np.float64), padding=(1, 1))
+        got = np.asarray(F.conv2d(ad.tensor(xb), ad.tensor(wb), padding=1))
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    gyh = (rand(2, 16, 12, 12) * 1e-3).astype(np.float32)
+    ref = np_conv2d_weight_grad(huge.astype(np.float64), gyh.astype(np.float64), 3, 3, (1, 1),
+                                (1, 1), 1)
+    got = np.asarray(_call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(huge), ad.tensor(gyh)),
+                           (3, 3, 1, 1, 1, 1, 1, 1, 1)))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     # the weight gradient with an inf or NaN in the input or the output gradient
     gy = rand(2, 16, 12, 12).astype(np.float32)
     for where in ("x", "gy"):

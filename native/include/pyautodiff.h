@@ -152,7 +152,8 @@ typedef enum ad_op {
     /* 80..139: indexing, joining, neural-network ops */
     AD_OP_CAT = 80,           /* 1..8 inputs of one dtype and rank >= 1, equal but on dim;
                                  iargs = {dim, size_0, ..., size_{n-1}}: each input's size
-                                 along dim (a wrong count or size: AD_ERR_VALUE) */
+                                 along dim (a wrong count or size: AD_ERR_VALUE), or {dim}
+                                 alone: the call takes the sizes from the inputs */
     AD_OP_PAD = 81,           /* iargs = {before, after} pairs, the first pair for the last dim,
                                  at most ndim pairs (else AD_ERR_VALUE); a negative amount
                                  crops (below size 0: AD_ERR_SHAPE); fargs = {value}, which

@@ -139,18 +139,39 @@ static int64_t wino_scratch(const conv_geom *g, int parts) {
            parts * (16 * ((g->cg + g->og) * tb + 2 * 16) + 4 * tw);
 }
 
-/* no inf or NaN among n elements of a float dtype: the transforms add and
-   subtract each input and weight, so an inf would come out NaN (inf - inf)
-   where the direct sums give +-inf */
-static bool all_finite(int dtype, const void *p, int64_t n) {
-    uint64_t bad = 0;
+/* The largest biased exponent field among n elements of a float dtype (inf
+   and NaN: the field's maximum). */
+static int max_exponent(int dtype, const void *p, int64_t n) {
+    uint32_t e = 0;
     if (dtype == AD_FLOAT32)
-        for (int64_t i = 0; i < n; i++)
-            bad |= (((const uint32_t *)p)[i] & 0x7f800000u) == 0x7f800000u;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t f = ((const uint32_t *)p)[i] >> 23 & 0xff;
+            e = f > e ? f : e;
+        }
     else
-        for (int64_t i = 0; i < n; i++)
-            bad |= (((const uint64_t *)p)[i] & 0x7ff0000000000000u) == 0x7ff0000000000000u;
-    return !bad;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t f = (uint32_t)(((const uint64_t *)p)[i] >> 52 & 0x7ff);
+            e = f > e ? f : e;
+        }
+    return (int)e;
+}
+
+/* Whether Winograd gives what the direct sum of `terms` products of a and b
+   elements gives, up to rounding: no inf or NaN (the transforms add and
+   subtract each value, so an inf would come out NaN where the direct sum
+   gives +-inf), and products small enough that `terms` of them grown 81
+   times (the transforms' largest gain) stay below 2^(emax - 1): no overflow
+   on either path (a 1e38 float32 input would overflow in the transforms
+   where the direct sum stays finite). */
+static bool wino_safe(int dtype, const void *a, int64_t na, const void *b, int64_t nb,
+                      int64_t terms) {
+    const int top = dtype == AD_FLOAT32 ? 0xff : 0x7ff, bias = top / 2;
+    int ea = max_exponent(dtype, a, na), eb = max_exponent(dtype, b, nb);
+    if (ea == top || eb == top) return false;
+    uint64_t t = (uint64_t)(terms > 1 ? terms : 1) * 81 - 1;
+    int grow = 64 - __builtin_clzll(t | 1); /* >= log2(81 terms) */
+    /* |a| < 2^(ea - bias + 1), |b| < 2^(eb - bias + 1) */
+    return (ea - bias + 1) + (eb - bias + 1) + grow < bias;
 }
 
 /* BODY for x in [x0, x1) with the stride STEP, compiled apart for stride 1 (a
@@ -275,8 +296,9 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
     }
     if ((st = nn_contig(a, &ta, &pa)) || (st = nn_contig(b, &tb, &pb))) goto done;
     int threads = par_num_threads();
-    bool wino = wino_fits(g, which) && all_finite(a->dtype, pa, a->numel) &&
-                all_finite(a->dtype, pb, b->numel);
+    bool wino = wino_fits(g, which) &&
+                wino_safe(a->dtype, pa, a->numel, pb, b->numel,
+                          which == RUN_FWD ? g->k : g->n * g->oh * g->ow);
     /* the weight gradient's position sums: one set a slot, so only where the
        items spread over the threads */
     if (wino && which == RUN_BWD_WEIGHT && (threads == 1 || items >= threads)) {
