@@ -424,7 +424,7 @@ static void S(wino_gt)(int64_t tw, const T *restrict xe, const T *restrict xo,
 /* The weight gradient's item (x its input, gy its og x oh x ow output
    gradient): each 4x4 position p of the filters' transform U gets sum over
    the tiles of (A gy_t A^T)_p V_t,p, since y_t = A^T (U . V_t) A is linear in
-   U: du_p += G_p (og x tiles) @ V_p^T (tiles x cg), 16 GEMMs a block of tile
+   U: du_p += Gy_p (og x tiles) @ V_p^T (tiles x cg), 16 GEMMs a block of tile
    rows (through tmp, og x cg).  du: position 0's rows of this group, dps
    apart for the others; run() turns the sums into G^T dU G. */
 static void S(wino_wgrad)(const conv_geom *g, const T *x, const T *gy, T *scratch, T *tmp, T *du,
