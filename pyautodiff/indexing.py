@@ -257,9 +257,8 @@ def _tensor_list(tensors, op):
     if isinstance(tensors, Tensor):
         raise TypeError(f"{op}: takes a sequence of tensors, got one tensor")
     ts = list(tensors)
-    for t in ts:
+    for i, t in enumerate(ts):
         if not isinstance(t, Tensor):
-            i = next(i for i, t in enumerate(ts) if not isinstance(t, Tensor))
             raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
     return ts
 

@@ -209,7 +209,7 @@ typedef struct conv_job {
     bool packs;             /* the forward's GEMM packs im2col from the image */
     bool wide;              /* ... from a padded copy of it, over the wide grid (wide_pack) */
     bool wino_w;            /* the weight gradient by Winograd (conv_dtype.h wino_wgrad) */
-    void *wino;             /* Winograd: the filters' transforms (groups x 16 x og x cg) */
+    void *wino;             /* Winograd: the filters' transforms (16 x o x cg) */
     int wino_parts;         /* ... and the threads an item's tile blocks are spread over */
     atomic_llong next;      /* the next unclaimed item (forward and input gradient) */
 } conv_job;
@@ -234,6 +234,18 @@ static void conv_slots(void *ctx, int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; s++) {
         if (jb->dt == AD_FLOAT32) conv_slot_f32(jb, s);
         else conv_slot_f64(jb, s);
+    }
+}
+
+/* The weight gradient's accumulators of slots 1.. (n elements at byte
+   offset off in each slot) added to dst, in slot order. */
+static void add_slots(const conv_job *jb, size_t off, int64_t n, void *dst) {
+    for (int64_t s = 1; s < jb->slots; s++) {
+        const char *acc = jb->scratch + (size_t)s * jb->slot + off;
+        if (jb->dt == AD_FLOAT32)
+            for (int64_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)acc)[i];
+        else
+            for (int64_t i = 0; i < n; i++) ((double *)dst)[i] += ((const double *)acc)[i];
     }
 }
 
@@ -311,15 +323,8 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
             st = ad_fail_nomem(OP_NAME(g->op));
             goto done;
         }
-        for (int64_t q = 0; q < g->groups; q++) {
-            size_t w0 = (size_t)(q * g->og * g->k) * es, u0 = (size_t)(q * 16 * g->og * g->cg) * es;
-            if (a->dtype == AD_FLOAT32)
-                wino_weights_f32(g, (const float *)((const char *)pb + w0),
-                                 (float *)((char *)jb.wino + u0));
-            else
-                wino_weights_f64(g, (const double *)((const char *)pb + w0),
-                                 (double *)((char *)jb.wino + u0));
-        }
+        if (a->dtype == AD_FLOAT32) wino_weights_f32(g, pb, jb.wino);
+        else wino_weights_f64(g, pb, jb.wino);
         jb.packs = jb.wide = false;
         jb.wino_parts = 1;
         jb.ncols = wino_scratch(g, 1);
@@ -352,28 +357,13 @@ static ad_status run(int which, const conv_geom *g, const ad_tensor *a, const ad
     if (jb.slots > 1) par_for(jb.slots, conv_slots, &jb);
     else conv_slots(&jb, 0, 1);
     if (jb.wino_w) { /* the slots' position sums in slot order, then dW = G^T dU G */
-        int64_t nu = 16 * g->o * g->cg;
         size_t off = (size_t)(jb.ncols + g->og * g->cg) * es;
-        char *du = jb.scratch + off;
-        for (int64_t s = 1; s < jb.slots; s++) {
-            const char *acc = jb.scratch + (size_t)s * slot + off;
-            if (a->dtype == AD_FLOAT32)
-                for (int64_t i = 0; i < nu; i++) ((float *)du)[i] += ((const float *)acc)[i];
-            else
-                for (int64_t i = 0; i < nu; i++) ((double *)du)[i] += ((const double *)acc)[i];
-        }
-        if (a->dtype == AD_FLOAT32) wino_wgrad_finish_f32(g, (const float *)du, jb.y);
-        else wino_wgrad_finish_f64(g, (const double *)du, jb.y);
-    } else if (which == RUN_BWD_WEIGHT && jb.slots > 1) {
-        int64_t nk = g->o * g->k;
-        for (int64_t s = 1; s < jb.slots; s++) {
-            const char *acc =
-                jb.scratch + (size_t)s * slot + (size_t)(jb.ncols + g->og * g->k) * es;
-            if (a->dtype == AD_FLOAT32)
-                for (int64_t i = 0; i < nk; i++) ((float *)jb.y)[i] += ((const float *)acc)[i];
-            else
-                for (int64_t i = 0; i < nk; i++) ((double *)jb.y)[i] += ((const double *)acc)[i];
-        }
+        void *du = jb.scratch + off;
+        add_slots(&jb, off, 16 * g->o * g->cg, du);
+        if (a->dtype == AD_FLOAT32) wino_wgrad_finish_f32(g, du, jb.y);
+        else wino_wgrad_finish_f64(g, du, jb.y);
+    } else if (which == RUN_BWD_WEIGHT) {
+        add_slots(&jb, (size_t)(jb.ncols + g->og * g->k) * es, g->o * g->k, jb.y);
     }
 done:
     ad_mfree(jb.wino);

@@ -249,10 +249,11 @@ static void S(col2im)(const conv_geom *g, const T *cols, T *in) {
    (cg x tiles), 16 multiply-adds a tile and channel pair where the direct
    convolution takes 36. */
 
-/* u[p][o][c] = (G g G^T)[p] for the group's og x cg filters at w:
+/* u[p][o][c] = (G g G^T)[p] for the o x cg filters at w (all groups, the
+   layout of the weight gradient's sums, wino_wgrad_finish):
    G = (1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1) */
 static void S(wino_weights)(const conv_geom *g, const T *w, T *u) {
-    const int64_t oc = g->og * g->cg;
+    const int64_t oc = g->o * g->cg;
     for (int64_t f = 0; f < oc; f++) {
         const T *k = w + f * 9;
         T t[4][3]; /* G g */
@@ -272,7 +273,8 @@ static void S(wino_weights)(const conv_geom *g, const T *w, T *u) {
 }
 
 /* One (sample, group) item: x its cg x h x w input, u its filters'
-   transforms (16 x og x cg), y its og x oh x ow output.  The input is
+   transforms (position 0's og x cg rows of this group, o x cg apart for the
+   others), y its og x oh x ow output.  The input is
    copied once with its padding and zeros to whole tiles (cg x hp x wp), each
    row as its even columns then its odd ones; then blocks of whole tile rows
    go through V (16 x cg x tb), the 16 GEMMs into M (16 x og x tb) and the
@@ -350,7 +352,8 @@ static void S(wino_blocks)(const S(wino_ctx) *w, int64_t b0, int64_t b1, T *vm) 
         const int64_t ty0 = b * w->rows, nr = min64(w->rows, w->th - ty0), nb = nr * tw;
         S(wino_v)(w, ty0, nr, v);
         for (int p = 0; p < 16; p++)
-            S(gemm)(og, nb, cg, w->u + p * og * cg, cg, 1, v + p * vps, tb, 1, m + p * mps, tb, 1);
+            S(gemm)(og, nb, cg, w->u + p * g->o * cg, cg, 1, v + p * vps, tb, 1, m + p * mps, tb,
+                    1);
         /* Y = A^T M A, A^T = (1 1 1 0; 0 1 -1 -1): two whole output rows of
            the tile row, then their first ow columns into the output */
         for (int64_t o = 0; o < og; o++)
@@ -505,8 +508,8 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     if (jb->which == RUN_FWD) { /* a = x, b = w, y = conv output */
         const T *w = b + q * g->og * g->k;
         if (jb->wino) {
-            S(wino_item)(g, a + xoff, (const T *)jb->wino + q * 16 * g->og * g->cg, y + yoff,
-                         cols, jb->wino_parts);
+            S(wino_item)(g, a + xoff, (const T *)jb->wino + q * g->og * g->cg, y + yoff, cols,
+                         jb->wino_parts);
             return;
         }
         if (jb->wide) {
