@@ -72,7 +72,7 @@ POOL_CASES = [((2, 2), (2, 2), (0, 0), (1, 1)),
               ((2, 3), (1, 2), (0, 1), (2, 1)),
               ((1, 1), (2, 2), (0, 0), (1, 1))]
 # the first is above the kernels' threshold for splitting over threads
-POOL_SHAPES = [(3, 9, 33, 31), (2, 3, 8, 6), (1, 1, 5, 7)]
+POOL_SHAPES = [(3, 9, 33, 31), (2, 3, 8, 6), (1, 1, 5, 7), (2, 5, 18, 36)]
 
 
 def pool_iargs(k, s, p, d):
@@ -102,7 +102,10 @@ def test_max_pool_kernels(threads, case, shape, dtype):
                 gx[b, ch, a] += g
     got = np.asarray(_call(lib.AD_OP_MAX_POOL2D_BACKWARD, (tx, ad.tensor(gy, dtype=dtype)),
                            pool_iargs(k, s, p, d)))
-    np.testing.assert_allclose(got.reshape(n, c, -1), gx, rtol=1e-6, atol=1e-6)
+    if all(kk <= ss for kk, ss in zip(k, s)):  # no overlap: each element is one gy or 0
+        np.testing.assert_array_equal(got.reshape(n, c, -1), gx)
+    else:  # overlapping windows add in another order
+        np.testing.assert_allclose(got.reshape(n, c, -1), gx, rtol=1e-6, atol=1e-6)
 
     t = rand(*shape).astype(x.dtype)
     want = np.where(at >= 0, np.take_along_axis(t.reshape(n, c, -1),
@@ -116,11 +119,72 @@ def test_max_pool_kernels(threads, case, shape, dtype):
 @pytest.mark.parametrize("case", POOL_CASES[:4])
 def test_max_pool_kernels_gradcheck(threads, case):
     k, s, p, d = case
-    x = rand(2, 2, 7, 6)  # odd height: the 2x2 kernel leaves a row unread
+
+    def spaced(*shape):  # no two values within the differences' step of each other
+        return rng.permutation(np.prod(shape)).reshape(shape) * 0.01 - 0.5
+
+    x = spaced(2, 2, 7, 6)  # odd height: the 2x2 kernel leaves a row unread
     check_grad(lambda a: F.max_pool2d(a, k, s, p, d), [x], eps=1e-4)
     # a transposed view of the input
     check_grad(lambda a: F.max_pool2d(a.transpose(2, 3), k, s, p, d),
-               [rand(2, 2, 6, 7)], eps=1e-4)
+               [spaced(2, 2, 6, 7)], eps=1e-4)
+
+
+POOL_2X2_SCRIPT = """
+import sys, numpy as np, pyautodiff as ad
+from pyautodiff._lib import lib
+from pyautodiff.tensor import _call
+x, t, gy = (ad.tensor(np.load(f)) for f in sys.argv[1:4])
+ia = (2, 2, 2, 2, 0, 0, 1, 1)
+for y in (ad.nn.functional.max_pool2d(x, 2), _call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia),
+          _call(lib.AD_OP_MAX_POOL2D_GATHER, (x, t), ia)):
+    sys.stdout.buffer.write(np.ascontiguousarray(y).tobytes())
+"""
+
+
+def pool_2x2_operands(shape, dtype):
+    """x drawn mostly from a few values (ties of equal and of signed zeros,
+    +-inf) and NaNs of distinct payloads and both signs (which NaN a window
+    gives is part of the rule), t and gy random."""
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    quiet = np.array(np.nan, dtype).view(bits)
+    x = rng.choice(np.array([0.0, -0.0, 1.5, -1.0, np.inf, -np.inf], dtype), size=shape)
+    x = np.where(rng.random(shape) < 0.3, rand(*shape).astype(dtype), x)
+    nans = rng.random(shape) < 0.04
+    payload = (quiet | rng.integers(1, 1000, shape).astype(bits)
+               | (rng.integers(0, 2, shape).astype(bits) << bits(8 * x.itemsize - 1)))
+    x = np.where(nans, payload.view(dtype), x)
+    n, c, h, w = shape
+    return x, rand(*shape).astype(dtype), rand(n, c, h // 2, w // 2).astype(dtype)
+
+
+# h even (the planes run as one tall plane) and odd, w even and odd; at both
+# dtypes' vector widths (8 and 4 windows): whole vectors, tails that fit in
+# the rows that follow, and tails that need masks (a tiny width, the last row)
+@pytest.mark.parametrize("shape", [(2, 5, 18, 36), (3, 4, 9, 17), (2, 3, 6, 2), (1, 2, 4, 3),
+                                   (3, 9, 33, 31), (1, 1, 2, 50)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_2x2_same_bits_at_every_level(threads, shape, dtype):
+    """The 2x2 stride-2 pool's AVX2 kernel (any x86 level from AVX2 on) gives
+    the portable C kernel's bits, NaN payloads and the zeros' signs included,
+    forward, backward and gather."""
+    ops = pool_2x2_operands(shape, dtype)
+    ia = pool_iargs((2, 2), (2, 2), (0, 0), (1, 1))
+    x, t, gy = (ad.tensor(a) for a in ops)
+    here = b"".join(np.ascontiguousarray(y).tobytes() for y in (
+        F.max_pool2d(x, 2), _call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia),
+        _call(lib.AD_OP_MAX_POOL2D_GATHER, (x, t), ia)))
+    with tempfile.TemporaryDirectory() as d:
+        files = [os.path.join(d, f"{i}.npy") for i in range(3)]
+        for f, a in zip(files, ops):
+            np.save(f, a)
+        portable = subprocess.run([sys.executable, "-c", POOL_2X2_SCRIPT, *files],
+                                  capture_output=True, check=True,
+                                  env={**os.environ, "PYAUTODIFF_ISA": "portable"}).stdout
+    assert here == portable
+    # and the values against numpy's window maxima
+    ref = np_pool2d(ops[0], (2, 2), (2, 2), (0, 0), (1, 1)).astype(dtype)
+    np.testing.assert_array_equal(np.frombuffer(here[:ref.nbytes], dtype).reshape(ref.shape), ref)
 
 
 def test_max_pool_window_of_padding_only(threads):

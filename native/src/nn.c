@@ -685,8 +685,6 @@ static void pool_cols(const pool_geom *g, int64_t off, int64_t *j0, int64_t *j1)
     if (*j1 < *j0) *j1 = *j0;
 }
 
-enum { POOL_FWD, POOL_BWD, POOL_GATHER };
-
 typedef struct pool_walk_job {
     const pool_geom *g;
     int kind, dt;

@@ -61,11 +61,12 @@ static void S(pool_arg_row)(const pool_geom *g, int kind, const T *restrict plan
 }
 
 /* The common 2x2 window with stride 2 and no padding or dilation, one plane:
-   each output row reads two input rows once, with no per-offset passes. */
-static void S(pool_2x2)(const pool_geom *g, int kind, const T *restrict x,
+   each output row reads two input rows once, with no per-offset passes.  The
+   backward stores every window's four elements (the windows do not overlap)
+   and nothing else; the AVX2 form is pool_avx2.c's. */
+static void S(pool_2x2)(int kind, int64_t w, int64_t oh, int64_t ow, const T *restrict x,
                         const T *restrict gy, T *restrict y) {
-    const int64_t w = g->w, ow = g->ow;
-    for (int64_t i = 0; i < g->oh; i++) {
+    for (int64_t i = 0; i < oh; i++) {
         const T *restrict r0 = x + 2 * i * w, *restrict r1 = r0 + w;
         if (kind == POOL_FWD) {
             T *restrict o = y + i * ow;
@@ -85,10 +86,10 @@ static void S(pool_2x2)(const pool_geom *g, int kind, const T *restrict x,
             for (int64_t j = 0; j < ow; j++) {
                 POOL_2X2_FLAGS(T);
                 T gv = g_[j];
-                y0[2 * j] += h0 != 0 ? gv : 0;
-                y0[2 * j + 1] += h1 != 0 ? gv : 0;
-                y1[2 * j] += h2 != 0 ? gv : 0;
-                y1[2 * j + 1] += h3 != 0 ? gv : 0;
+                y0[2 * j] = h0 != 0 ? gv : 0;
+                y0[2 * j + 1] = h1 != 0 ? gv : 0;
+                y1[2 * j] = h2 != 0 ? gv : 0;
+                y1[2 * j + 1] = h3 != 0 ? gv : 0;
             }
         } else {
             const T *restrict t0 = gy + 2 * i * w, *restrict t1 = t0 + w;
@@ -111,17 +112,28 @@ static void S(pool_planes)(const pool_walk_job *jb, int64_t p0, int64_t p1,
     const pool_geom *g = jb->g;
     const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;
     T *m = scratch, *done = m + g->ow;
-    if (jb->kind == POOL_BWD) /* each thread zeroes the planes it adds into */
+    bool bwd = jb->kind == POOL_BWD;
+    if (bwd && !jb->is2x2) /* each thread zeroes the planes it adds into */
         memset((T *)jb->y + p0 * hw, 0, (size_t)((p1 - p0) * hw) * sizeof(T));
-    for (int64_t p = p0; p < p1; p++) {
+    /* 2x2: planes of even height run as one tall plane (their row pairs
+       follow on); the gradient's last column and row, when odd, are in no
+       window and are zeroed */
+    for (int64_t p = p0, tall = g->h == 2 * g->oh ? p1 - p0 : 1; jb->is2x2 && p < p1;
+         p += tall) {
+        const T *x = (const T *)jb->x + p * hw, *gy = (const T *)jb->gy + (bwd ? p * ohw : p * hw);
+        T *y = (T *)jb->y + (bwd ? p * hw : p * ohw);
+        int64_t oh = tall * g->oh;
+        if (ad_cpu_isa() >= AD_ISA_AVX2)
+            S(ad_pool2x2_avx2)(jb->kind, g->w, oh, g->ow, x, gy, y);
+        else
+            S(pool_2x2)(jb->kind, g->w, oh, g->ow, x, gy, y);
+        if (!bwd) continue;
+        for (int64_t r = 0; r < 2 * oh; r++)
+            for (int64_t c = 2 * g->ow; c < g->w; c++) y[r * g->w + c] = 0;
+        for (int64_t e = 2 * oh * g->w; e < tall * hw; e++) y[e] = 0;
+    }
+    for (int64_t p = p0; p < p1 && !jb->is2x2; p++) {
         const T *plane = (const T *)jb->x + p * hw;
-        if (jb->is2x2) {
-            bool fwd = jb->kind == POOL_FWD, bwd = jb->kind == POOL_BWD;
-            S(pool_2x2)(g, jb->kind, plane, (const T *)jb->gy + (bwd ? p * ohw : p * hw),
-                        (T *)jb->y + (bwd ? p * hw : p * ohw));
-            (void)fwd;
-            continue;
-        }
         for (int64_t i = 0; i < g->oh; i++) {
             int64_t o = p * ohw + i * g->ow;
             if (jb->kind == POOL_FWD) {

@@ -38,6 +38,18 @@ ad_status fwd_max_pool2d(const op_args *a, ad_tensor **out);
 ad_status fwd_max_pool2d_backward(const op_args *a, ad_tensor **out);
 ad_status fwd_max_pool2d_gather(const op_args *a, ad_tensor **out);
 
+/* The max pool's three walks: the window maxima (y output-shaped), the
+   gradient routed to each window's argmax (gy output-shaped, y x-shaped) and
+   the argmax's element of an x-shaped gy (y output-shaped). */
+enum { POOL_FWD, POOL_BWD, POOL_GATHER };
+/* One plane's 2x2 stride-2 max pool in AVX2 vectors (pool_avx2.c; nn.c's
+   pool_2x2, the same bits): oh x ow windows of the w-wide x; the backward
+   writes the windows' 2 oh x 2 ow elements of y and nothing else. */
+void ad_pool2x2_avx2_f32(int kind, int64_t w, int64_t oh, int64_t ow, const float *x,
+                         const float *gy, float *y);
+void ad_pool2x2_avx2_f64(int kind, int64_t w, int64_t oh, int64_t ow, const double *x,
+                         const double *gy, double *y);
+
 /* x's elements in row-major order: x's own memory when contiguous, else a
    contiguous copy in *tmp (release it afterwards; NULL when not needed). */
 ad_status nn_contig(const ad_tensor *x, ad_tensor **tmp, const void **data);
