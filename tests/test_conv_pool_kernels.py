@@ -145,7 +145,7 @@ for y in (ad.nn.functional.max_pool2d(x, 2), _call(lib.AD_OP_MAX_POOL2D_BACKWARD
 def pool_2x2_operands(shape, dtype):
     """x drawn mostly from a few values (ties of equal and of signed zeros,
     +-inf) and NaNs of distinct payloads and both signs (which NaN a window
-    gives is part of the rule), t and gy random."""
+    gives is part of the rule), t random, gy random with -0s."""
     bits = np.uint32 if dtype == np.float32 else np.uint64
     quiet = np.array(np.nan, dtype).view(bits)
     x = rng.choice(np.array([0.0, -0.0, 1.5, -1.0, np.inf, -np.inf], dtype), size=shape)
@@ -155,7 +155,9 @@ def pool_2x2_operands(shape, dtype):
                | (rng.integers(0, 2, shape).astype(bits) << bits(8 * x.itemsize - 1)))
     x = np.where(nans, payload.view(dtype), x)
     n, c, h, w = shape
-    return x, rand(*shape).astype(dtype), rand(n, c, h // 2, w // 2).astype(dtype)
+    gy = rand(n, c, h // 2, w // 2).astype(dtype)
+    gy.reshape(-1)[::5] = -0.0
+    return x, rand(*shape).astype(dtype), gy
 
 
 # h even (the planes run as one tall plane) and odd, w even and odd; at both
@@ -182,6 +184,9 @@ def test_max_pool_2x2_same_bits_at_every_level(threads, shape, dtype):
                                   capture_output=True, check=True,
                                   env={**os.environ, "PYAUTODIFF_ISA": "portable"}).stdout
     assert here == portable
+    # a -0 gradient reaches its argmax as +0, as the overlapping windows' sums give
+    gx = np.asarray(_call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia))
+    assert not np.signbit(gx[gx == 0]).any()
     # and the values against numpy's window maxima
     ref = np_pool2d(ops[0], (2, 2), (2, 2), (0, 0), (1, 1)).astype(dtype)
     np.testing.assert_array_equal(np.frombuffer(here[:ref.nbytes], dtype).reshape(ref.shape), ref)

@@ -62,8 +62,8 @@ static void S(pool_arg_row)(const pool_geom *g, int kind, const T *restrict plan
 
 /* The common 2x2 window with stride 2 and no padding or dilation, one plane:
    each output row reads two input rows once, with no per-offset passes.  The
-   backward stores every window's four elements (the windows do not overlap)
-   and nothing else; the AVX2 form is pool_avx2.c's. */
+   backward stores every window's four elements (the windows do not overlap);
+   the caller zeroes the rest.  The AVX2 form is pool_avx2.c's. */
 static void S(pool_2x2)(int kind, int64_t w, int64_t oh, int64_t ow, const T *restrict x,
                         const T *restrict gy, T *restrict y) {
     for (int64_t i = 0; i < oh; i++) {
@@ -85,7 +85,7 @@ static void S(pool_2x2)(int kind, int64_t w, int64_t oh, int64_t ow, const T *re
             T *restrict y0 = y + 2 * i * w, *restrict y1 = y0 + w;
             for (int64_t j = 0; j < ow; j++) {
                 POOL_2X2_FLAGS(T);
-                T gv = g_[j];
+                T gv = g_[j] + 0; /* a -0 gradient arrives as +0, as other windows' sums give */
                 y0[2 * j] = h0 != 0 ? gv : 0;
                 y0[2 * j + 1] = h1 != 0 ? gv : 0;
                 y1[2 * j] = h2 != 0 ? gv : 0;

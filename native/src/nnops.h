@@ -44,7 +44,8 @@ ad_status fwd_max_pool2d_gather(const op_args *a, ad_tensor **out);
 enum { POOL_FWD, POOL_BWD, POOL_GATHER };
 /* One plane's 2x2 stride-2 max pool in AVX2 vectors (pool_avx2.c; nn.c's
    pool_2x2, the same bits): oh x ow windows of the w-wide x; the backward
-   writes the windows' 2 oh x 2 ow elements of y and nothing else. */
+   writes the windows' 2 oh x 2 ow elements of y and, when w is odd, leaves
+   the last column of those rows for the caller to zero. */
 void ad_pool2x2_avx2_f32(int kind, int64_t w, int64_t oh, int64_t ow, const float *x,
                          const float *gy, float *y);
 void ad_pool2x2_avx2_f64(int kind, int64_t w, int64_t oh, int64_t ow, const double *x,

@@ -8,10 +8,11 @@
  * ODD; the windows come out in the order PERM restores), and the inverse
  * (LO / HI) for the gradient's stores.  A row's last ow mod W windows run
  * as a whole vector where its extra lanes stay inside the call's rows, and
- * first: the elements they write are all written again by the stores that
- * follow (the row's other vectors, the next rows).  Else they run last, with
- * masked loads and stores (a masked store costs about as much as a row of 7
- * windows on Zen 4). */
+ * first: the elements they write are written again by the stores that
+ * follow (the row's other vectors, the next rows), except an odd width's
+ * last column, which the caller zeroes (nn_dtype.h pool_planes).  Else they
+ * run last, with masked loads and stores (a masked store costs about as much
+ * as a row of 7 windows on Zen 4). */
 #include <immintrin.h>
 #include <stdbool.h>
 
@@ -39,6 +40,8 @@
 #define F32_ANDNOT _mm256_andnot_ps
 #define F32_OR _mm256_or_ps
 #define F32_MAX _mm256_max_ps
+#define F32_ADD _mm256_add_ps
+#define F32_ZERO _mm256_setzero_ps
 #define F32_NONE(k) _mm256_testz_ps((k), (k))
 
 /* float64: 4 windows a vector, in the order 0 2 | 1 3 */
@@ -60,6 +63,8 @@
 #define F64_ANDNOT _mm256_andnot_pd
 #define F64_OR _mm256_or_pd
 #define F64_MAX _mm256_max_pd
+#define F64_ADD _mm256_add_pd
+#define F64_ZERO _mm256_setzero_pd
 #define F64_NONE(k) _mm256_testz_pd((k), (k))
 
 /* ---- the plane, written once --------------------------------------------------- */
@@ -109,7 +114,8 @@
         }                                                                                   \
         taken = P##_OR(taken, h2);                                                          \
         if (kind == POOL_BWD) {                                                             \
-            P##_V g = P##_PERM(LOADM(P, gy + i * ow + j, kg));                              \
+            /* + 0: a -0 gradient arrives as +0, as the other windows' sums give */        \
+            P##_V g = P##_ADD(P##_PERM(LOADM(P, gy + i * ow + j, kg)), P##_ZERO());          \
             P##_V ga = P##_AND(h0, g), gb = P##_AND(h1, g);                                 \
             P##_V gc = P##_AND(h2, g), gd = P##_ANDNOT(taken, g);                           \
             T *y0 = y + 2 * i * w + 2 * j, *y1 = y0 + w;                                    \
