@@ -8,6 +8,7 @@ reference (first maximum in window order, a NaN counting as the maximum),
 gradients by float64 central differences."""
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -522,6 +523,68 @@ def test_conv_transpose2d_batch_items(threads, kw, ksize):
     ys = [F.conv_transpose2d(ad.tensor(x[i:i + 1]), ad.tensor(w), **kw) for i in range(4)]
     np.testing.assert_allclose(np.asarray(y), np.concatenate([np.asarray(t) for t in ys]),
                                rtol=1e-5, atol=1e-5)
+
+
+WGRAD_DOTS_SCRIPT = """
+import pickle, sys, numpy as np, pyautodiff as ad
+from pyautodiff._lib import lib
+from pyautodiff.tensor import _call
+out = []
+for x, gy, ia in pickle.load(open(sys.argv[1], "rb")):
+    out.append(np.asarray(_call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(x), ad.tensor(gy)), ia)))
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+
+
+def wgrad_dots_cases():
+    """Weight gradients whose product has at most 32 rows (outputs) and
+    columns (channels x window): rows and columns off the kernel's 4 x 3
+    blocks, pixels off its 16 lanes, groups, stride, dilation, 1 channel 5x5."""
+    out = []
+    for dt in (np.float32, np.float64):
+        for n, c, o, h, w, kh, kw_, s, p, d, g in [
+                (3, 1, 5, 9, 13, 3, 3, 1, 1, 1, 1), (2, 2, 16, 8, 8, 3, 3, 1, 1, 1, 1),
+                (2, 3, 7, 11, 6, 2, 3, 1, 0, 1, 1), (2, 4, 6, 12, 10, 3, 3, 2, 1, 1, 2),
+                (1, 1, 8, 20, 17, 5, 5, 1, 2, 1, 1), (2, 2, 32, 9, 9, 3, 3, 1, 2, 2, 1),
+                (2, 3, 32, 33, 31, 3, 3, 1, 1, 1, 1)]:
+            x = rand(n, c, h, w).astype(dt)
+            oh = (h + 2 * p - d * (kh - 1) - 1) // s + 1
+            ow = (w + 2 * p - d * (kw_ - 1) - 1) // s + 1
+            gy = rand(n, o, oh, ow).astype(dt)
+            out.append((x, gy, (kh, kw_, s, s, p, p, d, d, g)))
+    return out
+
+
+def test_conv2d_weight_grad_narrow_dots_same_bits_at_every_level():
+    """A weight gradient with few outputs and a small window times channels
+    (a network's first layer) runs as dot products (gemm_dots), whose sums
+    are formed alike at every level: the same bits from the portable, AVX2
+    and the machine's own kernels, and the float64 reference's values."""
+    cases = wgrad_dots_cases()
+    old = ad.get_num_threads()
+    ad.set_num_threads(1)  # the batch's per-thread sums are added per slot count
+    try:
+        here = [np.asarray(_call(lib.AD_OP_CONV2D_WEIGHT_GRAD, (ad.tensor(x), ad.tensor(gy)), ia))
+                for x, gy, ia in cases]
+    finally:
+        ad.set_num_threads(old)
+    for (x, gy, ia), got in zip(cases, here):
+        kh, kw_, s, _, p, _, d, _, g = ia
+        if s == 1:
+            ref = np_conv2d_weight_grad(x.astype(np.float64), gy.astype(np.float64), kh, kw_,
+                                        (p, p), (d, d), g)
+            tol = 1e-4 if x.dtype == np.float32 else 1e-11
+            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "cases.pkl")
+        with open(f, "wb") as fh:
+            pickle.dump(cases, fh)
+        for isa in ("portable", "avx2"):
+            r = subprocess.run([sys.executable, "-c", WGRAD_DOTS_SCRIPT, f], capture_output=True,
+                               check=True, env={**os.environ, "PYAUTODIFF_ISA": isa,
+                                                "PYAUTODIFF_NUM_THREADS": "1"})
+            for a, b in zip(here, pickle.loads(r.stdout)):
+                assert a.tobytes() == b.tobytes(), isa
 
 
 def test_conv2d_weight_grad_sums_the_batch(threads):

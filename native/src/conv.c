@@ -113,6 +113,16 @@ static bool pointwise(const conv_geom *g) {
    -> 11.2; (16, 64, 32, 32) 13.25 -> 8.1; (64, 16, 14, 14) to 32 channels
    2.01 -> 1.92 (1.03 -> 1.10 at 2 threads: 49 tiles, short GEMMs). */
 enum { WINO_MIN = 16, WINO_TB = 96 };
+/* The weight gradient's product gy (og x l) @ im2col^T (l x k) with k (the
+   input channels times the window) and og both at most this: og x k dot
+   products (gemm_dots), each row pair streamed once, instead of the packed
+   GEMM, whose panels such a product leaves mostly empty.  Zen 4, float32, 1
+   thread, batch 64 unless said, GEMM -> dots, us: 1 -> 16 channels 3x3 on
+   28x28 570 -> 312; 2 -> 16 1033 -> 657; 3 -> 32 on 32x32 4444 -> 2350;
+   batch 32, 1 -> 8 5x5 on 64x64 6274 -> 1345; batch 16, 3 -> 32 on 64x64
+   4500 -> 2000.  With 64 outputs the GEMM's rows fill its panels: 3 -> 64
+   on 48x48 4021 against 4872. */
+#define CONV_DOTS_MAX 32
 #define WINO_ROWS(tw) ((tw) >= WINO_TB ? 1 : WINO_TB / (tw))
 /* V's and M's 16 planes a cache line more than their elements apart: planes
    a multiple of 4 KiB apart fill one L1 set with the transforms' 16 streams

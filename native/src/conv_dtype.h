@@ -561,7 +561,10 @@ static void S(conv_item)(const conv_job *jb, int64_t item, T *cols, T *acc, T *t
     } else { /* a = x, b = conv output grad: acc_q += b_g @ im2col(a_g)^T */
         const T *c = pw ? a + xoff : cols;
         if (!pw) S(im2col)(g, a + xoff, cols);
-        S(gemm)(g->og, g->k, g->l, b + yoff, g->l, 1, c, 1, g->l, tmp, g->k, 1);
+        if (!pw && g->k <= CONV_DOTS_MAX && g->og <= CONV_DOTS_MAX)
+            S(gemm_dots)(g->og, g->k, g->l, b + yoff, g->l, c, g->l, tmp, g->k);
+        else
+            S(gemm)(g->og, g->k, g->l, b + yoff, g->l, 1, c, 1, g->l, tmp, g->k, 1);
         T *restrict d = acc + q * g->og * g->k;
         for (int64_t i = 0; i < g->og * g->k; i++) d[i] += tmp[i];
     }

@@ -209,6 +209,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define UKR_AVX512 gemm_ukr_f32_avx512, gemm_ukrh_f32_avx512, GEMM_AVX512_F32_MR, GEMM_AVX512_F32_NR
 #define UKR_AVX2 gemm_ukr_f32_avx2, gemm_ukrh_f32_avx2, GEMM_AVX2_F32_MR, GEMM_AVX2_F32_NR
 #define GEMV(isa) gemm_dotrows_f32_##isa, gemm_axpyrows_f32_##isa
+#define DOTS(isa) gemm_dots_f32_##isa
 #define PACKBT_AVX2 gemm_packbt_f32_avx2
 #define TAILS_AVX512 gemm_tails_f32_avx512, gemm_tails_half_f32_avx512
 #define TAILS_AVX2 gemm_tails_f32_avx2, gemm_tails_half_f32_avx2
@@ -220,6 +221,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef UKR_AVX512
 #undef UKR_AVX2
 #undef GEMV
+#undef DOTS
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
 #undef TAILS_AVX2
@@ -231,6 +233,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define UKR_AVX512 gemm_ukr_f64_avx512, gemm_ukrh_f64_avx512, GEMM_AVX512_F64_MR, GEMM_AVX512_F64_NR
 #define UKR_AVX2 gemm_ukr_f64_avx2, gemm_ukrh_f64_avx2, GEMM_AVX2_F64_MR, GEMM_AVX2_F64_NR
 #define GEMV(isa) gemm_dotrows_f64_##isa, gemm_axpyrows_f64_##isa
+#define DOTS(isa) gemm_dots_f64_##isa
 #define PACKBT_AVX2 gemm_packbt_f64_avx2
 #define TAILS_AVX512 gemm_tails_f64_avx512, gemm_tails_half_f64_avx512
 #define TAILS_AVX2 gemm_tails_f64_avx2, gemm_tails_half_f64_avx2
@@ -242,6 +245,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #undef UKR_AVX512
 #undef UKR_AVX2
 #undef GEMV
+#undef DOTS
 #undef PACKBT_AVX2
 #undef TAILS_AVX512
 #undef TAILS_AVX2

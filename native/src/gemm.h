@@ -168,7 +168,9 @@ GEMM_WHOLE_DECLARE(gemm_narrow_f64_avx2, double)
     void gemm_dotrows_##SFX(int64_t m, int64_t k, const T *a, int64_t rsa, const T *x, T *y, \
                             int64_t incy);                                                 \
     void gemm_axpyrows_##SFX(int64_t k, int64_t n, const T *x, int64_t incx, const T *b,     \
-                             int64_t rsb, T *y);
+                             int64_t rsb, T *y);                                            \
+    void gemm_dots_##SFX(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, const T *b, \
+                         int64_t rsb, T *c, int64_t rsc);
 GEMM_GEMV_DECLARE(f32_portable, float)
 GEMM_GEMV_DECLARE(f64_portable, double)
 GEMM_GEMV_DECLARE(f32_avx2, float)
@@ -178,6 +180,16 @@ GEMM_GEMV_DECLARE(f64_avx512, double)
 
 /* GEMV_LANES partial sums per row of the dot form (gemm_gemv.h) */
 #define GEMV_LANES 32
+/* C (m x n, row stride rsc) = A B^T, A's m rows and B's n rows unit-stride
+   along k (rsa, rsb apart): m x n dot products, GEMM_DOTS_LANES partial sums
+   each, for products too narrow for the packed GEMM (a convolution's weight
+   gradient with few input channels); the CPU's level, the same bits at every
+   level (gemm_gemv.h gemm_dots) */
+#define GEMM_DOTS_LANES 16
+void gemm_dots_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, const float *b,
+                   int64_t rsb, float *c, int64_t rsc);
+void gemm_dots_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t rsa,
+                   const double *b, int64_t rsb, double *c, int64_t rsc);
 
 /* Transposing pack of a unit-row-stride B into NR-wide micro-panels, or of a
    row-major A into MR-tall ones (AVX2; also used at the AVX-512 level).

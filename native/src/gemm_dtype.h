@@ -926,3 +926,11 @@ void S(gemm)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, int64_t c
     S(gemm_batch)(1, &zero, &zero, &zero, m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc);
 }
 
+void S(gemm_dots)(int64_t m, int64_t n, int64_t k, const T *a, int64_t rsa, const T *b,
+                  int64_t rsb, T *c, int64_t rsc)
+{
+    int sel = kernel_sel();
+    (sel == KSEL_AVX512 ? DOTS(avx512) : sel == KSEL_AVX2 ? DOTS(avx2) : DOTS(portable))(
+        m, n, k, a, rsa, b, rsb, c, rsc);
+}
+
