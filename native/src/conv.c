@@ -118,10 +118,11 @@ enum { WINO_MIN = 16, WINO_TB = 96 };
    products (gemm_dots), each row pair streamed once, instead of the packed
    GEMM, whose panels such a product leaves mostly empty.  Zen 4, float32, 1
    thread, batch 64 unless said, GEMM -> dots, us: 1 -> 16 channels 3x3 on
-   28x28 570 -> 312; 2 -> 16 1033 -> 657; 3 -> 32 on 32x32 4444 -> 2350;
-   batch 32, 1 -> 8 5x5 on 64x64 6274 -> 1345; batch 16, 3 -> 32 on 64x64
-   4500 -> 2000.  With 64 outputs the GEMM's rows fill its panels: 3 -> 64
-   on 48x48 4021 against 4872. */
+   28x28 570 -> 315 (AVX2 level 603 -> 332); 2 -> 16 1033 -> 618; 3 -> 32 on
+   32x32 4444 -> 2012 (AVX2 level 2355 -> 2572, the one loss); batch 32, 1
+   -> 8 5x5 on 64x64 6274 -> 1258; batch 16, 3 -> 32 on 64x64 4500 -> 2000.
+   With 64 outputs the GEMM's rows fill its panels: 3 -> 64 on 48x48 4021
+   against 4872.  A 1x1 kernel (im2col is x itself) keeps the GEMM. */
 #define CONV_DOTS_MAX 32
 #define WINO_ROWS(tw) ((tw) >= WINO_TB ? 1 : WINO_TB / (tw))
 /* V's and M's 16 planes a cache line more than their elements apart: planes

@@ -123,9 +123,11 @@ static void S(pool_planes)(const pool_walk_job *jb, int64_t p0, int64_t p1,
         const T *x = (const T *)jb->x + p * hw, *gy = (const T *)jb->gy + (bwd ? p * ohw : p * hw);
         T *y = (T *)jb->y + (bwd ? p * hw : p * ohw);
         int64_t oh = tall * g->oh;
+#if defined(__x86_64__) || defined(__i386__)
         if (ad_cpu_isa() >= AD_ISA_AVX2)
             S(ad_pool2x2_avx2)(jb->kind, g->w, oh, g->ow, x, gy, y);
         else
+#endif
             S(pool_2x2)(jb->kind, g->w, oh, g->ow, x, gy, y);
         if (!bwd) continue;
         for (int64_t r = 0; r < 2 * oh; r++)
