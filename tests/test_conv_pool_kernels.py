@@ -131,11 +131,22 @@ def test_max_pool_kernels_gradcheck(threads, case):
                [spaced(2, 2, 6, 7)], eps=1e-4)
 
 
+def run_elsewhere(code, data, **env):
+    """stdout of `code` run by a new interpreter with `env` added to the
+    environment, `data` pickled into the file named by sys.argv[1]."""
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "data.pkl")
+        with open(f, "wb") as fh:
+            pickle.dump(data, fh)
+        return subprocess.run([sys.executable, "-c", code, f], capture_output=True, check=True,
+                              env={**os.environ, **env}).stdout
+
+
 POOL_2X2_SCRIPT = """
-import sys, numpy as np, pyautodiff as ad
+import pickle, sys, numpy as np, pyautodiff as ad
 from pyautodiff._lib import lib
 from pyautodiff.tensor import _call
-x, t, gy = (ad.tensor(np.load(f)) for f in sys.argv[1:4])
+x, t, gy = (ad.tensor(a) for a in pickle.load(open(sys.argv[1], "rb")))
 ia = (2, 2, 2, 2, 0, 0, 1, 1)
 for y in (ad.nn.functional.max_pool2d(x, 2), _call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia),
           _call(lib.AD_OP_MAX_POOL2D_GATHER, (x, t), ia)):
@@ -177,14 +188,7 @@ def test_max_pool_2x2_same_bits_at_every_level(threads, shape, dtype):
     here = b"".join(np.ascontiguousarray(y).tobytes() for y in (
         F.max_pool2d(x, 2), _call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia),
         _call(lib.AD_OP_MAX_POOL2D_GATHER, (x, t), ia)))
-    with tempfile.TemporaryDirectory() as d:
-        files = [os.path.join(d, f"{i}.npy") for i in range(3)]
-        for f, a in zip(files, ops):
-            np.save(f, a)
-        portable = subprocess.run([sys.executable, "-c", POOL_2X2_SCRIPT, *files],
-                                  capture_output=True, check=True,
-                                  env={**os.environ, "PYAUTODIFF_ISA": "portable"}).stdout
-    assert here == portable
+    assert here == run_elsewhere(POOL_2X2_SCRIPT, ops, PYAUTODIFF_ISA="portable")
     # a -0 gradient reaches its argmax as +0, as the overlapping windows' sums give
     gx = np.asarray(_call(lib.AD_OP_MAX_POOL2D_BACKWARD, (x, gy), ia))
     assert not np.signbit(gx[gx == 0]).any()
@@ -420,15 +424,10 @@ def test_conv2d_winograd_switch_and_non_finite_inputs(threads):
     in the transforms where the direct sums stay finite (1e38 in float32)."""
     x, w = rand(2, 16, 12, 12).astype(np.float32), rand(16, 16, 3, 3).astype(np.float32)
     wino = np.asarray(F.conv2d(ad.tensor(x), ad.tensor(w), padding=1))
-    code = ("import sys, numpy as np, pyautodiff as ad; x, w = np.load(sys.argv[1]), "
-            "np.load(sys.argv[2]); sys.stdout.buffer.write(np.asarray(ad.nn.functional.conv2d("
+    code = ("import pickle, sys, numpy as np, pyautodiff as ad; x, w = pickle.load(open("
+            "sys.argv[1], 'rb')); sys.stdout.buffer.write(np.asarray(ad.nn.functional.conv2d("
             "ad.tensor(x), ad.tensor(w), padding=1)).tobytes())")
-    with tempfile.TemporaryDirectory() as d:
-        np.save(os.path.join(d, "x.npy"), x)
-        np.save(os.path.join(d, "w.npy"), w)
-        out = subprocess.run([sys.executable, "-c", code, os.path.join(d, "x.npy"),
-                              os.path.join(d, "w.npy")], capture_output=True, check=True,
-                             env={**os.environ, "PYAUTODIFF_WINOGRAD": "0"}).stdout
+    out = run_elsewhere(code, (x, w), PYAUTODIFF_WINOGRAD="0")
     direct = np.frombuffer(out, np.float32).reshape(wino.shape)
     assert not np.array_equal(wino, direct)
     np.testing.assert_allclose(wino, direct, rtol=1e-5, atol=1e-5 * np.abs(direct).max())
@@ -575,16 +574,11 @@ def test_conv2d_weight_grad_narrow_dots_same_bits_at_every_level():
                                         (p, p), (d, d), g)
             tol = 1e-4 if x.dtype == np.float32 else 1e-11
             np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
-    with tempfile.TemporaryDirectory() as d:
-        f = os.path.join(d, "cases.pkl")
-        with open(f, "wb") as fh:
-            pickle.dump(cases, fh)
-        for isa in ("portable", "avx2"):
-            r = subprocess.run([sys.executable, "-c", WGRAD_DOTS_SCRIPT, f], capture_output=True,
-                               check=True, env={**os.environ, "PYAUTODIFF_ISA": isa,
-                                                "PYAUTODIFF_NUM_THREADS": "1"})
-            for a, b in zip(here, pickle.loads(r.stdout)):
-                assert a.tobytes() == b.tobytes(), isa
+    for isa in ("portable", "avx2"):
+        out = run_elsewhere(WGRAD_DOTS_SCRIPT, cases, PYAUTODIFF_ISA=isa,
+                            PYAUTODIFF_NUM_THREADS="1")
+        for a, b in zip(here, pickle.loads(out)):
+            assert a.tobytes() == b.tobytes(), isa
 
 
 def test_conv2d_weight_grad_sums_the_batch(threads):

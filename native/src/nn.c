@@ -806,10 +806,11 @@ static ad_status pool_walk(int op, const pool_geom *g, int kind, int dt, const v
     int64_t chunks = work < POOL_PAR_MIN ? 1 : par_num_threads();
     if (chunks > planes) chunks = planes;
     size_t es = ad_dtype_size_(dt);
-    /* the window maxima and the matched flags of one output row */
-    size_t slot = kind == POOL_FWD ? 0 : 2 * (size_t)g->ow * es;
     bool is2x2 = g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 &&
                  g->pw == 0 && g->dh == 1 && g->dw == 1;
+    /* the window maxima and the matched flags of one output row (the general
+       walk's backward and gather) */
+    size_t slot = kind == POOL_FWD || is2x2 ? 0 : 2 * (size_t)g->ow * es;
     pool_walk_job jb = {g, kind, dt, is2x2, x, gy, y, NULL, slot, chunks};
     if (slot && !(jb.scratch = ad_malloc(slot * (size_t)chunks))) return ad_fail_nomem(OP_NAME(op));
     if (chunks > 1) par_for(chunks, pool_chunks, &jb);

@@ -111,30 +111,33 @@ static void S(pool_planes)(const pool_walk_job *jb, int64_t p0, int64_t p1,
                            void *scratch) {
     const pool_geom *g = jb->g;
     const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;
-    T *m = scratch, *done = m + g->ow;
-    bool bwd = jb->kind == POOL_BWD;
-    if (bwd && !jb->is2x2) /* each thread zeroes the planes it adds into */
-        memset((T *)jb->y + p0 * hw, 0, (size_t)((p1 - p0) * hw) * sizeof(T));
-    /* 2x2: planes of even height run as one tall plane (their row pairs
-       follow on); the gradient's last column and row, when odd, are in no
-       window and are zeroed */
-    for (int64_t p = p0, tall = g->h == 2 * g->oh ? p1 - p0 : 1; jb->is2x2 && p < p1;
-         p += tall) {
-        const T *x = (const T *)jb->x + p * hw, *gy = (const T *)jb->gy + (bwd ? p * ohw : p * hw);
-        T *y = (T *)jb->y + (bwd ? p * hw : p * ohw);
-        int64_t oh = tall * g->oh;
+    const bool bwd = jb->kind == POOL_BWD;
+    if (jb->is2x2) {
+        /* planes of even height run as one tall plane (their row pairs follow
+           on); the gradient's last column and row, when odd, are in no window
+           and are zeroed */
+        for (int64_t p = p0, tall = g->h == 2 * g->oh ? p1 - p0 : 1; p < p1; p += tall) {
+            const T *x = (const T *)jb->x + p * hw;
+            const T *gy = (const T *)jb->gy + (bwd ? p * ohw : p * hw);
+            T *y = (T *)jb->y + (bwd ? p * hw : p * ohw);
+            int64_t oh = tall * g->oh;
 #if defined(__x86_64__) || defined(__i386__)
-        if (ad_cpu_isa() >= AD_ISA_AVX2)
-            S(ad_pool2x2_avx2)(jb->kind, g->w, oh, g->ow, x, gy, y);
-        else
+            if (ad_cpu_isa() >= AD_ISA_AVX2)
+                S(ad_pool2x2_avx2)(jb->kind, g->w, oh, g->ow, x, gy, y);
+            else
 #endif
-            S(pool_2x2)(jb->kind, g->w, oh, g->ow, x, gy, y);
-        if (!bwd) continue;
-        for (int64_t r = 0; r < 2 * oh; r++)
-            for (int64_t c = 2 * g->ow; c < g->w; c++) y[r * g->w + c] = 0;
-        for (int64_t e = 2 * oh * g->w; e < tall * hw; e++) y[e] = 0;
+                S(pool_2x2)(jb->kind, g->w, oh, g->ow, x, gy, y);
+            if (!bwd) continue;
+            for (int64_t r = 0; r < 2 * oh; r++)
+                for (int64_t c = 2 * g->ow; c < g->w; c++) y[r * g->w + c] = 0;
+            for (int64_t e = 2 * oh * g->w; e < tall * hw; e++) y[e] = 0;
+        }
+        return;
     }
-    for (int64_t p = p0; p < p1 && !jb->is2x2; p++) {
+    T *m = scratch, *done = m + g->ow;
+    if (bwd) /* each thread zeroes the planes it adds into */
+        memset((T *)jb->y + p0 * hw, 0, (size_t)((p1 - p0) * hw) * sizeof(T));
+    for (int64_t p = p0; p < p1; p++) {
         const T *plane = (const T *)jb->x + p * hw;
         for (int64_t i = 0; i < g->oh; i++) {
             int64_t o = p * ohw + i * g->ow;
