@@ -120,6 +120,40 @@ def test_mse_loss_long_inputs_any_thread_count(dtype):
         ad.set_num_threads(old)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mse_loss_one_pass_gradient(dtype):
+    """The reduced losses' gradient in one native pass (no create_graph):
+    2 (x - y) g / count (mean) or 2 (x - y) g (sum) on any layout, lengths
+    around the 16384-element chunks the threads share, the same bits at 1 and
+    2 threads; the target's gradient is its negation, and a scaled loss
+    scales it."""
+    old = ad.get_num_threads()
+    tol = dict(rtol=1e-6, atol=0) if dtype == np.float32 else dict(rtol=1e-13, atol=0)
+    try:
+        for n in (1, 7, 16383, 16385, 40000):
+            a, b = rand(n).astype(dtype), rand(n).astype(dtype)
+            d = a.astype(np.float64) - b
+            for red, scale in (("mean", 2.0 / n), ("sum", 2.0)):
+                got = {}
+                for threads in (1, 2):
+                    ad.set_num_threads(threads)
+                    x, y = ad.Var(a), ad.Var(b)
+                    g = (F.mse_loss(x, y, reduction=red) * 3.0).backward()
+                    got[threads] = g[x].numpy(), g[y].numpy()
+                np.testing.assert_array_equal(got[1][0], got[2][0])
+                np.testing.assert_allclose(got[1][0], 3.0 * scale * d, **tol)
+                np.testing.assert_array_equal(got[1][1], -got[1][0])
+        # a transposed input and a broadcast target (expanded to its shape)
+        a = rand(6, 5).astype(dtype)
+        x = ad.Var(np.ascontiguousarray(a.T))
+        y = ad.from_numpy(rand(1, 6).astype(dtype))
+        g = F.mse_loss(x.t(), y.t().expand(6, 5)).backward()
+        want = 2.0 * (a - np.asarray(y.t().expand(6, 5))) / a.size
+        np.testing.assert_allclose(g[x].numpy(), want.T, **tol)
+    finally:
+        ad.set_num_threads(old)
+
+
 def np_cross_entropy(x, t):
     m = x.max(1, keepdims=True)
     lse = np.log(np.exp(x - m).sum(1)) + m[:, 0]

@@ -675,8 +675,17 @@ BACKWARD(scatter_add) {
 /* ---- neural-network ops ----------------------------------------------------------------- */
 /* d mse(x, y) = 2 (x - y) g (/ count for mean), and its negation for y */
 BACKWARD(mse_loss) {
+    const ad_tensor *t;
+    if (!ad_grad_enabled && IA[0] != 0) { /* the one-pass native gradient (nn.c) */
+        ad_tensor *dx = NULL;
+        ad_status st = ad_mse_loss_grad(X(0), X(1), G, IA[0], &dx);
+        t = own(s, st, dx);
+        GRAD(1, NEG(t));
+        GRAD(0, t);
+        return;
+    }
     double scale = IA[0] == 1 ? 2.0 / (double)XS(0)->numel : 2.0;
-    const ad_tensor *t = MUL(SCALE(SUB(X(0), X(1)), scale), G);
+    t = MUL(SCALE(SUB(X(0), X(1)), scale), G);
     GRAD(1, NEG(t));
     GRAD(0, t);
 }

@@ -14,6 +14,11 @@ ad_status fwd_scatter_add(const op_args *a, ad_tensor **out);
 ad_status fwd_mse_loss(const op_args *a, ad_tensor **out);
 ad_status fwd_cross_entropy(const op_args *a, ad_tensor **out);
 ad_status fwd_nll_loss(const op_args *a, ad_tensor **out);
+/* mse_loss's gradient for input 0 in one native pass (no create_graph): x
+   and y the input and target (one shape and float dtype, any layout), g the
+   gradient of the reduced loss (one value; r = 1 mean, 2 sum) */
+ad_status ad_mse_loss_grad(const ad_tensor *x, const ad_tensor *y, const ad_tensor *g,
+                           int64_t r, ad_tensor **dx);
 /* cross_entropy's (ce) or nll_loss's gradient for input 0 in one native pass
    (no create_graph): x (N, C), t the targets, g the loss's gradient (one
    value for reduction r = 1 or 2, (N,) for 0); x's data is read for ce only. */
