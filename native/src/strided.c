@@ -96,6 +96,37 @@ static bool odometer_next(const nditer *it, int top, int64_t *idx, char **ptrs,
     return false;
 }
 
+/* A tile's elements at most (tile_dims' largest, 128 x 16), for the buffers
+   of run_planes' transposed inputs */
+enum { TILE_MAX = 2048 };
+
+/* The inputs (operands from 1) run_planes reads a tile at a time through a
+   buffer: a transposed view of 4- or 8-byte elements (contiguous down the
+   rows, a step past a cache line along the columns) at the AVX2 level and
+   above, copied by the register-block transposes (transpose_avx2.c) and then
+   walked along the buffer's contiguous rows, where the kernel reads
+   vectors; the elementwise kernels' results do not depend on their operands'
+   strides, so the bits are those of the strided walk.  Zen 4, 1 thread,
+   float32 (256, 64, 64).permute(0, 2, 1), against the same ops on the
+   contiguous tensor (134 / 85 / 197 us): relu 1156 -> 247 us, + a
+   contiguous tensor 1040 -> 194, exp 1828 -> 379. */
+static int buffered_inputs(const nditer *it, const int64_t *inner,
+                           int64_t step[][ITER_MAX_OPS]) {
+    int mask = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    int last = it->ndim - 1;
+    if (!it->any_order || ad_cpu_isa() < AD_ISA_AVX2) return 0;
+    for (int k = 1; k < it->nops; k++) {
+        int64_t es = (int64_t)it->elsize[k];
+        if ((es == 4 || es == 8) && step[last - 1][k] == es && inner[k] * es > 64)
+            mask |= 1 << k;
+    }
+#else
+    (void)it, (void)inner, (void)step;
+#endif
+    return mask;
+}
+
 /* The last two dims, rows x cols, in tiles of tile_r x tile_c (a tile the
    whole plane: row by row), at every index of the outer dims (odometer);
    ptrs and step as in nditer_run */
@@ -104,9 +135,15 @@ static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **
                        int64_t step[][ITER_MAX_OPS]) {
     int last = it->ndim - 1;
     int64_t rows = it->shape[last - 1], cols = it->shape[last];
-    int64_t sc[ITER_MAX_OPS];
-    for (int k = 0; k < ITER_MAX_OPS; k++)
+    int64_t sc[ITER_MAX_OPS], binner[ITER_MAX_OPS];
+    int bufd = tile_r * tile_c <= TILE_MAX ? buffered_inputs(it, inner, step) : 0;
+    _Alignas(64) char buf[ITER_MAX_OPS - 1][TILE_MAX * 8]; /* untouched unless bufd */
+    char *bp[ITER_MAX_OPS] = {NULL};                          /* input k's: buf[k - 1] */
+    for (int k = 0; k < ITER_MAX_OPS; k++) {
         sc[k] = k < it->nops ? inner[k] * (int64_t)it->elsize[k] : 0;
+        binner[k] = bufd >> k & 1 ? 1 : inner[k];
+        if (k) bp[k] = buf[k - 1];
+    }
     int64_t idx[AD_MAX_DIMS] = {0};
     for (;;) {
         if (it->plane && it->plane(ctx, rows, cols, ptrs, step[last - 1], inner)) {
@@ -117,11 +154,20 @@ static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **
             for (int64_t c0 = 0; c0 < cols; c0 += tile_c) {
                 int64_t r1 = r0 + tile_r < rows ? r0 + tile_r : rows;
                 int64_t n = cols - c0 < tile_c ? cols - c0 : tile_c;
+#if defined(__x86_64__) || defined(__i386__)
+                for (int k = 1; k < it->nops; k++) /* the tile as rows of n in bp[k] */
+                    if (bufd >> k & 1)
+                        (it->elsize[k] == 4 ? ad_transpose4_avx2 : ad_transpose8_avx2)(
+                            r1 - r0, n, bp[k], n * (int64_t)it->elsize[k],
+                            ptrs[k] + r0 * step[last - 1][k] + c0 * sc[k], sc[k]);
+#endif
                 for (int64_t r = r0; r < r1; r++) {
                     char *p[ITER_MAX_OPS];
                     for (int k = 0; k < ITER_MAX_OPS; k++)
-                        p[k] = ptrs[k] + r * step[last - 1][k] + c0 * sc[k];
-                    fn(ctx, n, p, inner);
+                        p[k] = bufd >> k & 1
+                                   ? bp[k] + (r - r0) * n * (int64_t)it->elsize[k]
+                                   : ptrs[k] + r * step[last - 1][k] + c0 * sc[k];
+                    fn(ctx, n, p, binner);
                 }
             }
         if (!odometer_next(it, last - 2, idx, ptrs, step)) return; /* the dims outside */
