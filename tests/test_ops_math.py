@@ -205,6 +205,34 @@ def test_where_forward_broadcast_and_dtypes():
     assert y.dtype == ad.float32
 
 
+def test_where_select_paths_bit_for_bit():
+    # the vectorised loops (both value operands contiguous, one of them a
+    # repeated value) and the strided one select bits: payload NaNs, -0 and
+    # infinities of the selected operand come through unchanged, the other
+    # operand's never
+    rng = np.random.default_rng(6)
+    n = 1006
+    c = rng.random(n) < 0.5
+    for dt in (np.float32, np.float64, np.int64, np.int32, np.uint8):
+        a = (rng.standard_normal(n) * 100).astype(dt)
+        b = (rng.standard_normal(n) * 100).astype(dt)
+        if np.dtype(dt).kind == "f":
+            bits = a.view(np.uint32 if dt == np.float32 else np.uint64)
+            bits[::7] |= np.array(0x7fc00123 if dt == np.float32 else 0x7ff8000000000123,
+                                  bits.dtype)  # payload NaNs
+            a[3::11] = -0.0
+            b[5::13] = np.inf
+        s = dt(3) if np.dtype(dt).kind != "f" else dt(-0.0)
+        tc, ta, tb, ts = (ad.from_numpy(np.asarray(v)) for v in (c, a, b, np.array(s, dt)))
+        cases = [(ad.where(tc, ta, tb), np.where(c, a, b)),
+                 (ad.where(tc, ta, ts), np.where(c, a, s)),
+                 (ad.where(tc, ts, tb), np.where(c, s, b)),
+                 (ad.where(tc, ts, tb[7]), np.where(c, s, b[7])),
+                 (ad.where(tc[::2], ta[::2], tb[1::2]), np.where(c[::2], a[::2], b[1::2]))]
+        for got, want in cases:
+            assert got.numpy().tobytes() == want.tobytes(), dt
+
+
 def test_where_grad_layouts():
     c = np.random.default_rng(2).standard_normal((3, 4)) > 0
     cond = ad.tensor(c)
