@@ -349,6 +349,37 @@ def test_transposed_sums_read_contiguous_runs():
         ad.set_num_threads(old)
 
 
+def test_prod_is_one_walk_in_index_order():
+    # blocks' partial products overflowed to inf in one and to 0 in another,
+    # and inf * 0 made a NaN of a product of finite positive values; in one
+    # walk it is numpy's inf, at any thread count
+    a = np.concatenate([np.full(50000, 10.0), np.full(50000, 0.1)])
+    old = ad.get_num_threads()
+    try:
+        for threads in (1, 2):
+            ad.set_num_threads(threads)
+            assert ad.tensor(a).prod().numpy() == np.inf
+            assert ad.tensor(a[::-1].copy()).prod().numpy() == 0.0
+            b = np.linspace(0.5, 1.5, 200001)
+            close(ad.tensor(b).prod(), np.prod(b), rtol=1e-9)
+    finally:
+        ad.set_num_threads(old)
+
+
+def test_zero_size_tensors_are_contiguous():
+    # nothing to place: contiguous, as torch says (the strides of a 0 dim
+    # read as 1 made ad.zeros(4, 0) non-contiguous, and the optimizers and
+    # Var.set refused zero-size parameters)
+    for shape in [(4, 0), (0, 3), (2, 0, 3), (0,)]:
+        t = ad.zeros(*shape)
+        assert t.is_contiguous, shape
+        v = ad.Var.zeros(*shape)
+        v.set(ad.ones(*shape))
+        for opt in (ad.optim.SGD([v], lr=0.1), ad.optim.Adam([v], lr=0.1)):
+            opt.step((v.sum() * 2).backward())
+        assert v.shape == shape
+
+
 @pytest.mark.parametrize("dtype", NUMERIC)
 def test_copy_of_a_broadcast(dtype):
     # a stride-0 source copies as a fill, in every layout of the destination

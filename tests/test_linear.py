@@ -210,3 +210,31 @@ def test_native_entry_rejects_bad_arguments():
         _call(lib.AD_OP_LINEAR, (x,), (), ())
     with pytest.raises(ad.Error, match="linear"):
         _call(lib.AD_OP_LINEAR, (x, w, ad.zeros(4), ad.zeros(4)), (), ())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", ACTS)
+def test_strided_and_flipped_bias_and_input(dtype, act):
+    # a bias of any stride (a slice with a step, a flipped one) and an input
+    # whose leading dims step backwards (flip) give numpy's values: the
+    # epilogue read b[j] whatever the stride (past the end of a flipped bias)
+    # and a flipped input's rows as row 0 or past its buffer
+    rng = np.random.default_rng(31)
+    n, k = 37, 20
+    w = rng.standard_normal((n, k)).astype(dtype)
+    wide = rng.standard_normal(3 * n).astype(dtype)
+    xs = rng.standard_normal((2, 5, k)).astype(dtype)
+    tw = ad.tensor(w)
+    biases = [(ad.tensor(wide)[::3], wide[::3]), (ad.tensor(wide)[n - 1::-1], wide[n - 1::-1]),
+              (ad.tensor(wide)[2 * n - 1:n - 1:-1], wide[2 * n - 1:n - 1:-1]), (None, None)]
+    inputs = [(ad.flip(ad.tensor(xs[0]), 0), xs[0][::-1]), (ad.flip(ad.tensor(xs), 1), xs[:, ::-1]),
+              (ad.flip(ad.tensor(xs), 0), xs[::-1]), (ad.tensor(xs), xs)]
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for tb, b in biases:
+        for tx, x in inputs:
+            z = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
+            got = F.linear(tx, tw, tb, activation=act).numpy()
+            np.testing.assert_allclose(got, NP_ACT[act](z), **tol)
+    check_grad(lambda x, w, b: F.linear(ad.flip(x, 0), w, b[::2], activation=act),
+               [rng.standard_normal((4, 3)), rng.standard_normal((5, 3)),
+                rng.standard_normal(10)])

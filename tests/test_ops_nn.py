@@ -350,6 +350,10 @@ CONVT_CASES = [
     dict(stride=2, padding=1, output_padding=1),
     dict(groups=2, dilation=2),
     dict(stride=(2, 1), padding=(0, 1), groups=2),
+    # output padding of the stride or more, below the dilation (torch's rule)
+    dict(dilation=2, output_padding=1),
+    dict(stride=(1, 2), dilation=(3, 3), padding=(1, 0), output_padding=(2, 1)),
+    dict(dilation=3, padding=1, output_padding=2, groups=2),
 ]
 
 

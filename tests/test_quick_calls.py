@@ -144,7 +144,8 @@ def test_reductions_match_the_ordinary_call(dtype, shape):
         for v in views:
             want = ordinary_reduce(op, v)
             got = quick(lib.ad_reduce_quick, op, v)
-            takes = (v is t and len(shape) > 0 and x.size < 65536 and
+            # (a view of no element is contiguous too: the quick call takes it)
+            takes = ((v is t or x.size == 0) and len(shape) > 0 and x.size < 65536 and
                      (dtype in ("float32", "float64") or
                       (dtype == "int64" and name != "MEAN") or
                       (name in ("MAX", "MIN") and dtype != "bool")) and

@@ -822,13 +822,34 @@ BACKWARD(conv2d) {
     GRAD(0, CONV(CONV_TRANSPOSE2D, G, X(1), c, w));
     GRAD(1, CONV(CONV2D_WEIGHT_GRAD, X(0), G, c, w));
 }
-/* d conv_transpose2d(x, w) = conv2d(g, w), conv2d_weight_grad(g, x) */
+/* d conv_transpose2d(x, w) = conv2d(g, w), conv2d_weight_grad(g, x).  An
+   output padding of a stride or more (allowed below the dilation) gives g
+   whole strides more rows or columns than x's, so conv2d over g has `more`
+   outputs than x: the input gradient drops them, and the weight gradient
+   pairs g with x padded by zeros to that size (zeros add nothing). */
 BACKWARD(conv_transpose2d) {
     conv_args c;
     int64_t ia[9];
     if ((s->st = conv_args_decode(AD_OP_CONV_TRANSPOSE2D, IA, &c))) return;
-    GRAD(0, CONV(CONV2D, G, X(1), c, XS(1)));
-    GRAD(1, CONV(CONV2D_WEIGHT_GRAD, G, X(0), c, XS(1)));
+    const int64_t more[2] = {c.oph / c.sh, c.opw / c.sw};
+    if (TRACKED(0)) {
+        const ad_tensor *gx = CONV(CONV2D, G, X(1), c, XS(1));
+        for (int i = 0; i < 2 && gx; i++)
+            if (more[i]) {
+                int64_t sl[4] = {2 + i, 0, 1, T_SHAPE(XS(0))[2 + i]};
+                gx = call(s, AD_OP_SLICE, 1, gx, NULL, NULL, sl, 4, NULL, 0);
+            }
+        give(s, 0, gx);
+    }
+    if (TRACKED(1)) {
+        const ad_tensor *x = X(0);
+        if (more[0] || more[1]) {
+            const int64_t pads[4] = {0, more[1], 0, more[0]}; /* the last dim's first */
+            const double zero = 0;
+            x = call(s, AD_OP_PAD, 1, x, NULL, NULL, pads, 4, &zero, 1);
+        }
+        give(s, 1, CONV(CONV2D_WEIGHT_GRAD, G, x, c, XS(1)));
+    }
 }
 /* d max_pool2d(x) = g routed to the first maximum of each window
    (overlapping windows accumulate) */

@@ -938,18 +938,22 @@ static void linear_act_kernel(linear_epi_ctx *e) {
                  : isa == AD_ISA_AVX2 ? ew_un_table_avx2 : ew_un_table_portable)[op][e->dtype];
 }
 
-/* x's leading dims as rows of one row stride, if its layout allows (else -1). */
+/* x's leading dims as rows of one non-negative row stride, if its layout
+   allows (else -1: a flipped x's negative stride too, which the GEMM's row
+   pointer does not take; it read every row as row 0, or past the buffer). */
 static int64_t rows_stride(const ad_tensor *x) {
     int nd = x->ndim - 1;
-    int64_t rs = -1, span = 0; /* span: the stride the next outer dim must have */
+    int64_t rs = 0, span = 0; /* span: the stride the next outer dim must have */
+    bool first = true;
     for (int d = nd - 1; d >= 0; d--) {
         int64_t sz = T_SHAPE(x)[d], st = T_STRIDES(x)[d];
         if (sz == 1) continue;
-        if (rs < 0) rs = st;
+        if (st < 0) return -1;
+        if (first) rs = st, first = false;
         else if (st != span) return -1;
         span = st * sz;
     }
-    return rs < 0 ? 0 : rs;
+    return rs;
 }
 
 ad_status fwd_linear(const op_args *args, ad_tensor **out) {
@@ -995,6 +999,19 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
         xa = xc;
         rsa = k;
     }
+    /* the epilogue reads the bias contiguous (lin_rows: b[j]) or as one value
+       (a stride 0): a strided or flipped one is copied first (it read b[j]
+       whatever the stride, past the end of a flipped bias) */
+    ad_tensor *bc = NULL;
+    if (b && b->numel == n && n > 1 && b->ndim && T_STRIDES(b)[0] != 1) {
+        if ((st = ad_tensor_empty(b->dtype, &n, 1, &bc))) {
+            ad_tensor_release(xc);
+            ad_tensor_release(y);
+            return st;
+        }
+        ad_copy_strided(b, ad_ptr(bc));
+        b = bc;
+    }
     linear_epi_ctx e = {b ? ad_ptr(b) : NULL, b && b->numel == n && b->ndim ? T_STRIDES(b)[0] : 0,
                         x->dtype, act, lin_pick(), NULL, NULL};
     linear_act_kernel(&e);
@@ -1011,6 +1028,7 @@ ad_status fwd_linear(const op_args *args, ad_tensor **out) {
     else
         gemm_epi_f64(m, n, k, ad_ptr(xa), rsa, csa, ad_ptr(w), rsb, csb, ad_ptr(y), n, &epi);
     ad_tensor_release(xc);
+    ad_tensor_release(bc);
     *out = y;
     return AD_OK;
 }

@@ -31,10 +31,13 @@ ad_status conv_args_decode(int op, const int64_t *ia, conv_args *c) {
                        OP_NAME(op), (long long)c->groups);
     if (op == AD_OP_CONV2D_WEIGHT_GRAD && (st = pair_in(op, "kernel size", c->kh, c->kw, 1)))
         return st;
-    if (c->oph < 0 || c->opw < 0 || c->oph >= c->sh || c->opw >= c->sw)
+    /* PyTorch's rule (and the Python layer's): below the stride or the dilation */
+    if (c->oph < 0 || c->opw < 0 || (c->oph >= c->sh && c->oph >= c->dh) ||
+        (c->opw >= c->sw && c->opw >= c->dw))
         return ad_fail(AD_ERR_VALUE, "%s: output padding (%lld, %lld) must be non-negative and "
-                       "smaller than the stride (%lld, %lld)", OP_NAME(op), (long long)c->oph,
-                       (long long)c->opw, (long long)c->sh, (long long)c->sw);
+                       "smaller than the stride (%lld, %lld) or the dilation (%lld, %lld)",
+                       OP_NAME(op), (long long)c->oph, (long long)c->opw, (long long)c->sh,
+                       (long long)c->sw, (long long)c->dh, (long long)c->dw);
     return AD_OK;
 }
 

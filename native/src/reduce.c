@@ -339,8 +339,12 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
     nditer_init(&it, 2, x->ndim, shape, strides, es);
     char *base[2] = {y->storage->data, ad_ptr(x)};
     inner_fn fn = red_table[kind][x->dtype];
+    /* prod stays one walk in index order: blocks' partial products could
+       overflow to inf in one and to 0 in another, and inf * 0 made a NaN of
+       a finite product (numpy's walk gives inf) */
     if (!run_fold(OP_NAME(op), &it, base, kind, x->dtype, &st) &&
-        !run_rows(&it, base, kind, x->dtype) && !run_full_par(&it, base, fn))
+        !run_rows(&it, base, kind, x->dtype) &&
+        (kind == R_PROD || !run_full_par(&it, base, fn)))
         nditer_run_par(&it, base, fn, NULL);
     if (st) {
         ad_tensor_release(y);

@@ -326,6 +326,7 @@ AD_API int ad_tensor_release_quick(ad_tensor *t) {
 }
 
 bool ad_is_contiguous(const ad_tensor *t) {
+    if (t->numel == 0) return true; /* no element to place (contiguous_strides' 0 dims) */
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         int64_t n = T_SHAPE(t)[i];
