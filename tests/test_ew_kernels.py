@@ -830,3 +830,21 @@ def test_transposed_inputs_same_bits_as_contiguous(threads):
                     np.testing.assert_array_equal(got.numpy(), want.numpy())
     finally:
         ad.set_num_threads(old)
+
+
+def test_lanes_of_a_transposed_tensor_run_on_a_copy():
+    """softmax, log_softmax, logsumexp and cumsum along the last dim of a
+    transposed tensor (lanes a stride apart) run on a contiguous copy from
+    4096 elements on, below on the strided lanes: either way the contiguous
+    tensor's bits."""
+    rng = np.random.default_rng(22)
+    F = ad.nn.functional
+    for shape in [(4, 40, 33), (3, 5, 7), (200, 64)]:
+        for dt in (np.float32, np.float64):
+            a = rng.standard_normal(shape).astype(dt)
+            perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+            x = ad.tensor(np.ascontiguousarray(a.transpose(perm))).permute(perm)
+            xc = ad.tensor(a)
+            for op in (lambda t: F.softmax(t, -1), lambda t: F.log_softmax(t, -1),
+                       lambda t: t.logsumexp(-1), lambda t: t.cumsum(-1)):
+                assert op(x).numpy().tobytes() == op(xc).numpy().tobytes(), (shape, dt)
