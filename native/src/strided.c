@@ -96,9 +96,9 @@ static bool odometer_next(const nditer *it, int top, int64_t *idx, char **ptrs,
     return false;
 }
 
-/* A tile's elements at most (tile_dims' largest, 128 x 16), for the buffers
-   of run_planes' transposed inputs */
-enum { TILE_MAX = 2048 };
+/* The tiles of run_planes' buffered (transposed) inputs: TILE_MAX elements,
+   rows of BUF_COLS */
+enum { TILE_MAX = 2048, BUF_COLS = 64 };
 
 /* The inputs (operands from 1) run_planes reads a tile at a time through a
    buffer: a transposed view of 4- or 8-byte elements (contiguous down the
@@ -106,10 +106,13 @@ enum { TILE_MAX = 2048 };
    above, copied by the register-block transposes (transpose_avx2.c) and then
    walked along the buffer's contiguous rows, where the kernel reads
    vectors; the elementwise kernels' results do not depend on their operands'
-   strides, so the bits are those of the strided walk.  Zen 4, 1 thread,
-   float32 (256, 64, 64).permute(0, 2, 1), against the same ops on the
-   contiguous tensor (134 / 85 / 197 us): relu 1156 -> 247 us, + a
-   contiguous tensor 1040 -> 194, exp 1828 -> 379. */
+   strides, so the bits are those of the strided walk.  The buffered tiles
+   are 32 x 64 (tile_dims' 128 x 16 made a kernel call per 16 elements; 64
+   and 128 columns were best).  Zen 4, 1 thread, float32 (256, 64, 64)
+   .permute(0, 2, 1), against the same ops on the contiguous tensor (134 /
+   85 / 197 us): relu 1156 -> 220-247 us, + a contiguous tensor 1040 ->
+   194-237, exp 1828 -> 354-379; (1024, 1024).t().exp() 1.8 -> 0.63 ms
+   (numpy, which gives the output the input's layout, 0.47). */
 static int buffered_inputs(const nditer *it, const int64_t *inner,
                            int64_t step[][ITER_MAX_OPS]) {
     int mask = 0;
@@ -136,7 +139,9 @@ static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **
     int last = it->ndim - 1;
     int64_t rows = it->shape[last - 1], cols = it->shape[last];
     int64_t sc[ITER_MAX_OPS], binner[ITER_MAX_OPS];
-    int bufd = tile_r * tile_c <= TILE_MAX ? buffered_inputs(it, inner, step) : 0;
+    int bufd = buffered_inputs(it, inner, step);
+    if (bufd) /* rows of BUF_COLS for the kernel (tile_dims' 16-wide tiles: a call per 16) */
+        tile_r = TILE_MAX / BUF_COLS, tile_c = BUF_COLS;
     _Alignas(64) char buf[ITER_MAX_OPS - 1][TILE_MAX * 8]; /* untouched unless bufd */
     char *bp[ITER_MAX_OPS] = {NULL};                          /* input k's: buf[k - 1] */
     for (int k = 0; k < ITER_MAX_OPS; k++) {
