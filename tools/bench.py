@@ -415,8 +415,39 @@ def child(args):
                  lambda: POS.sqrt()),
                 ("gather float32 1024x1024 dim 1, 10 a row",
                  lambda: np.take_along_axis(m, idx, 1), lambda: tm.gather(1, tidx),
-                 lambda: M.gather(1, IDX))):
+                 lambda: M.gather(1, IDX)),
+                # a random condition (a branch would mispredict half the time)
+                ("where(x > 0, x, y) float32 1024x1024", lambda: np.where(m > 0, m, m2),
+                 lambda: ad.where(tm > 0, tm, tm2), lambda: torch.where(M > 0, M, M2)),
+                # a transposed operand (numpy and torch give the output its layout,
+                # pyautodiff's output is contiguous)
+                ("exp of a transposed float32 1024x1024", lambda: np.exp(m.T),
+                 lambda: tm.t().exp(), lambda: M.t().exp()),
+                ("softmax of a transposed float32 1024x1024, last dim",
+                 lambda: np_softmax0(m), lambda: tm.t().softmax(-1),
+                 lambda: torch.softmax(M.t(), -1))):
             run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
+        # a loss's gradient in one pass (mse_loss backward), a broadcast bias's
+        # gradient (a sum over the dims its expanded gradient repeats)
+        vm, vb = ad.Var(m), ad.Var(m[0].copy())
+        fns = {"pyautodiff": lambda: adF.mse_loss(vm, tm2).backward()}
+        if torch:
+            Mv = torch.from_numpy(m.copy()).requires_grad_()
+            Bv = torch.from_numpy(m[0].copy()).requires_grad_()
+
+            def mse_bw():
+                torch.nn.functional.mse_loss(Mv, M2).backward()
+                Mv.grad = None
+
+            def bias_bw():
+                (Mv + Bv).sum().backward()
+                Mv.grad = Bv.grad = None
+            fns["torch"] = mse_bw
+        run("elementwise", "mse_loss fwd+bwd float32 1024x1024", fns)
+        fns = {"pyautodiff": lambda: (vm + vb).sum().backward()}
+        if torch:
+            fns["torch"] = bias_bw
+        run("elementwise", "(x + bias).sum() fwd+bwd float32 1024x1024", fns)
 
     if "overhead" in only:
         a = np.ones((4, 4), np.float32)
