@@ -135,7 +135,7 @@ static int small_class(size_t n) { return n && n <= SMALL_MAX ? (int)((n - 1) / 
 
 void *ad_small_alloc(size_t n) {
     if (injected_failure()) return NULL;
-    int c = small_class(n);
+    int c = AD_EXACT_ALLOC ? -1 : small_class(n); /* exact: malloc's own size */
     if (c < 0) return poisoned(malloc(n ? n : 1), n);
     small_lists *l = tl_small;
     void *p = l ? l->head[c] : NULL;
@@ -148,7 +148,7 @@ void *ad_small_alloc(size_t n) {
 }
 
 void ad_small_free(void *p, size_t n) {
-    int c = small_class(n);
+    int c = AD_EXACT_ALLOC ? -1 : small_class(n);
     small_lists *l = tl_small;
     if (p && c >= 0 && !l) l = small_lists_new();
     if (!p || c < 0 || !l || l->n[c] >= SMALL_KEEP) {
@@ -197,6 +197,7 @@ static block_cache large_cache = {.lock = PTHREAD_MUTEX_INITIALIZER,
                                   .max = (size_t)128 << 20, .max_bytes = (size_t)128 << 20};
 
 static block_cache *cache_for(size_t size) {
+    if (AD_EXACT_ALLOC) return NULL; /* no reuse: a stale pointer's read is reported */
     return size >= LARGE_MIN ? &large_cache : size >= MID_MIN ? &mid_cache : NULL;
 }
 
@@ -204,6 +205,7 @@ static block_cache *cache_for(size_t size) {
    MID_MIN, above it to an eighth of their leading power of two (waste <=
    12.5%), so blocks of similar sizes share a class. */
 static size_t block_size(size_t n) {
+    if (AD_EXACT_ALLOC) return n ? n : 1;
     if (n < MID_MIN) return n ? (n + 63) & ~(size_t)63 : 64;
     int lg = 63 - __builtin_clzll((unsigned long long)n);
     size_t g = (size_t)1 << (lg - 3);

@@ -13,6 +13,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Under AddressSanitizer (GCC and clang define __SANITIZE_ADDRESS__ /
+   __has_feature(address_sanitizer)) every block is allocated at its exact
+   size, none is kept for reuse and no tensor's data sits inside its
+   storage's allocation, so that a read one element past any tensor is
+   reported: the 64-byte rounding, the block caches and the inline data hid
+   small overruns (a strided bias read past its end went unreported). */
+#if defined(__SANITIZE_ADDRESS__)
+#define AD_EXACT_ALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AD_EXACT_ALLOC 1
+#endif
+#endif
+#ifndef AD_EXACT_ALLOC
+#define AD_EXACT_ALLOC 0
+#endif
+
 /* the library defines the testing hooks too: declare them */
 #define AD_TESTING
 #include "../include/pyautodiff.h"

@@ -47,7 +47,7 @@ static size_t inline_alloc_size(size_t nbytes) {
 
 static ad_storage *storage_new(size_t nbytes) {
     ad_storage *s;
-    if (nbytes <= INLINE_MAX) {
+    if (nbytes <= INLINE_MAX && !AD_EXACT_ALLOC) {
         s = ad_small_alloc(inline_alloc_size(nbytes));
         if (!s) return NULL;
         size_t align = inline_align(nbytes);
