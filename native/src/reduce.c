@@ -276,11 +276,15 @@ static bool run_full_par(const nditer *it, char **base, inner_fn fn) {
    wrapping as `copies` additions would. */
 static void sum_copies(ad_tensor *y, int64_t copies) {
     void *d = y->storage->data;
-    for (int64_t i = 0; i < y->numel; i++) switch (y->dtype) {
-        case AD_FLOAT32: ((float *)d)[i] = (float)((double)((float *)d)[i] * (double)copies); break;
-        case AD_FLOAT64: ((double *)d)[i] *= (double)copies; break;
-        default: ((int64_t *)d)[i] = (int64_t)((uint64_t)((int64_t *)d)[i] * (uint64_t)copies);
-        }
+    int64_t n = y->numel;
+    if (y->dtype == AD_FLOAT32)
+        for (int64_t i = 0; i < n; i++)
+            ((float *)d)[i] = (float)((double)((float *)d)[i] * (double)copies);
+    else if (y->dtype == AD_FLOAT64)
+        for (int64_t i = 0; i < n; i++) ((double *)d)[i] *= (double)copies;
+    else
+        for (int64_t i = 0; i < n; i++)
+            ((int64_t *)d)[i] = (int64_t)((uint64_t)((int64_t *)d)[i] * (uint64_t)copies);
 }
 
 static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, int kind,
