@@ -806,12 +806,15 @@ def test_transposed_inputs_same_bits_as_contiguous(threads):
     tile at a time through a buffer (strided.c run_planes): the results are
     those of the same ops on the contiguous tensor, bit for bit, for 4- and
     8-byte dtypes, tiles of both shapes (a power-of-two width takes 128 x 16)
-    and edges off the 8 x 8 register blocks."""
+    and edges off the 8 x 8 register blocks; at 2 threads, planes cut across
+    their rows in whole tiles (1000 rows) and in fewer rows than two tiles
+    (40), at the cheap ops' and the polynomials' block sizes."""
     old = ad.get_num_threads()
     ad.set_num_threads(threads)
     try:
         rng = np.random.default_rng(21)
-        for shape in [(3, 37, 70), (2, 256, 40), (1, 9, 300), (130, 17)]:
+        for shape in [(3, 37, 70), (2, 256, 40), (1, 9, 300), (130, 17), (1000, 300),
+                      (40, 3000)]:
             for dt in (np.float32, np.float64, np.int32, np.int64):
                 base = (rng.standard_normal(shape) * 10).astype(dt)
                 perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
