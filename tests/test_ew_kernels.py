@@ -835,6 +835,40 @@ def test_transposed_inputs_same_bits_as_contiguous(threads):
         ad.set_num_threads(old)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unary_ops_of_a_broadcast_input_run_once_per_element(threads):
+    """A unary or scalar op of an expanded tensor (stride 0 along a dim of
+    extent > 1) runs on the distinct elements and broadcasts the result
+    (elementwise.c run_unary_broadcast): the contiguous tensor's bits, for
+    repeats inside, outside and on both sides of the kept dims, a 0-d source,
+    every dtype the op takes, and a graph whose gradient sums the repeats."""
+    old = ad.get_num_threads()
+    ad.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(23)
+        cases = [((5, 1, 3), (5, 4, 3)), ((1, 70), (600, 70)), ((600, 1), (600, 70)),
+                 ((1, 1), (3, 4)), ((2, 1, 1, 33), (2, 5, 40, 33)), ((), (9, 9))]
+        for src, shape in cases:
+            for dt in (np.float32, np.float64, np.int32, np.int64, np.uint8):
+                base = np.asarray(np.abs(rng.standard_normal(src)) * 5).astype(dt)
+                x = ad.tensor(base).expand(*shape)
+                xc = ad.tensor(np.ascontiguousarray(np.broadcast_to(base, shape)))
+                ops = [lambda t: -t, lambda t: t.abs(), lambda t: t * 3, lambda t: t + 2]
+                if np.dtype(dt).kind == "f":
+                    ops += [lambda t: t.exp(), lambda t: t.tanh(), lambda t: t.sqrt(),
+                            lambda t: t.sigmoid(), lambda t: t.gelu_erf(), lambda t: t ** 2.5,
+                            lambda t: t.relu()]
+                for op in ops:
+                    got, want = op(x), op(xc)
+                    assert got.shape == want.shape and got.dtype == want.dtype
+                    assert got.numpy().tobytes() == want.numpy().tobytes(), (src, shape, dt)
+        v = ad.Var(rng.standard_normal((4, 1)))
+        g = v.expand(4, 5).tanh().sum().backward()[v]
+        np.testing.assert_allclose(g.numpy(), 5 * (1 - np.tanh(v.numpy()) ** 2), rtol=1e-12)
+    finally:
+        ad.set_num_threads(old)
+
+
 def test_lanes_of_a_transposed_tensor_run_on_a_copy():
     """softmax, log_softmax, logsumexp and cumsum along the last dim of a
     transposed tensor (lanes a stride apart) run on a contiguous copy from
