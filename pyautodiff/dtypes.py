@@ -59,7 +59,9 @@ _BY_NAME = {d.name: d for d in ALL}
 
 
 def as_dtype(x):
-    """An ad dtype from an ad dtype, a numpy dtype or type, or a name."""
+    """An ad dtype from an ad dtype, a numpy dtype or type, or a name (a numpy
+    dtype of the other byte order names its native twin: the arrays copy,
+    swapped, as numpy converts them)."""
     if isinstance(x, DType):
         return x
     if x is float:
@@ -74,6 +76,8 @@ def as_dtype(x):
         npdt = np.dtype(x)
     except (TypeError, ValueError):  # ValueError: an object whose .dtype numpy refuses
         raise DTypeError(f"not a dtype: {x!r}") from None
+    if npdt.byteorder not in "=|":  # the other byte order: same values once swapped
+        npdt = npdt.newbyteorder("=")
     d = _BY_NUMPY.get(npdt)
     if d is None:
         raise DTypeError(f"dtype {npdt} is not supported (supported: "

@@ -10,6 +10,7 @@ grad-mode switches no_grad / enable_grad / is_grad_enabled.
 from __future__ import annotations
 
 import functools as _functools
+import numbers
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 from typing import Literal
 
@@ -245,8 +246,8 @@ def grad(outputs: Union[Tensor, Sequence[Tensor]], inputs: Union[Tensor, Sequenc
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
-    elif isinstance(grad_outputs, Tensor):
-        grad_outputs = [grad_outputs]
+    elif isinstance(grad_outputs, (Tensor, numbers.Number)):
+        grad_outputs = [grad_outputs]  # one seed
     grad_outputs = list(grad_outputs)
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")

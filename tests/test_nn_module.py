@@ -130,6 +130,16 @@ def test_load_state_dict_numpy_and_tensors():
     assert all(p.version > v for p, v in zip(b.parameters(), versions))
     for k, v in b.state_dict().items():
         np.testing.assert_array_equal(np.asarray(v), sd[k])
+    # arrays of the other byte order load as their values (numpy swaps them)
+    swapped = {k: v.astype(v.dtype.newbyteorder()) for k, v in sd.items()}
+    assert all(v.dtype.byteorder == (">" if np.little_endian else "<") for v in swapped.values()
+               if v.dtype.itemsize > 1)
+    b.load_state_dict(swapped)
+    for k, v in b.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), sd[k])
+    assert ad.from_numpy(np.arange(3.0).astype(">f8")).dtype is ad.float64
+    with pytest.raises(ad.InvalidArgumentError, match="cannot be shared.*>f8"):
+        ad.from_numpy(np.arange(3.0).astype(">f8"), copy=False)
     b.load_state_dict(a.state_dict())  # ad tensors
     b.load_state_dict(b.state_dict())  # its own memory
     x = ad.randn((2, 3), seed=0)
@@ -205,6 +215,12 @@ def test_to_dtype_apply_and_call():
     assert net.to(dtype="float32").head.weight.dtype is ad.float32
     with pytest.raises(ad.InvalidArgumentError, match="cpu"):
         net.to("cuda")
+    # tied weights stay tied (each holder gets the same new Var), as in torch
+    tied = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
+    tied[1].weight = tied[0].weight
+    tied.double()
+    assert tied[1].weight is tied[0].weight and len(list(tied.parameters())) == 1
+    assert tied[0].weight.dtype is ad.float64
     seen = []
     assert net.apply(lambda m: seen.append(type(m).__name__)) is net
     assert seen[-1] == "Net" and seen[0] == "Linear"

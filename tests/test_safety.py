@@ -123,6 +123,11 @@ def test_grad_with_grad_outputs_and_several_outputs():
     (gw,) = ad.grad([a, b], [w], grad_outputs=[ad.tensor([1.0, 1.0]), ad.tensor([0.5, 2.0])])
     np.testing.assert_allclose(gw.numpy(), [3 + 0.5 * 2 * 1, 3 + 2.0 * 2 * 2])
 
+    # a lone number is one output's seed, as a lone tensor is
+    z = w.sqr().sum()
+    np.testing.assert_allclose(ad.grad(z, [w], 2.5)[0].numpy(), [5.0, 10.0])
+    np.testing.assert_allclose(ad.grad(z, w, np.float32(0.5))[0].numpy(), [1.0, 2.0])
+
 
 # ---- anomaly mode ------------------------------------------------------------------------
 def test_anomaly_names_the_op_and_the_line():

@@ -312,7 +312,9 @@ class Module:
 
     def to_dtype(self: _M, dtype: Any) -> _M:
         """Casts every floating-point parameter and buffer to dtype (a float
-        dtype); parameters become new Vars, so build optimizers afterwards."""
+        dtype); parameters become new Vars, so build optimizers afterwards.  A
+        parameter or buffer held in several places (tied weights) stays one:
+        each holder gets the same new Var."""
         from .. import dtypes as _dt
         from ..grad import no_grad
 
@@ -321,16 +323,17 @@ class Module:
         if not dt.is_floating_point:
             raise DTypeError(f"{type(self).__name__}.to_dtype: only floating-point dtypes are "
                              f"allowed, got {dt.name}")
+        cast: dict = {}  # id(old) -> (old, new): the old kept alive, so no id is reused
         with no_grad():
             for m in self.modules():
                 for store in (m._parameters, m._buffers):
                     for k, v in list(store.items()):
                         if v is None or not v.dtype.is_floating_point or v.dtype is dt:
                             continue
-                        nv = v.detach().to_dtype(dt)
-                        if isinstance(v, Var):
-                            nv = Var.from_tensor(nv)
-                        store[k] = nv
+                        if id(v) not in cast:
+                            nv = v.detach().to_dtype(dt)
+                            cast[id(v)] = (v, Var.from_tensor(nv) if isinstance(v, Var) else nv)
+                        store[k] = cast[id(v)][1]
         return self
 
     def to(self: _M, *args: Any, **kwargs: Any) -> _M:
