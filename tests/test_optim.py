@@ -89,13 +89,14 @@ def ref_rmsprop(p, g, grp, st):
 
 
 DEFAULTS = {
-    "SGD": dict(lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False),
+    "SGD": dict(lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
+                maximize=False),
     "Adam": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
-                 decoupled_weight_decay=False),
+                 maximize=False, decoupled_weight_decay=False),
     "AdamW": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                  decoupled_weight_decay=True),
+                  maximize=False, decoupled_weight_decay=True),
     "RMSprop": dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
-                    centered=False),
+                    centered=False, maximize=False),
 }
 REF = {"SGD": ref_sgd, "Adam": ref_adam, "AdamW": ref_adam, "RMSprop": ref_rmsprop}
 
@@ -110,8 +111,9 @@ class RefOptimizer:
     def step(self, grads):
         for grp in self.groups:
             for n in grp["names"]:
-                if n in grads:
-                    self.params[n] = REF[self.kind](self.params[n], grads[n], grp,
+                if n in grads:  # maximize: the gradient's negation, first (torch's order)
+                    g = -grads[n] if grp["maximize"] else grads[n]
+                    self.params[n] = REF[self.kind](self.params[n], g, grp,
                                                     self.state.setdefault(n, {}))
 
 
@@ -200,6 +202,11 @@ CONFIGS = [
     ("RMSprop", dict(lr=0.01, centered=True)),
     ("RMSprop", dict(lr=0.005, centered=True, weight_decay=0.01, alpha=0.3)),  # lerp w > 0.5
     ("RMSprop", dict(lr=0.005, centered=True, momentum=0.5, weight_decay=0.01)),
+    # maximize: climbs the gradient (read as -grad before the decay and the moments)
+    ("SGD", dict(lr=0.01, momentum=0.5, weight_decay=2.0, maximize=True)),
+    ("Adam", dict(lr=0.01, weight_decay=0.5, amsgrad=True, maximize=True)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.5, maximize=True)),
+    ("RMSprop", dict(lr=0.002, centered=True, momentum=0.5, weight_decay=0.5, maximize=True)),
 ]
 IDS = [f"{k}-{'-'.join(f'{a}={b}' for a, b in o.items())}" for k, o in CONFIGS]
 

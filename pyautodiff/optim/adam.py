@@ -22,6 +22,7 @@ class Adam(Optimizer):
             {"params": [...], "lr": ...} that override the defaults per group.
         lr, betas (beta1, beta2), eps, weight_decay, amsgrad: as in the formulas.
         decoupled_weight_decay: True gives AdamW's decay.
+        maximize: True climbs the gradient (grad read as -grad, as torch's).
 
     Raises TypeError for a non-Var parameter, InvalidArgumentError for a
     negative lr, eps or weight_decay, or a beta outside [0, 1).
@@ -31,10 +32,10 @@ class Adam(Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-08,
-                 weight_decay: float = 0, amsgrad: bool = False, *,
+                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
                  decoupled_weight_decay: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad,
+                                      amsgrad=amsgrad, maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _check_group(self, g):
@@ -87,6 +88,7 @@ class AdamW(Adam):
 
     def __init__(self, params: Iterable[Any], lr: float = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-08,
-                 weight_decay: float = 0.01, amsgrad: bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad,
+                 weight_decay: float = 0.01, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          decoupled_weight_decay=True)

@@ -100,7 +100,8 @@ class Optimizer:
     def step(self, grads: GradStore = _NO_GRADS) -> None:
         """One update of every parameter that has a gradient in `grads` (the
         GradStore that loss.backward() returns).  A parameter without one is
-        skipped and its state (its step count included) is not advanced."""
+        skipped and its state (its step count included) is not advanced.  A
+        group with maximize=True reads each gradient as its negation first."""
         if not isinstance(grads, GradStore):
             got = "nothing" if grads is _NO_GRADS else f"a {type(grads).__name__}"
             raise TypeError(f"{type(self).__name__}.step takes the GradStore that "
@@ -112,6 +113,8 @@ class Optimizer:
                 if g is None:
                     continue
                 _refuse_var_write(p)
+                if group.get("maximize"):  # absent from state dicts of older versions
+                    g = -g
                 state = self._state.get(p)
                 if state is None:
                     state = self._state[p] = {}

@@ -22,6 +22,7 @@ class RMSprop(Optimizer):
         params: an iterable of Vars (model.parameters()), or of dicts
             {"params": [...], "lr": ...} that override the defaults per group.
         lr, alpha, eps, weight_decay, momentum, centered: as in the formulas.
+        maximize: True climbs the gradient (grad read as -grad, as torch's).
 
     Raises TypeError for a non-Var parameter, InvalidArgumentError for a
     negative or out-of-range hyper-parameter.
@@ -31,9 +32,9 @@ class RMSprop(Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 0.01, alpha: float = 0.99,
                  eps: float = 1e-08, weight_decay: float = 0, momentum: float = 0,
-                 centered: bool = False) -> None:
+                 centered: bool = False, *, maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered))
+                                      momentum=momentum, centered=centered, maximize=maximize))
 
     def _check_group(self, g):
         lr, eps = _as_float("lr", g["lr"]), _as_float("eps", g["eps"])

@@ -20,6 +20,7 @@ class SGD(Optimizer):
         params: an iterable of Vars (model.parameters()), or of dicts
             {"params": [...], "lr": ...} that override the defaults per group.
         lr, momentum, dampening, weight_decay, nesterov: as in the formulas.
+        maximize: True climbs the gradient (grad read as -grad, as torch's).
 
     Raises TypeError for a non-Var parameter, InvalidArgumentError for a
     negative hyper-parameter, or nesterov without momentum > 0 and dampening 0.
@@ -28,9 +29,11 @@ class SGD(Optimizer):
     _state_tensors = ("momentum_buffer",)
 
     def __init__(self, params: Iterable[Any], lr: float = 0.001, momentum: float = 0,
-                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False) -> None:
+                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
+                 maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
 
     def _check_group(self, g):
         lr, mom = _as_float("lr", g["lr"]), _as_float("momentum", g["momentum"])
