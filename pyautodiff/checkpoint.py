@@ -182,7 +182,10 @@ def _carry(ts, room, bundles):
 
 def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     """fn(*args) whose intermediates are not kept for backward but recomputed
-    there (dropout masks reproduced; gradients bit-identical).
+    there (dropout masks reproduced; gradients bit-identical, but for a Var
+    fn reads that is also read outside fn, such as a weight shared across
+    blocks: the block's part of its gradient is summed on its own first, so
+    the same sum is grouped differently and can differ in the last bit).
 
     args are Tensors (close over other values); fn returns one Tensor, of
     whatever shape, and must not write any Var.  The graph keeps only args
