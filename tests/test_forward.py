@@ -349,6 +349,65 @@ def test_transposed_sums_read_contiguous_runs():
         ad.set_num_threads(old)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reductions_of_permuted_inputs_walk_in_memory_order(threads):
+    # x's dims are walked by its strides (the largest outermost) and, when the
+    # kept dims then come out of index order, summed into a buffer of that
+    # layout and copied into the output (reduce.c walk_order); planes of rows
+    # summed into a contiguous row fold four rows a pass (fold_plane): every kind,
+    # dtype, dim set and keepdim against numpy on permuted, flipped, sliced,
+    # expanded and empty inputs
+    import itertools
+    import warnings
+    rng = np.random.default_rng(24)
+    old = ad.get_num_threads()
+    ad.set_num_threads(threads)
+    try:
+        base = rng.standard_normal((24, 40, 36))
+        views = [lambda t: t, lambda t: t[:, 3:, :30], lambda t: t.permute(2, 1, 0),
+                 lambda t: t.permute(1, 2, 0),
+                 lambda t: t.permute(2, 0, 1)[:, ::-1], lambda t: t[::2].permute(2, 1, 0),
+                 lambda t: t[:1].permute(2, 0, 1), lambda t: t[:, :0].permute(2, 1, 0)]
+        np_views = [lambda a: a, lambda a: a[:, 3:, :30], lambda a: a.transpose(2, 1, 0),
+                    lambda a: a.transpose(1, 2, 0),
+                    lambda a: a.transpose(2, 0, 1)[:, ::-1], lambda a: a[::2].transpose(2, 1, 0),
+                    lambda a: a[:1].transpose(2, 0, 1), lambda a: a[:, :0].transpose(2, 1, 0)]
+        for dt in ("float32", "float64", "int64", "int32", "uint8", "bool"):
+            a0 = (base * 4).astype(dt) if dt != "bool" else base > 0
+            if dt[0] == "f":  # products of a few hundred terms that stay finite
+                a0 = (1 + base * 0.05).astype(dt)
+            t0 = ad.tensor(a0)
+            for view, np_view in zip(views, np_views):
+                t, a = view(t0), np_view(a0)
+                dims = [d for r in (1, 2) for d in itertools.combinations(range(3), r)]
+                for dim, keep in itertools.product(dims, (False, True)):
+                    for name in ("sum", "max", "min", "mean", "prod"):
+                        if name in ("max", "min") and (a.size == 0 or dt == "bool"):
+                            continue
+                        if name == "mean" and dt[0] != "f" or name == "prod" and dt == "bool":
+                            continue
+                        got = getattr(t, name)(dim, keepdim=keep).numpy()
+                        fn = {"max": np.max, "min": np.min, "sum": np.sum, "mean": np.mean,
+                              "prod": np.prod}[name]
+                        if dt[0] == "f":
+                            with warnings.catch_warnings():  # the mean of nothing: NaN
+                                warnings.simplefilter("ignore", RuntimeWarning)
+                                want = fn(a.astype("float64"), axis=dim, keepdims=keep)
+                            tol = 1e-4 if dt == "float32" else 1e-10
+                            np.testing.assert_allclose(got, want, rtol=tol, atol=tol,
+                                                       err_msg=f"{dt} {name}{dim}")
+                        else:
+                            want = fn(a, axis=dim, keepdims=keep)
+                            if name in ("sum", "prod"):
+                                want = want.astype("int64")
+                            np.testing.assert_array_equal(got, want, err_msg=f"{dt} {name}{dim}")
+        # a kept dim x is broadcast along (stride 0) goes outermost
+        e = ad.tensor(base[:, :1]).expand(24, 40, 36).permute(2, 1, 0)
+        close(e.sum(2), np.broadcast_to(base[:, :1], (24, 40, 36)).transpose(2, 1, 0).sum(2))
+    finally:
+        ad.set_num_threads(old)
+
+
 def test_prod_is_one_walk_in_index_order():
     # blocks' partial products overflowed to inf in one and to 0 in another,
     # and inf * 0 made a NaN of a product of finite positive values; in one
