@@ -408,6 +408,34 @@ def test_reductions_of_permuted_inputs_walk_in_memory_order(threads):
         ad.set_num_threads(old)
 
 
+def test_relu_keeps_nan():
+    # relu(NaN) is NaN, as torch's and numpy's maximum(x, 0) (it was 0, which
+    # hid a diverged activation): the op on every path (the quick call, the
+    # threaded and streamed blocks, a transposed input) and the linear
+    # layer's fused epilogue; -0 still gives +0
+    F = ad.nn.functional
+    for dt in ("float32", "float64"):
+        for n in (5, 70001, 3_000_000):
+            a = np.random.default_rng(n).standard_normal(n).astype(dt)
+            a[::7] = np.nan
+            a[1::7] = -0.0
+            for t in (ad.tensor(a), ad.tensor(a[::-1].copy())[::-1]):
+                got = t.relu().numpy()
+                want = np.maximum(np.asarray(t.numpy()), 0)
+                assert np.array_equal(got, want, equal_nan=True), (dt, n)
+                assert not np.signbit(got).any()
+        x = np.array([[np.nan, -1.0, 2.0], [1.0, np.nan, -3.0]], dtype=dt)
+        w, b = np.eye(3, dtype=dt), np.array([0.5, -0.5, 1.0], dtype=dt)
+        for bias in (ad.tensor(b), ad.tensor(b[:1]).expand(3), None):
+            got = F.linear(ad.tensor(x), ad.tensor(w), bias, activation="relu").numpy()
+            ref = np.maximum(x @ w.T + (0 if bias is None else bias.numpy()), 0)
+            assert np.array_equal(got, ref, equal_nan=True), (dt, bias)
+        assert np.isnan(F.linear(ad.tensor(x), ad.tensor(w), ad.tensor(b),
+                                 activation="relu").numpy()[0, 0])
+        assert np.array_equal(ad.tensor(x).t().relu().numpy(), np.maximum(x.T, 0),
+                              equal_nan=True)
+
+
 def test_prod_is_one_walk_in_index_order():
     # blocks' partial products overflowed to inf in one and to 0 in another,
     # and inf * 0 made a NaN of a product of finite positive values; in one

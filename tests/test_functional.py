@@ -167,6 +167,14 @@ def test_pad_errors():
         F.pad(x, (2 ** 63, 0))
     with pytest.raises(ad.InvalidArgumentError, match="pad.*leaves no elements"):
         F.pad(x, (-2, -2), mode="replicate")
+    # a dim too long for its source positions: the library's error naming pad,
+    # not numpy's bare MemoryError (2^53 bytes: past any address space, so no
+    # overcommit setting lets the allocation through)
+    huge = ad.zeros((1, 1), dtype=ad.float64).expand(2, 2 ** 50)
+    for mode in ("reflect", "replicate", "circular"):
+        with pytest.raises(ad.OutOfMemoryError, match=rf"pad: out of memory .* dim 1 of input "
+                                                      rf"float64 \(2, {2 ** 50}\)"):
+            F.pad(huge, (1, 1), mode=mode)
 
 
 # ---- cross_entropy / nll_loss with options ----------------------------------------------------
@@ -234,8 +242,19 @@ def test_cross_entropy_ignore_index_dims_and_layouts():
         tt = np.array([2, -100, 0, 1])
         check_grad(lambda a: F.cross_entropy(a, tt, weight=t64([1.0, 2.0, 3.0]),
                                              label_smoothing=0.2), [base], make=lay(mk))
-    # everything ignored: the weighted mean is 0/0, as PyTorch
+    # everything ignored: the weighted mean is 0/0, as PyTorch, and the
+    # gradients are torch's zeros (0/0's NaN would spoil the whole step), with
+    # a weight, label smoothing or positions too
     assert np.isnan(F.cross_entropy(t64(rand(2, 3)), [-100, -100]).item())
+    for kw, shape, tgt in (({}, (2, 3), [-100, -100]),
+                           (dict(weight=t64([1.0, 2.0, 3.0]), label_smoothing=0.1), (2, 3),
+                            [-100, -100]),
+                           ({}, (2, 3, 2), [[-100, -100], [-100, -100]])):
+        for f in (F.cross_entropy, F.nll_loss)[:1 if "label_smoothing" in kw else 2]:
+            v = ad.Var(rand(*shape))
+            loss = f(v, tgt, **kw)
+            assert np.isnan(loss.item())
+            assert np.asarray(loss.backward()[v]).tolist() == np.zeros(shape).tolist()
     assert F.cross_entropy(t64(rand(2, 3)), [-100, -100], reduction="sum").item() == 0.0
 
 
@@ -351,6 +370,13 @@ def test_smooth_l1_loss(red, beta):
     y = F.smooth_l1_loss(t64(x), t64(t), reduction=red, beta=beta)
     np.testing.assert_allclose(np.asarray(y), agg(ref), rtol=1e-12)
     check_grad(lambda a, b: F.smooth_l1_loss(a, b, reduction=red, beta=beta), [x, t])
+    # an infinite difference: the loss is inf and its gradient +-1 (torch's),
+    # not the square branch's unselected 0 * inf
+    v = ad.Var(np.array([np.inf, -np.inf, 0.2 * beta, 3.0]))
+    g = F.smooth_l1_loss(v, ad.zeros(4, dtype="float64"), reduction="sum", beta=beta)
+    assert g.item() == np.inf
+    want = [1.0, -1.0, 0.2 if beta else 0.0, 1.0]
+    np.testing.assert_allclose(g.backward()[v].numpy(), want, rtol=1e-12)
 
 
 def test_pointwise_loss_errors():
@@ -779,6 +805,12 @@ def test_embedding_options_and_errors():
         F.embedding([0], t64(w), max_norm=1.0)
     with pytest.raises(ad.InvalidArgumentError, match="embedding: padding_idx 4"):
         F.embedding([0], t64(w), padding_idx=4)
+    # negative ids are out of range, as in torch and nn.Embedding (they wrapped,
+    # and -1 reached the padding row's gradient past padding_idx=3)
+    for bad in ([-1, 3], [0, 4]):
+        with pytest.raises(ad.OutOfRangeError, match=rf"embedding: input .* holds index "
+                                                     rf"{bad[0] if bad[0] < 0 else 4}"):
+            F.embedding(bad, v, padding_idx=3)
     with pytest.raises(ad.InvalidArgumentError, match="embedding: scale_grad_by_freq"):
         F.embedding([0], t64(w), scale_grad_by_freq=True)
     with pytest.raises(ad.DTypeError, match=r"embedding: input must hold integer.*float32"):
@@ -927,3 +959,11 @@ def test_conv_transpose_refuses_an_empty_spatial_dim():
     with pytest.raises(ad.ShapeError, match="conv_transpose1d: input float32 .* has an empty"):
         F.conv_transpose1d(ad.zeros((1, 2, 0)), ad.zeros((2, 3, 3)))
     assert F.conv_transpose2d(ad.zeros((0, 2, 4, 5)), ad.zeros((2, 3, 3, 3))).shape == (0, 3, 6, 7)
+    # padding that leaves exactly no output rows is an error too (as torch and
+    # nn.ConvTranspose2d; it gave a (1, 1, 0, 0) tensor)
+    with pytest.raises(ad.ShapeError, match="padding 1 leaves no output height"):
+        F.conv_transpose2d(ad.ones((1, 1, 1, 2)), ad.ones((1, 1, 2, 1)), padding=1)
+    with pytest.raises(ad.ShapeError, match="conv_transpose1d: .*leaves no output width"):
+        F.conv_transpose1d(ad.ones((1, 1, 1)), ad.ones((1, 1, 2)), padding=1)
+    assert F.conv_transpose2d(ad.ones((1, 1, 2, 3)), ad.ones((1, 1, 2, 2)),
+                              padding=1).shape == (1, 1, 1, 2)

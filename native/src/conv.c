@@ -424,7 +424,7 @@ static ad_status tr_size(const conv_geom *g, const char *axis, int64_t in, int64
         return ad_fail(AD_ERR_VALUE, "conv_transpose2d: dilation %lld and kernel %s %lld make "
                        "the output too large (input %s, weight %s)", (long long)dil, axis,
                        (long long)k, ad_tdesc(x), ad_tdesc(w));
-    if ((v -= 2 * pad) < 0)
+    if ((v -= 2 * pad) <= 0) /* as torch: an output of no rows is an error too */
         return ad_fail(AD_ERR_SHAPE, "conv_transpose2d: padding %lld leaves no output %s for "
                        "input %s and weight %s", (long long)pad, axis, ad_tdesc(x), ad_tdesc(w));
     (void)g;

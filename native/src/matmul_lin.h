@@ -7,7 +7,7 @@
    parameters at the end. */
 
 /* rows x cols of C (row stride rsc): + b[j] (b NULL: none; bs 0: one element),
-   then relu when asked */
+   then relu when asked (t <= 0 ? 0 : t keeps a NaN, as the relu op) */
 LIN_ATTR static void S(lin_rows)(int64_t rows, int64_t cols, T *c, int64_t rsc, const T *b,
                                  int64_t bs, int relu) {
     for (int64_t i = 0; i < rows; i++) {
@@ -15,19 +15,19 @@ LIN_ATTR static void S(lin_rows)(int64_t rows, int64_t cols, T *c, int64_t rsc, 
         if (b && bs && relu)
             for (int64_t j = 0; j < cols; j++) {
                 T t = r[j] + b[j];
-                r[j] = t > 0 ? t : 0;
+                r[j] = t <= 0 ? 0 : t;
             }
         else if (b && bs)
             for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[j];
         else if (b && relu)
             for (int64_t j = 0; j < cols; j++) {
                 T t = r[j] + b[0];
-                r[j] = t > 0 ? t : 0;
+                r[j] = t <= 0 ? 0 : t;
             }
         else if (b)
             for (int64_t j = 0; j < cols; j++) r[j] = r[j] + b[0];
         else if (relu)
-            for (int64_t j = 0; j < cols; j++) r[j] = r[j] > 0 ? r[j] : 0;
+            for (int64_t j = 0; j < cols; j++) r[j] = r[j] <= 0 ? 0 : r[j];
     }
 }
 

@@ -174,7 +174,7 @@ def _channel_vec(v, c, x, fn, name):
 
 # ---- activations -------------------------------------------------------------------------
 def relu(input: _Tensor, inplace: bool = False) -> _Tensor:
-    """max(x, 0); its gradient is 0 at 0."""
+    """max(x, 0), NaN kept (as torch and numpy); its gradient is 0 at 0."""
     return _need_tensor(input, "relu").relu()
 
 
@@ -269,6 +269,24 @@ def one_hot(tensor: _Tensor, num_classes: int = -1) -> _Tensor:
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
+def _pad_positions(mode, n, lo, hi):
+    """The source position of each of the n + lo + hi elements of a dim of n
+    padded by (lo, hi) in a non-constant mode; None for a circular padding
+    wider than what its cropping leaves."""
+    idx = _np.arange(-lo, n + hi, dtype=_np.int64)
+    if mode == "reflect":
+        idx = _np.abs(idx)
+        return _np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
+    if mode == "replicate":
+        return _np.clip(idx, 0, n - 1)
+    # circular: PyTorch crops by the negative amounts first, then wraps what is left
+    base = _np.arange(max(-lo, 0), n - max(-hi, 0), dtype=_np.int64)
+    m = len(base)
+    if m <= 0 or max(lo, 0) > m or max(hi, 0) > m:
+        return None
+    return base[_np.arange(-max(lo, 0), m + max(hi, 0)) % m]
+
+
 def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
         value: _Any = None) -> _Tensor:
     """Pads the last dims: pad = (left, right) for the last dim, then (top,
@@ -320,20 +338,17 @@ def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
                 f"{fn}: padding ({lo}, {hi}) of dim {d} of input {_desc(x)} leaves no elements")
         # one gather of source positions per padded dim: its backward sums the
         # gradients of every copy into the element it was copied from
-        idx = _np.arange(-lo, n + hi, dtype=_np.int64)
-        if mode == "reflect":
-            idx = _np.abs(idx)
-            idx = _np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
-        elif mode == "replicate":
-            idx = _np.clip(idx, 0, n - 1)
-        else:  # PyTorch crops by the negative amounts first, then wraps what is left
-            base = _np.arange(max(-lo, 0), n - max(-hi, 0), dtype=_np.int64)
-            m = len(base)
-            if m <= 0 or max(lo, 0) > m or max(hi, 0) > m:
-                raise InvalidArgumentError(
-                    f"{fn}: circular padding ({lo}, {hi}) must be at most the size of dim {d} "
-                    f"after cropping ({m}) of input {_desc(x)}")
-            idx = base[_np.arange(-max(lo, 0), m + max(hi, 0)) % m]
+        try:
+            idx = _pad_positions(mode, n, lo, hi)
+        except MemoryError:
+            raise OutOfMemoryError(f"{fn}: out of memory for the {n + lo + hi} source positions "
+                                   f"of dim {d} of input {_desc(x)} padded by ({lo}, {hi})"
+                                   ) from None
+        if idx is None:
+            m = n - max(-lo, 0) - max(-hi, 0)
+            raise InvalidArgumentError(
+                f"{fn}: circular padding ({lo}, {hi}) must be at most the size of dim {d} "
+                f"after cropping ({m}) of input {_desc(x)}")
         out = _index_select(out, d, idx)
     return out
 
@@ -449,6 +464,8 @@ def _class_loss(fn, input, target, weight, ignore_index, reduction, label_smooth
     if r == 2:
         return total
     # PyTorch's weighted mean: divided by the summed weights of the kept targets
+    if any_ignored and not valid.any():  # none kept: NaN, with torch's zero gradients
+        return total * 0.0 + float("nan")  # (not 0 / 0's NaN ones, which spoil a whole step)
     return total / (wi.sum() if wi is not None else float(tn.size))
 
 
@@ -553,7 +570,10 @@ def smooth_l1_loss(input: _Tensor, target: _Tensor,
         return _reduce(a, r)
     from ..tensor import where
 
-    return _reduce(where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta), r)
+    near = a < beta
+    q = where(near, d, 0.0)  # the square branch's d, 0 elsewhere: its unselected
+    # gradient is then 0 * 0, never 0 * inf (an infinite d gave NaN, torch +-1)
+    return _reduce(where(near, q * q * (0.5 / beta), a - 0.5 * beta), r)
 
 
 # ---- normalization and dropout -----------------------------------------------------------
@@ -786,7 +806,8 @@ def embedding(input: _Tensor, weight: _Tensor,
               scale_grad_by_freq: bool = False, sparse: bool = False) -> _Tensor:
     """Rows of weight (num, dim) picked by the integer tensor input: shape
     input.shape + (dim,); repeated ids accumulate their gradients.  Rows
-    picked at padding_idx get no gradient.  max_norm renormalises, in place
+    picked at padding_idx get no gradient.  Raises OutOfRangeError for an
+    index outside [0, num) (as torch, negative ones too).  max_norm renormalises, in place
     as PyTorch, each picked row whose norm_type-norm exceeds it (weight must
     then be a Var).  scale_grad_by_freq and sparse gradients are not
     supported."""
@@ -813,16 +834,17 @@ def embedding(input: _Tensor, weight: _Tensor,
                                        f"weight {_desc(weight)}")
         padding_idx %= num
     flat = idx.reshape(-1)
-    if max_norm is not None and flat.numel():
+    fi = _np.asarray(flat)
+    if fi.size and (fi.min() < 0 or fi.max() >= num):  # as torch: no negative ids either
+        bad = fi.min() if fi.min() < 0 else fi.max()
+        raise OutOfRangeError(f"{fn}: input {_desc(idx)} holds index {bad}, out of range for "
+                              f"weight {_desc(weight)} ([0, {num}))")
+    if max_norm is not None and fi.size:
         if not isinstance(weight, Var):
             raise InvalidArgumentError(f"{fn}: max_norm renormalises rows of weight in place, "
                                        f"so weight must be a Var, got a plain Tensor")
-        fi = _np.asarray(flat)
-        if fi.min() < -num or fi.max() >= num:
-            raise OutOfRangeError(f"{fn}: input {_desc(idx)} holds an index out of range for "
-                                  f"weight {_desc(weight)}")
         w = _np.array(weight.numpy())
-        rows = _np.unique(fi % num)
+        rows = _np.unique(fi)
         mn = _float(max_norm, fn, "max_norm")
         norms = _np.linalg.norm(w[rows], ord=_float(norm_type, fn, "norm_type"), axis=1)
         big = norms > mn
@@ -832,7 +854,7 @@ def embedding(input: _Tensor, weight: _Tensor,
                 weight.set(w)
     out = _index_select(weight, 0, flat)
     if padding_idx is not None:
-        pad_rows = _np.asarray(flat) == padding_idx
+        pad_rows = fi == padding_idx
         if pad_rows.any():  # the padding row's value, selected away from the gradient
             from ..tensor import tensor
 
