@@ -808,17 +808,23 @@ def test_transposed_inputs_same_bits_as_contiguous(threads):
     8-byte dtypes, tiles of both shapes (a power-of-two width takes 128 x 16)
     and edges off the 8 x 8 register blocks; at 2 threads, planes cut across
     their rows in whole tiles (1000 rows) and in fewer rows than two tiles
-    (40), at the cheap ops' and the polynomials' block sizes."""
+    (40), at the cheap ops' and the polynomials' block sizes; 4-d permutes
+    whose contiguous dim is not next to the last one (strided.c
+    move_to_plane)."""
     old = ad.get_num_threads()
     ad.set_num_threads(threads)
     try:
         rng = np.random.default_rng(21)
-        for shape in [(3, 37, 70), (2, 256, 40), (1, 9, 300), (130, 17), (1000, 300),
-                      (40, 3000)]:
+        for shape, perm in [((3, 37, 70), None), ((2, 256, 40), None), ((1, 9, 300), None),
+                            ((130, 17), None), ((1000, 300), None), ((40, 3000), None),
+                            ((9, 13, 20, 70), (3, 2, 1, 0)), ((3, 40, 9, 70), (0, 3, 1, 2)),
+                            ((5, 7, 33, 19), (2, 3, 0, 1))]:
             for dt in (np.float32, np.float64, np.int32, np.int64):
                 base = (rng.standard_normal(shape) * 10).astype(dt)
-                perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
-                x = ad.tensor(np.ascontiguousarray(base.transpose(perm))).permute(perm)
+                if perm is None:  # the last two dims swapped
+                    perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+                inv = tuple(int(i) for i in np.argsort(perm))
+                x = ad.tensor(np.ascontiguousarray(base.transpose(perm))).permute(inv)
                 xc = ad.tensor(base)
                 y = ad.tensor((rng.standard_normal(shape) * 10).astype(dt))
                 ops = [lambda t: -t, lambda t: t.relu(), lambda t: t + y, lambda t: y * t,

@@ -189,10 +189,49 @@ static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **
     }
 }
 
+/* An any_order iteration whose last dim an input crosses a cache line or more
+   a step while it is contiguous along another dim, not the one before (a
+   permuted input, such as a 4-d tensor's permute(3, 2, 1, 0) or (0, 3, 1,
+   2)): that dim, moved next to the last (move_to_plane), makes the plane
+   run_planes tiles (and buffers) the one where both that input and the
+   output are contiguous.  -1 when there is none. */
+static int transposed_dim(const nditer *it) {
+    int last = it->ndim - 1;
+    if (!it->any_order || last < 2) return -1;
+    for (int k = 1; k < it->nops; k++) {
+        int64_t sl = it->strides[k][last];
+        if ((sl < 0 ? -sl : sl) * (int64_t)it->elsize[k] <= 64 || it->strides[k][last - 1] == 1)
+            continue;
+        for (int d = 0; d < last - 1; d++)
+            if (it->strides[k][d] == 1 && it->shape[d] > 1) return d;
+    }
+    return -1;
+}
+
+/* dim v to position ndim - 2, the others kept in order */
+static void move_to_plane(nditer *it, int v) {
+    int to = it->ndim - 2;
+    int64_t shape = it->shape[v], st[ITER_MAX_OPS];
+    for (int k = 0; k < it->nops; k++) st[k] = it->strides[k][v];
+    for (int d = v; d < to; d++) {
+        it->shape[d] = it->shape[d + 1];
+        for (int k = 0; k < it->nops; k++) it->strides[k][d] = it->strides[k][d + 1];
+    }
+    it->shape[to] = shape;
+    for (int k = 0; k < it->nops; k++) it->strides[k][to] = st[k];
+}
+
 /* The pointer copies handed to fn are of all ITER_MAX_OPS slots, a size the
    compiler knows: copied for nops operands, GCC made each row's copy a
    memcpy call (28% of the time of a float32 (16384, 64) + (64,) add). */
 void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
+    nditer moved;
+    int v = transposed_dim(it);
+    if (v >= 0) {
+        moved = *it;
+        move_to_plane(&moved, v);
+        it = &moved;
+    }
     int nd = it->ndim, nops = it->nops, last = nd - 1;
     int64_t n = it->shape[last];
     if (n == 0) return;
@@ -301,6 +340,13 @@ void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx) {
 }
 
 void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, int cost) {
+    nditer moved; /* the dims nditer_run will walk, so that the cut is outside its planes */
+    int v = transposed_dim(it);
+    if (v >= 0) {
+        moved = *it;
+        move_to_plane(&moved, v);
+        it = &moved;
+    }
     int d = 0;
     while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
     int64_t numel = nditer_numel(it);
