@@ -436,6 +436,38 @@ def test_relu_keeps_nan():
                               equal_nan=True)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_short_row_sums_keep_each_rows_order(threads):
+    # rows of fewer than 32 elements are summed 32 rows at a time down the
+    # columns of a transposed copy (reduce_kernels.h sum_short_rows): each
+    # row's total is still its elements added in order in float64, the
+    # one-row loop's bits; rows past the last group of 32, transposed and
+    # strided rows, int64 exact
+    old = ad.get_num_threads()
+    ad.set_num_threads(threads)
+    rng = np.random.default_rng(25)
+    try:
+        for n in (1, 3, 7, 8, 9, 28, 31):
+            for rows in (31, 70, 3000):
+                for dt in ("float32", "float64"):
+                    a = (rng.standard_normal((rows, n)) * 10 ** rng.uniform(-3, 3, (rows, 1)))
+                    a = a.astype(dt)
+                    want = np.add.accumulate(a.astype("float64"), axis=1)[:, -1].astype(dt)
+                    got = ad.tensor(a).sum(-1).numpy()
+                    assert got.tobytes() == want.tobytes(), (n, rows, dt)
+                    # rows a stride apart: x's walk folds rows into the output (the sums'
+                    # order and precision of a sum over a matrix's first dim)
+                    at = ad.tensor(np.ascontiguousarray(a.T)).t()
+                    close(at.sum(-1), want, rtol=1e-5 if dt == "float32" else 1e-12,
+                          atol=1e-5 * np.abs(a).sum(-1).max())
+                    wide = ad.tensor(np.concatenate([a, a], 1))[:, :n]  # strided rows
+                    assert wide.sum(-1).numpy().tobytes() == want.tobytes(), (n, rows, dt)
+                ai = rng.integers(-2 ** 62, 2 ** 62, (rows, n))
+                np.testing.assert_array_equal(ad.tensor(ai).sum(-1).numpy(), ai.sum(-1))
+    finally:
+        ad.set_num_threads(old)
+
+
 def test_prod_is_one_walk_in_index_order():
     # blocks' partial products overflowed to inf in one and to 0 in another,
     # and inf * 0 made a NaN of a product of finite positive values; in one

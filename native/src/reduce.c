@@ -32,6 +32,15 @@ static inline bool red_avx2(void) {
 }
 AD_API const char *ad_reduce_kernel(void) { return red_avx2() ? "avx2" : "portable"; }
 
+/* the register-block transposes short rows' sums read through (reduce_kernels.h
+   sum_short_rows), where the AVX2 level has them */
+typedef void (*red_transpose_fn)(int64_t, int64_t, char *, int64_t, const char *, int64_t);
+#if defined(__x86_64__) || defined(__i386__)
+#define RED_TRANSPOSE_AVX2(es) ((es) == 4 ? ad_transpose4_avx2 : ad_transpose8_avx2)
+#else
+#define RED_TRANSPOSE_AVX2(es) ((red_transpose_fn)NULL)
+#endif
+
 #define RED_CAT_(a, b) a##_##b
 #define RED_CAT(a, b) RED_CAT_(a, b)
 #if defined(__x86_64__) || defined(__i386__)

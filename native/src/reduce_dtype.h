@@ -101,9 +101,11 @@ static int64_t S(arg_scan)(const arg_ctx *c, const char *x) {
 /* the vectorised loops once per ISA level; RED_DISPATCH picks one per call */
 #define RED_ISA base
 #define RED_ATTR
+#define RED_TRANSPOSE NULL
 #include "reduce_kernels.h"
 #define RED_ISA avx2
 #define RED_ATTR RED_AVX2_TARGET
+#define RED_TRANSPOSE RED_TRANSPOSE_AVX2(sizeof(T))
 #include "reduce_kernels.h"
 
 static inline ACC S(sum_lanes)(const T *x, int64_t n) { return RED_DISPATCH(S(sum_lanes), x, n); }
