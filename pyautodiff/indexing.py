@@ -307,6 +307,8 @@ def split(t, split_size_or_sections, dim=0):
     """Views of consecutive pieces along dim: pieces of one size (the last may
     be smaller) or of the listed sizes."""
     d = _norm_dim(dim, t.ndim, "split")
+    if t.ndim == 0:
+        raise ShapeError("split: needs a tensor of at least 1 dim, got a 0-d tensor")
     n = t.shape[d]
     if isinstance(split_size_or_sections, numbers.Integral):
         size = operator.index(split_size_or_sections)
@@ -330,15 +332,21 @@ def chunk(t, chunks, dim=0):
     chunks = operator.index(chunks)
     if chunks <= 0:
         raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
-    n = t.shape[_norm_dim(dim, t.ndim, "chunk")]
+    d = _norm_dim(dim, t.ndim, "chunk")
+    if t.ndim == 0:
+        raise ShapeError("chunk: needs a tensor of at least 1 dim, got a 0-d tensor")
+    n = t.shape[d]
     return split(t, max(1, -(-n // chunks)), dim)
 
 
 def flip(t, dims):
     """Reverses the order along dims (a view with negative strides)."""
     out = t
-    for d in {_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims)}:
-        n = t.shape[d]
+    given = [_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims)]
+    if len(set(given)) < len(given):
+        raise InvalidArgumentError(f"flip: dims {tuple(_dims_arg(dims))} name a dim twice")
+    for d in set(given):
+        n = t.shape[d] if t.ndim else 1
         if n > 1:
             out = _call(lib.AD_OP_SLICE, (out,), (d, n - 1, -1, n))
     return out

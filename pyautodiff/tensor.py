@@ -404,7 +404,7 @@ def _operator(op: int, scalar_op: int, reflected: bool = False,
             out = _out()
         if not isinstance(o, Tensor):
             if not _is_scalar(o):
-                o = _as_tensor_like(o, self)
+                o = _as_tensor_like(o, self, name)
             else:
                 code = _ad_dtype(self._h)
                 r = _INT_RANGE.get(code)
@@ -459,8 +459,12 @@ def _comparison(op: int) -> Callable[[Tensor, Operand], Tensor]:
     def method(self: Tensor, o: Operand) -> Tensor:
         # a scalar beyond an integer tensor's range raises, as in arithmetic
         # (numpy 2 would answer False/True; PyTorch raises, and one rule for
-        # every scalar operand is easier to remember)
-        return _binary(op, *_pair(self, o))
+        # every scalar operand is easier to remember).  An operand no op takes
+        # (None, a string) is Python's to answer: t == None is False, and
+        # `x in [t, ...]` works
+        if not isinstance(o, _OPERAND_TYPES) and not _is_scalar(o):
+            return NotImplemented
+        return _binary(op, *_pair(self, o, name))
 
     method.__name__ = f"__{name}__"
     method.__qualname__ = "Tensor." + method.__name__
@@ -478,17 +482,37 @@ def _is_scalar(x):
     return isinstance(x, numbers.Real) and not isinstance(x, (np.ndarray, Tensor))
 
 
-def _as_tensor_like(x, like):
+def _as_tensor_like(x, like, fn="operand"):
     """Turns an operand that is not a Tensor (a numpy array, a list) into one.
-    Python scalars never reach here: they go to the scalar ops."""
+    Python scalars never reach here: they go to the scalar ops.  fn names
+    the op in messages."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, np.ndarray):
         return from_numpy(x)
-    if isinstance(x, (list, tuple)):
-        return tensor(x, dtype=like.dtype)
-    if isinstance(x, np.generic):
-        return tensor(x, dtype=like.dtype)
+    if isinstance(x, (list, tuple, np.generic)):
+        # takes like's dtype, under the scalars' rule: a value that dtype cannot
+        # hold exactly (a fraction for an integer or bool tensor, a number out of
+        # its range) raises rather than being truncated or wrapped
+        a = np.asarray(x)
+        dt = like.dtype
+        if a.dtype.kind not in "biufc":  # ints past int64 and the like: tensor() says
+            return tensor(x, dtype=dt)
+        if not dt.is_floating_point and a.size and a.dtype.kind in "fc":
+            frac = a[~(np.isfinite(a) & (a == np.trunc(a)))] if a.dtype.kind == "f" else a
+            if frac.size:
+                raise DTypeError(f"{fn}: value {_short(frac.flat[0].item())} of a "
+                                 f"{type(x).__name__} operand is not an integer and the tensor "
+                                 f"is {dt.name} (an operand never changes a tensor's dtype; "
+                                 f"convert with to_dtype)")
+        r = _CMP_RANGE.get(like._dtype_code())
+        if r is not None and a.size:
+            mn, mx = a.min().item(), a.max().item()
+            if mn < r[0] or mx > r[1]:
+                raise OutOfBoundsError(f"{fn}: value {_short(mn if mn < r[0] else mx)} of a "
+                                       f"{type(x).__name__} operand is out of bounds for "
+                                       f"{dt.name} (range {r[0]}..{r[1]})")
+        return tensor(a, dtype=dt)
     raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
 
 
@@ -852,13 +876,13 @@ class Tensor:
         """
         if _is_scalar(o):
             return _scalar(lib.AD_OP_POW_SCALAR, self, o)
-        return self.pow(_as_tensor_like(o, self))
+        return self.pow(_as_tensor_like(o, self, "pow"))
 
     def __rpow__(self, o: Operand) -> Tensor:
         """o ** self, elementwise (o a number or a tensor broadcast against self)."""
         if _is_scalar(o):
             return _scalar(lib.AD_OP_POW_RSCALAR, self, o)
-        return _as_tensor_like(o, self).pow(self)
+        return _as_tensor_like(o, self, "pow").pow(self)
 
     def __matmul__(self, o: Operand) -> Tensor:
         """self @ o: matrix product with numpy's matmul rules (1-d operands are
@@ -873,11 +897,11 @@ class Tensor:
             st = _ad_binary(_OP_MATMUL, self._h, o._h, out)
             if st != lib.AD_ERR_SHAPE:  # only a shape error can be 1-d promotion
                 return _result(st, out)
-        return matmul(self, _as_tensor_like(o, self))
+        return matmul(self, _as_tensor_like(o, self, "matmul"))
 
     def __rmatmul__(self, o: Operand) -> Tensor:
         """o @ self, with numpy's matmul rules (see __matmul__)."""
-        return matmul(_as_tensor_like(o, self), self)
+        return matmul(_as_tensor_like(o, self, "matmul"), self)
 
     def __neg__(self) -> Tensor:
         """-self, elementwise."""
@@ -929,11 +953,30 @@ class Tensor:
         not broadcast, DTypeError on mixed tensor dtypes."""
         if _is_scalar(exponent):
             return _scalar(lib.AD_OP_POW_SCALAR, self, exponent)
-        return _binary(lib.AD_OP_POW, self, _as_tensor_like(exponent, self))
+        return _binary(lib.AD_OP_POW, self, _as_tensor_like(exponent, self, "pow"))
 
     def clamp(self, min=None, max=None):
         """Limits values to [min, max] (either may be None); the gradient passes
-        where min <= x <= max (inclusive, as PyTorch)."""
+        where min <= x <= max (inclusive, as PyTorch).  For an integer tensor a
+        bound past its dtype's range on its own side limits nothing, one past
+        the other side raises OutOfBoundsError (no element could take it), and
+        int64 bounds beyond 2**53 are exact."""
+        code = self._dtype_code()
+        r = _INT_RANGE.get(code)
+        if r is not None:
+            name = _dt.BY_CODE[code].name
+            if min is not None and min > r[1] or max is not None and max < r[0]:
+                b = min if min is not None and min > r[1] else max
+                raise OutOfBoundsError(f"clamp: bound {_short(b)} is out of bounds for {name} "
+                                       f"(range {r[0]}..{r[1]}), so no element could take it")
+            min = None if min is not None and min <= r[0] else min
+            max = None if max is not None and max >= r[1] else max
+            exact = [b if b is None or -_EXACT <= b <= _EXACT or
+                     not isinstance(b, numbers.Integral) else from_numpy(np.array(int(b)))
+                     for b in (min, max)]
+            if any(isinstance(b, Tensor) for b in exact):  # beyond a double: exact
+                out = self if exact[0] is None else maximum(self, exact[0])
+                return out if exact[1] is None else minimum(out, exact[1])
         return _call(lib.AD_OP_CLAMP, (self,), (), (-np.inf if min is None else float(min),
                                                     np.inf if max is None else float(max)))
 
@@ -1000,7 +1043,7 @@ class Tensor:
             keepdim: keep the reduced dims with size 1.
 
         Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
-        The gradient goes to the first maximal element.
+        The gradient is shared equally by the elements that tie for the maximum (torch's amax).
         Raises OutOfRangeError for a dim out of range.
         """
         return self._reduce(lib.AD_OP_MAX, dim, keepdim)
@@ -1013,7 +1056,7 @@ class Tensor:
             keepdim: keep the reduced dims with size 1.
 
         Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
-        The gradient goes to the first minimal element.
+        The gradient is shared equally by the elements that tie for the minimum (torch's amin).
         Raises OutOfRangeError for a dim out of range.
         """
         return self._reduce(lib.AD_OP_MIN, dim, keepdim)
@@ -1047,13 +1090,22 @@ class Tensor:
         return self._reduce(lib.AD_OP_PROD, dim, keepdim)
 
     def logsumexp(self, dim: DimArg, keepdim: bool = False) -> Tensor:
-        """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints."""
+        """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints (None
+        or () reduce every dim).  Raises InvalidArgumentError for a dim given twice."""
         dims = _dims_arg(dim)
         if len(dims) == 1:
             return _call(lib.AD_OP_LOGSUMEXP, (self,), (dims[0], 1 if keepdim else 0))
-        # several dims: move them last, merge them into one, reduce that one
         n = self.ndim
+        if not dims:  # None and () reduce every dim, as sum does
+            if n == 0:
+                return _call(lib.AD_OP_LOGSUMEXP, (self,), (0, 1 if keepdim else 0))
+            dims = tuple(range(n))
+        # several dims: move them last, merge them into one, reduce that one
         red = sorted({_norm_dim(d, n, "logsumexp") for d in dims})
+        if len(red) < len(dims):
+            dup = next(d for i, d in enumerate(dims) if _norm_dim(d, n, "logsumexp") in
+                       {_norm_dim(e, n, "logsumexp") for e in dims[:i]})
+            raise InvalidArgumentError(f"logsumexp: dim {dup} given twice")
         keep = [d for d in range(n) if d not in red]
         x = self.permute(keep + red)
         m = 1
@@ -1081,8 +1133,9 @@ class Tensor:
         """sum((x - mean)^2) / (N - correction) over dims (composed of
         differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
         d = self - self.mean(dim, keepdim=True)
+        dims = _dims_arg(dim)  # None and () reduce every dim, as mean does
         n = 1
-        for i in ({_norm_dim(i, self.ndim, "var") for i in _dims_arg(dim)} if dim is not None
+        for i in ({_norm_dim(i, self.ndim, "var") for i in dims} if dims and self.ndim
                   else range(self.ndim)):
             n *= self.shape[i]
         return (d * d).sum(dim, keepdim) / builtins.max(n - correction, 0)
@@ -1121,6 +1174,8 @@ class Tensor:
         """A view with dims `dim0` and `dim1` swapped.  Raises OutOfRangeError for a bad dim."""
         n = self.ndim
         d0, d1 = _norm_dim(dim0, n, "transpose"), _norm_dim(dim1, n, "transpose")
+        if n == 0:  # dims 0 / -1 of a 0-d tensor: nothing to swap
+            return self
         perm = list(range(n))
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return _call(lib.AD_OP_PERMUTE, (self,), perm)
@@ -1142,6 +1197,8 @@ class Tensor:
         """
         n = self.ndim
         d = _norm_dim(dim, n, "narrow")
+        if n == 0:
+            raise ShapeError("narrow: needs a tensor of at least 1 dim, got a 0-d tensor")
         size = self.shape[d]
         if start < 0:
             start += size
@@ -1278,10 +1335,12 @@ class Tensor:
 
 
 def _norm_dim(d, n, op):
+    """d in [0, n); a 0-d tensor takes 0 and -1, as a 1-d one would (torch's
+    rule), and gets 0: its callers treat that dim as one of size 1."""
     d = operator.index(d)
-    if not -n <= d < max(n, 1):
+    if not -max(n, 1) <= d < max(n, 1):
         raise OutOfRangeError(f"{op}: dim {d} out of range for {n} dims")
-    return d + n if d < 0 else d
+    return 0 if n == 0 else d + n if d < 0 else d
 
 
 class _ArrayView:
@@ -1856,20 +1915,26 @@ def rand(*shape: ShapeArg, seed: Optional[int] = None,
     return _random(1, shape, seed, dtype, "rand")
 
 
-def _pair(a, b):
+# the operands a comparison takes besides Python scalars (_as_tensor_like's)
+_OPERAND_TYPES = (Tensor, np.ndarray, list, tuple, np.generic)
+
+
+def _pair(a, b, fn="operand"):
     """Two operands as tensors; a Python scalar takes the other's dtype (and
-    must fit it: a scalar never changes a tensor's dtype)."""
+    must fit it: a scalar never changes a tensor's dtype).  fn names the op in
+    messages."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = tensor(a)
 
     def conv(s, like):
         if not _is_scalar(s):
-            return _as_tensor_like(s, like)
+            return _as_tensor_like(s, like, fn)
         if not like.dtype.is_floating_point and not isinstance(s, numbers.Integral) \
                 and not float(s).is_integer():
-            raise DTypeError(f"scalar {s} is not an integer and the tensor is {like.dtype.name} "
-                             f"(a scalar never changes a tensor's dtype; convert with to_dtype)")
-        return _full_like_scalar(s, like)
+            raise DTypeError(f"{fn}: scalar {s} is not an integer and the tensor is "
+                             f"{like.dtype.name} (a scalar never changes a tensor's dtype; "
+                             f"convert with to_dtype)")
+        return _full_like_scalar(s, like, fn)
 
     return (a, conv(b, a)) if isinstance(a, Tensor) else (conv(a, b), b)
 
@@ -1877,13 +1942,13 @@ def _pair(a, b):
 def maximum(a: Any, b: Any) -> Tensor:
     """Elementwise max with broadcasting (NaN propagates); where a and b tie
     each gets half the gradient."""
-    return _binary(lib.AD_OP_MAXIMUM, *_pair(a, b))
+    return _binary(lib.AD_OP_MAXIMUM, *_pair(a, b, "maximum"))
 
 
 def minimum(a: Any, b: Any) -> Tensor:
     """Elementwise min with broadcasting (NaN propagates); where a and b tie
     each gets half the gradient."""
-    return _binary(lib.AD_OP_MINIMUM, *_pair(a, b))
+    return _binary(lib.AD_OP_MINIMUM, *_pair(a, b, "minimum"))
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
@@ -1892,7 +1957,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     branch never reaches it."""
     if not isinstance(cond, Tensor):
         cond = tensor(cond, dtype=_dt.bool_)
-    a, b = _pair(a, b)
+    a, b = _pair(a, b, "where")
     return _call(lib.AD_OP_WHERE, (cond, a, b))
 
 

@@ -313,3 +313,20 @@ def test_seed_cases_gradcheck_float64(case):
         check_grad(lambda a, b: (a @ b) * w,
                    [np.array(seq(12, 0.5, -1.0)).reshape(2, 2, 3),
                     np.array([1, 0.75, 0.5, 0.25, 0, -0.25]).reshape(1, 3, 2)])
+
+
+def test_rpow_of_zero_has_zero_gradient_where_the_exponent_is_not_negative():
+    # d 0^x = 0^x log 0 is 0 * -inf for x > 0 and -inf at x = 0: 0 where x >= 0,
+    # as pow's exponent gradient and torch's; also recorded and checkpointed
+    x = np.array([0.0, 1.0, 2.5, -1.0])
+    for dt in (ad.float64, ad.float32):
+        v = ad.Var(x, dtype=dt)
+        g = (0.0 ** v).sum().backward()[v].numpy()
+        assert g.tolist() == [0.0, 0.0, 0.0, -np.inf]
+        (gc,) = ad.grad((0.0 ** v).sum(), [v], create_graph=True)
+        assert gc.numpy().tolist() == g.tolist()
+        with ad.checkpointing("balanced"):
+            loss = (0.0 ** (v * 1.0)).sum()
+        assert loss.backward()[v].numpy().tolist() == g.tolist()
+        g2 = (2.0 ** v).sum().backward()[v].numpy()  # other bases unchanged
+        np.testing.assert_allclose(g2, 2.0 ** x * np.log(2.0), rtol=1e-6)

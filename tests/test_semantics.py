@@ -566,6 +566,34 @@ def test_integer_tensor_compared_with_a_fraction_is_a_dtype_error():
     assert (t < 2).tolist() == [True, False]
 
 
+def test_list_operands_follow_the_scalar_rule():
+    # a list or tuple operand takes the tensor's dtype only where it holds
+    # exactly (it was cast: i + [1.5, 2.5] gave [2, 4], a bool == [2, 0] all
+    # True); the error names the op
+    i, b = ad.tensor([1, 2]), ad.tensor([True, False])
+    u8 = ad.tensor(np.array([0, 7, 255], dtype=np.uint8))
+    for f, op in ((lambda: i + [1.5, 2.5], "add"), (lambda: [0.5, 1] * i, "mul"),
+                  (lambda: i == [1.5, 2], "eq"), (lambda: ad.maximum(i, (1.5, 2.5)), "maximum"),
+                  (lambda: ad.where(i > 1, i, [9.9, 9.9]), "where"),
+                  (lambda: u8 + [1.7, 1, 0], "add"), (lambda: i ** [0.5, 1], "pow")):
+        with pytest.raises(ad.DTypeError, match=rf"{op}: value .* of a (list|tuple) operand is "
+                                                 rf"not an integer"):
+            f()
+    with pytest.raises(ad.OutOfBoundsError, match=r"eq: value 2 of a list operand is out of "
+                                                  r"bounds for bool \(range 0..1\)"):
+        b == [2, 0]
+    with pytest.raises(ad.OutOfBoundsError, match="add: value 256 .* uint8"):
+        u8 + [256, 0, 0]
+    assert (i + [1.0, 2.0]).tolist() == [2, 4] and (b == [1, 0]).tolist() == [True, True]
+    assert (ad.tensor([1.0, 2.0]) + (1, 2)).tolist() == [2.0, 4.0]
+    # an operand no op takes is Python's to compare: == is False, `in` works
+    t = ad.tensor([1.0, 2.0])
+    assert (t == None) is False and (t != "a") is True  # noqa: E711
+    assert t in [None, t] and t not in [None, "x"]
+    with pytest.raises(TypeError):
+        t < None
+
+
 def test_subtracting_a_numpy_unsigned_scalar():
     assert (ad.tensor([1.0, 2.0]) - np.uint8(3)).tolist() == [-2.0, -1.0]
 
@@ -625,3 +653,58 @@ def test_default_generator_in_forked_children():
         np.testing.assert_array_equal(child, parent)
     finally:
         _t._gen_state, _t._gen_from_os = saved
+
+
+def test_logsumexp_keeps_nan_and_reduces_every_dim_for_none():
+    # an infinite maximum was returned as is even when a NaN (skipped by the
+    # maximum) was in the lane; None / () / [] reduced nothing
+    nan, inf = np.nan, np.inf
+    for row, want in (([nan], nan), ([nan, nan], nan), ([-inf, nan], nan), ([inf, nan], nan),
+                      ([1.0, nan], nan), ([inf, 1.0], inf), ([-inf, -inf], -inf),
+                      ([-inf, 2.0], 2.0)):
+        for dt in ("float32", "float64"):
+            a = np.array(row, dtype=dt)
+            for t in (ad.tensor(a), ad.tensor(np.stack([a, a], 1)).t()):  # a lane, strided lanes
+                got = t.logsumexp(-1).numpy()
+                np.testing.assert_array_equal(got, np.full(got.shape, want, dtype=dt), err_msg=row)
+    t = ad.tensor(np.arange(6.0).reshape(2, 3))
+    want = np.log(np.exp(np.arange(6.0)).sum())
+    for dim in (None, (), []):
+        np.testing.assert_allclose(t.logsumexp(dim).numpy(), want, rtol=1e-12)
+    assert t.logsumexp(None, keepdim=True).shape == (1, 1)
+    with pytest.raises(ad.InvalidArgumentError, match="logsumexp: dim -2 given twice"):
+        t.logsumexp((0, -2))
+    # var and std over () are over every dim, as mean and sum are
+    np.testing.assert_allclose(t.var(()).item(), np.arange(6.0).var(ddof=1))
+    np.testing.assert_allclose(t.std(()).item(), np.arange(6.0).std(ddof=1))
+
+
+def test_zero_d_tensors_take_dims_0_and_minus_1():
+    # torch's rule; flip, transpose and var of a 0-d tensor raised a bare IndexError
+    s = ad.tensor(3.0)
+    for d in (0, -1):
+        assert s.sum(d).item() == 3.0 and s.mean(d).item() == 3.0 and s.max(d).item() == 3.0
+        assert s.flip(d).item() == 3.0 and s.transpose(d, 0).item() == 3.0
+        assert s.logsumexp(d).item() == 3.0 and np.isnan(s.var(d).item())
+        for f in (lambda: s.narrow(d, 0, 1), lambda: s.split(1, d), lambda: s.chunk(1, d)):
+            with pytest.raises(ad.ShapeError, match="needs a tensor of at least 1 dim"):
+                f()
+    with pytest.raises(ad.OutOfRangeError):
+        s.sum(1)
+    with pytest.raises(ad.InvalidArgumentError, match=r"flip: dims \(0, 0\) name a dim twice"):
+        ad.ones(2, 3).flip((0, 0))
+
+
+def test_integer_clamp_bounds_are_exact_and_in_range():
+    x = ad.tensor([2 ** 62 + 1, 2 ** 53])
+    assert x.clamp(max=2 ** 62 + 1).tolist() == [2 ** 62 + 1, 2 ** 53]
+    assert x.clamp(min=2 ** 53 + 1).tolist() == [2 ** 62 + 1, 2 ** 53 + 1]
+    assert x.clamp(2 ** 53 + 1, 2 ** 62).tolist() == [2 ** 62, 2 ** 53 + 1]
+    u = ad.tensor(np.array([0, 7, 255], dtype=np.uint8))
+    assert u.clamp(1, 9).tolist() == [1, 7, 9]
+    # a bound past the range on its own side limits nothing; on the other side
+    # no element could take it (it clamped a uint8 to 0 for max=-1)
+    assert u.clamp(-5, 1000).tolist() == [0, 7, 255] and x.clamp(-2 ** 70).tolist() == x.tolist()
+    for kw in ({"max": -1}, {"min": 300}):
+        with pytest.raises(ad.OutOfBoundsError, match="clamp: bound .* uint8 .* no element"):
+            u.clamp(**kw)

@@ -449,7 +449,12 @@ BACKWARD(pow_scalar) {
     GRAD(0, e == 0.0 ? SCALE(G, 0.0) : MUL(SCALE(OPS(POW_SCALAR, X(0), e - 1.0), e), G));
 }
 /* d s^x = s^x ln(s) g = out ln(s) g */
-BACKWARD(pow_rscalar) { GRAD(0, MUL(SCALE(Y, log(FA[0])), G)); }
+/* d s^x = g s^x log s; at s = 0, 0 where x >= 0 (s^x is 0 or 1 there, and
+   0 * log 0 would be NaN: pow's rule for its exponent, and torch's) */
+BACKWARD(pow_rscalar) {
+    const ad_tensor *d = MUL(SCALE(Y, log(FA[0])), G);
+    GRAD(0, FA[0] == 0 ? WHERE(CMP(GE, X(0), 0.0), C(0), d) : d);
+}
 
 /* ---- reductions (iargs {keepdim, dims...}) --------------------------------------------- */
 /* t reshaped to x's shape with the reduced dims kept as 1 */

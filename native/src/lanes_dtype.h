@@ -23,7 +23,9 @@ static void S(lse)(const void *px, int64_t sx, void *py, int64_t sy, int64_t len
     double m = S(lane_max_dbl)(X, sx, len), shift = isfinite(m) ? m : 0.0;
     double acc = 0;
     for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);
-    *(T *)py = (T)(isinf(m) ? m : shift + log(acc));
+    /* an infinite maximum is the result, unless a NaN (skipped by the
+       maximum, an all-NaN lane's being -inf) made the terms' sum NaN */
+    *(T *)py = (T)(isinf(m) && acc == acc ? m : shift + log(acc));
 }
 
 /* flag 0: softmax, 1: log_softmax */

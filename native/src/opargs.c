@@ -109,7 +109,7 @@ ad_status reduce_args_decode(int op, const int64_t *ia, int n_iargs, const ad_te
         for (int i = 0; i < x->ndim; i++) r->reduced[i] = true;
     for (int i = 0; i < ndims; i++) {
         int64_t d = dims[i];
-        if (d < -x->ndim || d >= (x->ndim ? x->ndim : 1) || (x->ndim == 0 && d != 0 && d != -1))
+        if (x->ndim ? d < -x->ndim || d >= x->ndim : d != 0 && d != -1) /* 0-d: 0 or -1 */
             return ad_fail(AD_ERR_INDEX, "%s: dim %lld out of range for %s (%d dims)",
                            OP_NAME(op), (long long)d, ad_tdesc(x), x->ndim);
         if (x->ndim == 0) continue;
