@@ -72,6 +72,12 @@ def to_dlpack(t: "Tensor", stream: Any = None, max_version: Optional[Tuple[int, 
             raise BufferError(f"__dlpack__: a pyautodiff tensor lives on the CPU (1, 0); "
                               f"device {dev} was requested")
     versioned = 1 if _version_at_least_1(max_version) else 0
+    if copy is None and any(st < 0 for st in t.strides):
+        # a view with negative strides (flip) goes as a copy when the consumer
+        # leaves it to us: torch 2.13's from_dlpack / as_tensor abort the
+        # process on one (numpy's own reversed views too); copy=False still
+        # gets the view
+        copy = True
     if copy:
         # a fresh contiguous copy the consumer may own outright
         t = _call(lib.AD_OP_COPY, (t.detach(),))

@@ -710,8 +710,9 @@ class Tensor:
         """A DLPack capsule sharing this tensor's memory (zero-copy; the
         capsule keeps the storage alive until its consumer is done).  A
         versioned capsule, flagged read-only, when max_version >= (1, 0),
-        else a legacy one.  copy=True exports a copy; stream must be None and
-        dl_device None or (1, 0) (CPU)."""
+        else a legacy one.  copy=True exports a copy, and so does copy=None for
+        a view with negative strides (torch aborts on those; copy=False still
+        shares it); stream must be None and dl_device None or (1, 0) (CPU)."""
         return _interop.to_dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):

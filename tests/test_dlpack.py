@@ -79,8 +79,10 @@ def ad_layouts(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_np_from_dlpack_of_a_tensor_is_zero_copy_and_read_only(dtype):
+    # (a view with negative strides shares only with copy=False: left to us,
+    # it goes as a copy, which torch can take; see below)
     for name, t in ad_layouts(dtype):
-        b = np.from_dlpack(t)
+        b = np.from_dlpack(t, copy=False) if name == "flipped" else np.from_dlpack(t)
         assert b.dtype == np.dtype(dtype) and b.shape == t.shape, name
         np.testing.assert_array_equal(b, t.numpy())
         if t.numel():
@@ -236,6 +238,34 @@ def test_torch_legacy_capsule_and_device():
     np.testing.assert_array_equal(t.numpy(), x.numpy())
     y = torch.from_dlpack(ad.ones((2, 2)))
     assert y.device.type == "cpu"
+
+
+def test_negative_strides_export_a_copy_unless_copy_false():
+    # a flipped view goes as a contiguous copy when the consumer leaves the
+    # choice to us (torch 2.13 aborts the process on negative strides);
+    # copy=False still shares it, negative strides and all
+    x = ad.arange(20).to_dtype("float64").reshape(4, 5).flip(0)
+    n = np.from_dlpack(x)
+    assert n.strides == (40, 8) and addr(x) != n.__array_interface__["data"][0]
+    np.testing.assert_array_equal(n, x.numpy())
+    v = np.from_dlpack(x, copy=False)
+    assert v.strides == (-40, 8) and v.__array_interface__["data"][0] == addr(x)
+    y = ad.tensor(np.arange(6.0).reshape(2, 3)).t()  # positive strides: still shared
+    assert np.from_dlpack(y).__array_interface__["data"][0] == addr(y)
+
+
+def test_torch_takes_a_flipped_tensor():
+    pytest.importorskip("torch")
+    script = textwrap.dedent("""
+        import numpy as np, torch, pyautodiff as ad
+        x = ad.arange(20).to_dtype("float64").reshape(4, 5).flip(0)
+        for t in (torch.from_dlpack(x), torch.as_tensor(x)):
+            assert np.array_equal(t.numpy(), x.numpy())
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
 # ---- ad.from_numpy ----------------------------------------------------------------
