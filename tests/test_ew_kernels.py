@@ -876,18 +876,22 @@ def test_unary_ops_of_a_broadcast_input_run_once_per_element(threads):
 
 
 def test_lanes_of_a_transposed_tensor_run_on_a_copy():
-    """softmax, log_softmax, logsumexp and cumsum along the last dim of a
-    transposed tensor (lanes a stride apart) run on a contiguous copy from
-    4096 elements on, below on the strided lanes: either way the contiguous
-    tensor's bits."""
+    """softmax, log_softmax, logsumexp and cumsum along any dim of a
+    transposed or permuted tensor (its last dim a stride apart) run on a
+    contiguous copy from 4096 elements on, below on the strided lanes: either
+    way the contiguous tensor's bits."""
     rng = np.random.default_rng(22)
     F = ad.nn.functional
-    for shape in [(4, 40, 33), (3, 5, 7), (200, 64)]:
+    for shape, perm in [((4, 40, 33), None), ((3, 5, 7), None), ((200, 64), None),
+                        ((4, 9, 12, 20), (0, 2, 3, 1)), ((5, 6, 7, 30), (3, 2, 1, 0))]:
         for dt in (np.float32, np.float64):
             a = rng.standard_normal(shape).astype(dt)
-            perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
-            x = ad.tensor(np.ascontiguousarray(a.transpose(perm))).permute(perm)
+            if perm is None:
+                perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+            inv = tuple(int(i) for i in np.argsort(perm))
+            x = ad.tensor(np.ascontiguousarray(a.transpose(perm))).permute(inv)
             xc = ad.tensor(a)
-            for op in (lambda t: F.softmax(t, -1), lambda t: F.log_softmax(t, -1),
-                       lambda t: t.logsumexp(-1), lambda t: t.cumsum(-1)):
-                assert op(x).numpy().tobytes() == op(xc).numpy().tobytes(), (shape, dt)
+            for d in range(-1, -len(shape) - 1, -1):
+                for op in (lambda t: F.softmax(t, d), lambda t: F.log_softmax(t, d),
+                           lambda t: t.logsumexp(d), lambda t: t.cumsum(d)):
+                    assert op(x).numpy().tobytes() == op(xc).numpy().tobytes(), (shape, dt, d)

@@ -118,12 +118,21 @@ static int softmax_simd(const float *X, int64_t sx, float *Y, int64_t sy, int64_
     if (sx == 1 && sy == 1) return simd_row(X, Y, len, flag);
     float m = lane_max_f32(X, sx, len);
     if (!isfinite(m)) return 0;
+    /* the finish of row_softmax (simd_math.h) one element at a time, so that
+       a lane a stride apart gets a contiguous lane's bits: x - lz as (x - hi)
+       - lo, and y / sum as y hi + y lo in one FMA (row_scale), lz and 1 / sum
+       split into two floats (a double x - lz rounded once differed by an ulp) */
     if (flag) {
         double lz = (double)m + log(exp_terms_f32(X, sx, NULL, 0, len, m));
-        for (int64_t i = 0; i < len; i++) Y[i * sy] = (float)((double)X[i * sx] - lz);
+        const float hi = (float)lz, lo = (float)(lz - hi);
+        for (int64_t i = 0; i < len; i++) Y[i * sy] = (X[i * sx] - hi) - lo;
     } else {
         double inv = 1.0 / exp_terms_f32(X, sx, Y, sy, len, m);
-        for (int64_t i = 0; i < len; i++) Y[i * sy] = (float)((double)Y[i * sy] * inv);
+        const float hi = (float)inv, lo = (float)(inv - hi);
+        if (inv >= 0x1p-60 && inv <= 0x1p60)
+            for (int64_t i = 0; i < len; i++) Y[i * sy] = fmaf(Y[i * sy], hi, Y[i * sy] * lo);
+        else
+            for (int64_t i = 0; i < len; i++) Y[i * sy] = (float)((double)Y[i * sy] * inv);
     }
     return 1;
 }
@@ -342,13 +351,17 @@ static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **
     ad_status st = lane_args_decode(a->op, a->iargs, x, &la);
     if (st) return st;
     int nd = x->ndim ? x->ndim : 1, dim = la.dim;
-    /* Lanes along x's last dim a stride apart (a transposed x) run on a
-       contiguous copy made by the tile transposes (strided.c copy_plane),
-       where the kernels read whole vectors: float32 (256, 64, 64).permute(0,
-       2, 1), Zen 4, 1 thread, softmax(-1) 3258 -> 925 us, log_softmax(-1)
-       3472 -> 1008 (the contiguous tensor's: 748-960, 849-1112).  The same
-       bits as the strided lanes, which give the contiguous input's. */
-    if (x->ndim && dim == nd - 1 && xstr_last_far(x) && x->numel >= LANES_COPY_MIN) {
+    /* Lanes of an x whose last dim steps far while another is contiguous (a
+       transposed or permuted x) run on a contiguous copy made by the tile
+       transposes (strided.c copy_plane), where the kernels read whole vectors
+       and write the output's lanes side by side: float32 (256, 64,
+       64).permute(0, 2, 1), Zen 4, 1 thread, softmax(-1) 3258 -> 925 us,
+       log_softmax(-1) 3472 -> 1008 (the contiguous tensor's: 748-960,
+       849-1112); (32, 64, 28, 28).permute(0, 2, 3, 1) softmax(1) 7269 ->
+       1830 us (torch 3457-3620), .permute(3, 2, 1, 0) 27546 -> 3669 (torch
+       6481-6815).  The same bits as the strided lanes, which give the
+       contiguous input's. */
+    if (x->ndim && xstr_last_far(x) && x->numel >= LANES_COPY_MIN) {
         ad_tensor *xc;
         if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &xc))) return st;
         ad_copy_strided(x, xc->storage->data);
