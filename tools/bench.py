@@ -162,7 +162,9 @@ def child(args):
     rng = np.random.default_rng(0)
 
     def libs_for(np_fn, ad_fn, torch_fn=None):
-        fns = {"pyautodiff": ad_fn, "numpy": np_fn}
+        fns = {"pyautodiff": ad_fn}
+        if np_fn is not None:
+            fns["numpy"] = np_fn
         if torch is not None and torch_fn is not None:
             fns["torch"] = torch_fn
         return fns
@@ -426,6 +428,21 @@ def child(args):
                 ("softmax of a transposed float32 1024x1024, last dim",
                  lambda: np_softmax0(m), lambda: tm.t().softmax(-1),
                  lambda: torch.softmax(M.t(), -1))):
+            run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
+        # a 4-d activation permuted (NCHW viewed as NHWC and fully reversed):
+        # pyautodiff's outputs are contiguous, so these rows include a transpose
+        # that numpy's and torch's layout-keeping outputs skip
+        act = rng.standard_normal((32, 64, 28, 28)).astype("float32")
+        tact, ACT = ad.from_numpy(act), (torch.from_numpy(act) if torch else None)
+        nhwc, rev = (0, 2, 3, 1), (3, 2, 1, 0)
+        for name, f_np, f_ad, f_t in (
+                ("relu of a float32 (32,64,28,28).permute(3,2,1,0)",
+                 lambda: np.maximum(act.transpose(rev), 0), lambda: tact.permute(rev).relu(),
+                 lambda: ACT.permute(rev).relu()),
+                ("softmax(1) of a float32 (32,64,28,28).permute(0,2,3,1)", None,
+                 lambda: tact.permute(nhwc).softmax(1), lambda: ACT.permute(nhwc).softmax(1)),
+                ("sum(-1) of a float32 (32,64,28,28) (rows of 28)", lambda: act.sum(-1),
+                 lambda: tact.sum(-1), lambda: ACT.sum(-1))):
             run("elementwise", name, libs_for(f_np, f_ad, f_t if torch else None))
         # a loss's gradient in one pass (mse_loss backward), a broadcast bias's
         # gradient (a sum over the dims its expanded gradient repeats)
