@@ -120,7 +120,8 @@ static int buffered_inputs(const nditer *it) {
     if (!it->any_order || last < 1 || ad_cpu_isa() < AD_ISA_AVX2) return 0;
     for (int k = 1; k < it->nops; k++) {
         int64_t es = (int64_t)it->elsize[k];
-        if ((es == 4 || es == 8) && it->strides[k][last - 1] == 1 && it->strides[k][last] * es > 64)
+        if ((es == 4 || es == 8) && it->strides[k][last - 1] == 1 &&
+            it->strides[k][last] * es > 64)
             mask |= 1 << k;
     }
 #else
@@ -194,7 +195,9 @@ static void run_planes(const nditer *it, int64_t tile_r, int64_t tile_c, char **
    permuted input, such as a 4-d tensor's permute(3, 2, 1, 0) or (0, 3, 1,
    2)): that dim, moved next to the last (move_to_plane), makes the plane
    run_planes tiles (and buffers) the one where both that input and the
-   output are contiguous.  -1 when there is none. */
+   output are contiguous (float32 (32, 64, 28, 28).permute(3, 2, 1, 0), Zen
+   4, 1 thread: contiguous() 3.8-4.1 -> 1.6-1.7 ms, relu 3.4 -> 2.6).  -1
+   when there is none. */
 static int transposed_dim(const nditer *it) {
     int last = it->ndim - 1;
     if (!it->any_order || last < 2) return -1;
@@ -208,17 +211,19 @@ static int transposed_dim(const nditer *it) {
     return -1;
 }
 
-/* dim v to position ndim - 2, the others kept in order */
-static void move_to_plane(nditer *it, int v) {
-    int to = it->ndim - 2;
-    int64_t shape = it->shape[v], st[ITER_MAX_OPS];
-    for (int k = 0; k < it->nops; k++) st[k] = it->strides[k][v];
+/* it, or its copy in *moved with transposed_dim moved to position ndim - 2
+   (the other dims kept in order) */
+static const nditer *move_to_plane(const nditer *it, nditer *moved) {
+    int v = transposed_dim(it), to = it->ndim - 2;
+    if (v < 0) return it;
+    *moved = *it;
     for (int d = v; d < to; d++) {
-        it->shape[d] = it->shape[d + 1];
-        for (int k = 0; k < it->nops; k++) it->strides[k][d] = it->strides[k][d + 1];
+        moved->shape[d] = it->shape[d + 1];
+        for (int k = 0; k < it->nops; k++) moved->strides[k][d] = it->strides[k][d + 1];
     }
-    it->shape[to] = shape;
-    for (int k = 0; k < it->nops; k++) it->strides[k][to] = st[k];
+    moved->shape[to] = it->shape[v];
+    for (int k = 0; k < it->nops; k++) moved->strides[k][to] = it->strides[k][v];
+    return moved;
 }
 
 /* The pointer copies handed to fn are of all ITER_MAX_OPS slots, a size the
@@ -226,12 +231,7 @@ static void move_to_plane(nditer *it, int v) {
    memcpy call (28% of the time of a float32 (16384, 64) + (64,) add). */
 void nditer_run(const nditer *it, char **base, inner_fn fn, void *ctx) {
     nditer moved;
-    int v = transposed_dim(it);
-    if (v >= 0) {
-        moved = *it;
-        move_to_plane(&moved, v);
-        it = &moved;
-    }
+    it = move_to_plane(it, &moved);
     int nd = it->ndim, nops = it->nops, last = nd - 1;
     int64_t n = it->shape[last];
     if (n == 0) return;
@@ -341,12 +341,7 @@ void nditer_run_par(const nditer *it, char **base, inner_fn fn, void *ctx) {
 
 void nditer_run_par_cost(const nditer *it, char **base, inner_fn fn, void *ctx, int cost) {
     nditer moved; /* the dims nditer_run will walk, so that the cut is outside its planes */
-    int v = transposed_dim(it);
-    if (v >= 0) {
-        moved = *it;
-        move_to_plane(&moved, v);
-        it = &moved;
-    }
+    it = move_to_plane(it, &moved);
     int d = 0;
     while (d < it->ndim && (it->strides[0][d] == 0 || it->shape[d] < 2)) d++;
     int64_t numel = nditer_numel(it);
