@@ -385,20 +385,25 @@ def expand(t, *sizes):
 
 
 def index_select(t, dim, index):
-    """The entries of t at `index` (1-d integers) along dim."""
+    """The entries of t at `index` (1-d integers) along dim.  An index may be
+    negative, counted from the end as in numpy (torch raises); one outside
+    [-size, size) raises OutOfRangeError."""
     return _call(lib.AD_OP_INDEX_SELECT, (t, _as_index(index, "index_select")), (dim,))
 
 
 def index_add(t, dim, index, source):
-    """t with source[.., i, ..] added at index[i] along dim (repeats accumulate)."""
+    """t with source[.., i, ..] added at index[i] along dim (repeats accumulate).
+    Negative indices count from the end, as in index_select."""
     return _call(lib.AD_OP_INDEX_ADD, (t, _as_index(index, "index_add"), source), (dim,))
 
 
 def gather(t, dim, index):
-    """out[i][j] = t[index[i][j]][j] for dim 0 (PyTorch's gather)."""
+    """out[i][j] = t[index[i][j]][j] for dim 0 (PyTorch's gather).  Negative
+    indices count from the end, as in index_select."""
     return _call(lib.AD_OP_GATHER, (t, _as_index(index, "gather")), (dim,))
 
 
 def scatter_add(t, dim, index, src):
-    """t with src[i][j] added at [index[i][j]][j] for dim 0; repeats accumulate."""
+    """t with src[i][j] added at [index[i][j]][j] for dim 0; repeats accumulate.
+    Negative indices count from the end, as in index_select."""
     return _call(lib.AD_OP_SCATTER_ADD, (t, _as_index(index, "scatter_add"), src), (dim,))

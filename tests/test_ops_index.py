@@ -495,3 +495,21 @@ def test_untracked_index_ops_record_nothing():
     v = ad.Var(rand(3, 2))
     assert ad.cat([x, v]).op == "cat"
     assert v[[0, 1]].op is not None
+
+
+def test_index_ops_count_negative_indices_from_the_end():
+    # documented numpy-style (torch raises): -1 is the last entry, forward and
+    # backward alike; below -size is out of range
+    w = ad.Var(np.arange(5.0))
+    neg, pos = ad.tensor([-1, -5, -1]), ad.tensor([4, 0, 4])
+    for f in (lambda t, i: ad.index_select(t, 0, i), lambda t, i: ad.gather(t, 0, i),
+              lambda t, i: ad.index_add(t, 0, i, ad.ones(3, dtype=ad.float64)),
+              lambda t, i: ad.scatter_add(t, 0, i, ad.ones(3, dtype=ad.float64))):
+        np.testing.assert_array_equal(f(w, neg).numpy(), f(w, pos).numpy())
+        gn = (f(w, neg) * ad.tensor([1.0, 2.0, 3.0, 4.0, 5.0][:f(w, neg).shape[0]],
+                                    dtype=ad.float64)).sum().backward()[w]
+        gp = (f(w, pos) * ad.tensor([1.0, 2.0, 3.0, 4.0, 5.0][:f(w, pos).shape[0]],
+                                    dtype=ad.float64)).sum().backward()[w]
+        np.testing.assert_array_equal(gn.numpy(), gp.numpy())
+        with pytest.raises(ad.OutOfRangeError, match="index -6 is out of range"):
+            f(w, ad.tensor([-6, 0, 0]))
