@@ -965,7 +965,7 @@ class Tensor:
         code = self._dtype_code()
         r = _INT_RANGE.get(code)
         if r is not None:
-            name = _dt.BY_CODE[code].name
+            name = self.dtype.name
             if min is not None and min > r[1] or max is not None and max < r[0]:
                 b = min if min is not None and min > r[1] else max
                 raise OutOfBoundsError(f"clamp: bound {_short(b)} is out of bounds for {name} "
@@ -1102,11 +1102,11 @@ class Tensor:
                 return _call(lib.AD_OP_LOGSUMEXP, (self,), (0, 1 if keepdim else 0))
             dims = tuple(range(n))
         # several dims: move them last, merge them into one, reduce that one
-        red = sorted({_norm_dim(d, n, "logsumexp") for d in dims})
-        if len(red) < len(dims):
-            dup = next(d for i, d in enumerate(dims) if _norm_dim(d, n, "logsumexp") in
-                       {_norm_dim(e, n, "logsumexp") for e in dims[:i]})
-            raise InvalidArgumentError(f"logsumexp: dim {dup} given twice")
+        norm = [_norm_dim(d, n, "logsumexp") for d in dims]
+        for i, d in enumerate(norm):
+            if d in norm[:i]:
+                raise InvalidArgumentError(f"logsumexp: dim {dims[i]} given twice")
+        red = sorted(norm)
         keep = [d for d in range(n) if d not in red]
         x = self.permute(keep + red)
         m = 1

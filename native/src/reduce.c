@@ -333,7 +333,6 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
     ad_tensor *y;
     ad_status st = ad_tensor_empty(x->dtype, p->shape, p->ndim, &y);
     if (st) return st;
-    fill_identity(y, kind);
     const int nd = x->ndim;
     /* output strides over the input's shape: 0 on reduced dims */
     int64_t ostr[AD_MAX_DIMS], s = 1;
@@ -382,8 +381,8 @@ static ad_status reduce_into(int op, const ad_tensor *x, const reduce_args *p, i
             ad_tensor_release(y);
             return st;
         }
-        fill_identity(buf, kind);
     }
+    fill_identity(buf ? buf : y, kind); /* y, when buffered, is all copied from buf */
     for (int w = 0; w < nd; w++) {
         int d = walk[w];
         wshape[w] = shape[d], wx[w] = T_STRIDES(x)[d], wo[w] = buf ? bstr[d] : ostr[d];
