@@ -1201,9 +1201,15 @@ class Tensor:
         if n == 0:
             raise ShapeError("narrow: needs a tensor of at least 1 dim, got a 0-d tensor")
         size = self.shape[d]
-        if start < 0:
-            start += size
-        return _call(lib.AD_OP_SLICE, (self,), (d, start, 1, length))
+        start = _int_arg(start, "narrow", "start")
+        length = _int_arg(length, "narrow", "length")
+        # torch's range: start in [-size, size], so an empty view may start at
+        # the end but not past it
+        first = start + size if start < 0 else start
+        if not -size <= start <= size or length < 0 or first + length > size:
+            raise OutOfRangeError(f"narrow: start {start}, length {length} out of range for dim "
+                                  f"{d} (size {size}) of {self.dtype.name} {self.shape}")
+        return _call(lib.AD_OP_SLICE, (self,), (d, first, 1, length))
 
     def broadcast_to(self, *shape: ShapeArg) -> Tensor:
         """A view broadcast to `shape` with numpy's rules (size-1 dims repeat at no
@@ -1610,12 +1616,15 @@ def _check_np_dtype(arr, dtype):
 
 def tensor(data: Any, dtype: Optional[DTypeLike] = None) -> Tensor:
     """A new tensor from nested lists, scalars, numpy arrays or a Tensor (copied).
-    Python floats give float32, Python ints int64, unless dtype says otherwise."""
+    Python floats give float32, Python ints int64, unless dtype says otherwise;
+    numpy arrays, and numpy scalars of a dtype pyautodiff has (np.float64(x),
+    np.int32(x), ...), keep their dtype, as in torch."""
     if isinstance(data, Tensor):
         t = data.to_dtype(dtype) if dtype is not None else data
         return _call(lib.AD_OP_COPY, (t.detach(),))
-    if isinstance(data, np.ndarray):
-        return _from_numpy_copy(data, dtype)
+    if isinstance(data, np.ndarray) or (isinstance(data, np.generic) and dtype is None
+                                        and data.dtype.type in _dt.NUMPY_TYPES):
+        return _from_numpy_copy(np.asarray(data), dtype)
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError, OverflowError) as e:

@@ -212,15 +212,28 @@ def test_reduce_empty():
 # ---- indices -----------------------------------------------------------------------------------
 def test_narrow_out_of_range():
     a = ones23()
-    with pytest.raises(IndexError, match=r"(narrow|slice): 5 elements from 2 by step 1 out of "
-                                         r"range for dim 1 of float32 \(2, 3\)"):
+    with pytest.raises(IndexError, match=r"narrow: start 2, length 5 out of range for dim 1 "
+                                         r"\(size 3\) of float32 \(2, 3\)"):
         a.narrow(1, 2, 5)
-    with pytest.raises(IndexError, match=r"(narrow|slice).*-1 elements"):
+    with pytest.raises(IndexError, match=r"narrow: start 0, length -1 out of range"):
         a.narrow(1, 0, -1)
     with pytest.raises(IndexError, match=r"narrow: dim 3 out of range"):
         a.narrow(3, 0, 1)
-    with pytest.raises(IndexError, match=r"(narrow|slice).*out of range"):
+    with pytest.raises(IndexError, match=r"narrow: start 3, length 1 out of range"):
         a.narrow(0, 3, 1)
+    # torch's range for start is [-size, size]: an empty view may start at the
+    # end, not past it (a start of 5 with length 0 used to give an empty view)
+    for start in (4, 5, -4):
+        with pytest.raises(IndexError, match=rf"narrow: start {start}, length 0 out of range"):
+            a.narrow(1, start, 0)
+    assert a.narrow(1, 3, 0).shape == (2, 0)
+    assert a.narrow(1, -3, 3).shape == (2, 3)
+    with pytest.raises(IndexError, match=r"narrow: start -1, length 2 out of range"):
+        a.narrow(1, -1, 2)
+    with pytest.raises(TypeError, match=r"narrow: start must be an int, got 'a' \(str\)"):
+        a.narrow(1, "a", 1)
+    with pytest.raises(TypeError, match=r"narrow: length must be an int, got 1.5"):
+        a.narrow(1, 0, 1.5)
 
 
 def test_index_out_of_range():
