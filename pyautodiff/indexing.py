@@ -85,13 +85,10 @@ def numpy_key(key):
     if isinstance(key, tuple):
         return tuple(numpy_key(k) for k in key)
     if isinstance(key, Tensor):
-        a = key.numpy()
-        if a.dtype.kind not in "iub":
-            raise IndexError(f"index: tensors used as indices must be integer or bool, got "
-                             f"{a.dtype}")
+        a = _index_array(key)
         return a if a.ndim else a.item()
-    if isinstance(key, list):
-        return np.asarray([k.numpy() if isinstance(k, Tensor) else k for k in key])
+    if isinstance(key, list):  # [] too: an empty integer index, as numpy's t[[]]
+        return _index_array([k.numpy() if isinstance(k, Tensor) else k for k in key])
     return key
 
 
@@ -105,17 +102,22 @@ def _is_advanced(k):
 
 
 def _index_array(k):
-    """An advanced index as a numpy int64 or bool array."""
-    a = np.asarray(k)
-    if a.dtype == object:
-        raise IndexError("index: ragged index lists are not supported")
+    """An advanced index (a list, array or tensor's values) as a numpy int64 or
+    bool array; IndexError for a ragged list or values of another kind."""
+    try:
+        a = np.asarray(k)
+    except ValueError:  # numpy 2 refuses ragged nesting: [[0, 1], [1]]
+        a = None
+    if a is None or a.dtype == object:
+        raise IndexError(f"index: a list index must be a rectangular nesting of ints or bools "
+                         f"(ragged or mixed lists are not supported), got {k!r}"[:240])
     if a.dtype.kind == "b":
         return a
     if a.size == 0 and a.dtype.kind == "f":
         return a.astype(np.int64)
     if a.dtype.kind not in "iu":
-        raise IndexError(f"index: tensors used as indices must be integer or bool, got "
-                         f"{a.dtype}")
+        raise IndexError(f"index: indices must be integers or bools, got {a.dtype} "
+                         f"({type(k).__name__})")
     return a.astype(np.int64)
 
 

@@ -473,6 +473,29 @@ def test_index_errors_advanced():
         x[ad.tensor([0.5])]
     with pytest.raises(IndexError):
         x[np.array([True, False])]
+    # a ragged or mixed list used to escape as numpy's ValueError (reading) or
+    # as its ValueError/IndexError (writing a Var)
+    v = ad.Var(np.zeros((3, 4), np.float32))
+    for key in ([[0, 1], [1]], [0, None]):
+        with pytest.raises(IndexError, match=r"index: a list index must be a rectangular"):
+            x[key]
+        with pytest.raises(IndexError, match=r"index: a list index must be a rectangular"):
+            v[key] = 1.0
+    with pytest.raises(IndexError, match=r"index: indices must be integers or bools, got "
+                                         r"float32 \(Tensor\)"):
+        v[ad.tensor([0.5])] = 1.0
+
+
+def test_var_setitem_empty_list_writes_nothing():
+    # numpy's x[[]] = v: an empty integer index (it used to raise, the empty
+    # list read as float64)
+    v = ad.Var(np.arange(12.0).reshape(3, 4))
+    v[[]] = 5.0
+    v[:, []] = 5.0
+    assert np_of(v).tolist() == np.arange(12.0).reshape(3, 4).tolist()
+    assert v[[]].shape == (0, 4)
+    v[[2, 0]] = ad.tensor([7.0])
+    assert np_of(v)[[0, 2]].tolist() == [[7.0] * 4] * 2
 
 
 def test_embedding():
