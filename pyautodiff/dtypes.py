@@ -55,6 +55,7 @@ bool_ = DType("bool", 5, np.bool_)
 ALL = (float32, float64, int64, int32, uint8, bool_)
 BY_CODE = {d.code: d for d in ALL}
 _BY_NUMPY = {d.numpy: d for d in ALL}
+NUMPY_TYPES = frozenset(npdt.type for npdt in _BY_NUMPY)  # numpy scalar types with an ad dtype
 _BY_NAME = {d.name: d for d in ALL}
 
 

@@ -720,6 +720,15 @@ def test_to_dtype_names_and_default_dtypes():
     assert ad.tensor([1.0, 2.0]).dtype == ad.float32
     assert ad.tensor([1, 2]).dtype == ad.int64
     assert ad.tensor([True, False]).dtype == ad.bool
+    # numpy scalars keep a dtype pyautodiff has (np.float64(0.1) used to give
+    # float32, dropping the value's low bits); others convert as Python numbers
+    for v, dt in [(np.float64(0.1), ad.float64), (np.float32(2), ad.float32),
+                  (np.int32(3), ad.int32), (np.uint8(5), ad.uint8), (np.bool_(True), ad.bool),
+                  (np.float16(1), ad.float32), (np.int16(2), ad.int64)]:
+        assert ad.tensor(v).dtype == dt and ad.tensor(v).shape == () and ad.tensor(v).item() == v
+    assert ad.tensor(np.float64(0.1)).item() == 0.1
+    assert ad.Var(np.float64(0.1)).dtype == ad.float64
+    assert ad.tensor(np.float64(0.1), dtype="float32").dtype == ad.float32
     t = ad.tensor([1.5, -2.5])
     for name in ["float64", np.float64, ad.float64, "int32", ad.int32]:
         r = t.to_dtype(name)
