@@ -95,6 +95,31 @@ with np.errstate(all="ignore"):
                     db = np.asarray(gr[bv])
                     close(tag + " dbias", db, g64.sum(0), 1e-4, 1e-5 * rows)
                     out.append(db.tobytes())
+    # rows whose deviations' squares overflow (float32 past 2^64, float64 past
+    # 2^511) are summed again scaled: layer_norm of x * 2^e is layer_norm of x
+    # (exactly: a power of two), and its gradient 2^-e times x's (both were 0)
+    for dt, e in ((np.float32, 70), (np.float32, 120), (np.float64, 520), (np.float64, 1000)):
+        for cols in (1, 5, 17, 131):
+            x = rng.standard_normal((2, cols)).astype(dt)
+            g = rng.standard_normal((2, cols)).astype(dt)
+            big = x * dt(2.0) ** e
+            assert np.isfinite(big).all()
+            ys, dxs = [], []
+            # eps is negligible at the big scale: x's reference takes none
+            for a, eps in ((x, 0.0 if cols > 1 else 1e-5), (big, 1e-5)):
+                xv = ad.Var(a)
+                y = ad.nn.layer_norm(xv, cols, eps=eps)
+                ys.append(np.asarray(y))
+                dxs.append(np.asarray((y * ad.from_numpy(g)).sum().backward()[xv]))
+            tag = f"layer_norm {np.dtype(dt).name} rows * 2^{e} cols={cols}"
+            tol = 1e-5 if dt == np.float32 else 1e-12
+            x64 = x.astype(np.float64)
+            xh = (x64 - x64.mean(1, keepdims=True)) / x64.std(1, keepdims=True) if cols > 1 else 0 * x64
+            close(tag + " forward", ys[1], xh, tol, tol)
+            assert np.isfinite(dxs[1]).all() and (cols == 1 or np.abs(dxs[1]).max() > 0), tag
+            close(tag + " dx", dxs[1] * dt(2.0) ** e, dxs[0], 1e-3 if dt == np.float32 else 1e-9,
+                  1e-3 if dt == np.float32 else 1e-9)
+            out += [ys[1].tobytes(), dxs[1].tobytes()]
 pickle.dump((ffi.string(lib.ad_gemm_kernel()).decode(), out), sys.stdout.buffer)
 """
 

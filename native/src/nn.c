@@ -410,6 +410,36 @@ static void (*ln_rows_f32(void))(const float *, const float *, const float *, fl
            : isa == AD_ISA_AVX2 ? ad_layer_norm_rows_f32_avx2 : NULL;
 }
 
+/* the sum of ((x - m) sc)^2 over the n elements of x from base */
+static double ln_sum_sq(const void *x, int dt, int64_t base, int64_t n, double m, double sc) {
+    double ss = 0;
+    for (int64_t c = 0; c < n; c++) {
+        double d = (ld(x, dt, base + c) - m) * sc;
+        ss += d * d;
+    }
+    return ss;
+}
+
+/* The mean and 1 / sqrt(var + eps) of the n elements of x from base, in
+   double, the variance from the deviations.  Deviations past 2^511, whose
+   squares overflow (rstd would be 0 and the row 0, silently), are summed
+   again scaled by 2^-600: layer_norm does not depend on the scale, and
+   beside them the small ones' squares underflow harmlessly (the float32
+   vector rows do the same at 2^64, simd_math.h row_moments). */
+static void ln_moments(const void *x, int dt, int64_t base, int64_t n, double eps, double *mean,
+                       double *rstd) {
+    double m = 0, sc = 1.0;
+    for (int64_t c = 0; c < n; c++) m += ld(x, dt, base + c);
+    m /= (double)n;
+    double ss = ln_sum_sq(x, dt, base, n, m, sc);
+    if (isinf(ss) && isfinite(m)) {
+        sc = 0x1p-600;
+        ss = ln_sum_sq(x, dt, base, n, m, sc);
+    }
+    *mean = m;
+    *rstd = sc / sqrt(ss / (double)n + eps * sc * sc);
+}
+
 static void ln_rows(void *ctx, int64_t r0, int64_t r1) {
     const ln_job *j = ctx;
     const void *px = j->x, *pw = j->w, *pb = j->b;
@@ -421,15 +451,8 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1) {
     }
     for (int64_t r = r0; r < r1; r++) {
         int64_t base = r * dcols;
-        double mean = 0, var = 0;
-        for (int64_t c = 0; c < dcols; c++) mean += ld(px, dt, base + c);
-        mean /= (double)dcols;
-        for (int64_t c = 0; c < dcols; c++) {
-            double d = ld(px, dt, base + c) - mean;
-            var += d * d;
-        }
-        var /= (double)dcols;
-        double rstd = 1.0 / sqrt(var + j->eps);
+        double mean, rstd;
+        ln_moments(px, dt, base, dcols, j->eps, &mean, &rstd);
         for (int64_t c = 0; c < dcols; c++) {
             double v = (ld(px, dt, base + c) - mean) * rstd;
             if (pw) v *= ld(pw, dt, c);
@@ -525,14 +548,8 @@ static void ln_grad_blocks(void *ctx, int64_t b0, int64_t b1) {
         }
         for (int64_t r = r0; r < r1; r++) {
             int64_t base = r * n;
-            double mean = 0, var = 0, s1 = 0, s2 = 0;
-            for (int64_t c = 0; c < n; c++) mean += ld(j->x, dt, base + c);
-            mean /= (double)n;
-            for (int64_t c = 0; c < n; c++) {
-                double d = ld(j->x, dt, base + c) - mean;
-                var += d * d;
-            }
-            double rstd = 1.0 / sqrt(var / (double)n + j->eps);
+            double mean, rstd, s1 = 0, s2 = 0;
+            ln_moments(j->x, dt, base, n, j->eps, &mean, &rstd);
             for (int64_t c = 0; c < n; c++) {
                 double xh = (ld(j->x, dt, base + c) - mean) * rstd, g = ld(j->g, dt, base + c);
                 double gw = j->w ? g * ld(j->w, dt, c) : g;

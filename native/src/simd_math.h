@@ -922,17 +922,33 @@ static inline ln_stats row_moments(const float *x, int64_t len, double eps) {
     double m = acc16_fold(&acc) / (double)len;
     ln_stats st = {(float)m, 0.0f, 0.0f};
     st.lo = (float)(m - (double)st.hi);
-    const V MH = V_SET1(st.hi), ML = V_SET1(st.lo);
+    const V MH = V_SET1(st.hi), ML = V_SET1(st.lo), SC = V_SET1(0x1p-100f); /* see below */
     acc16_zero(&acc);
-#define SUM_D2(i, k, u)                                                    \
+#define SUM_D2(i, k, u, SCALED)                                            \
     do {                                                                   \
         V d_ = V_SUB(V_SUB(LN_LD(x, i, k), MH), ML);                       \
+        if (SCALED) d_ = V_MUL(d_, SC);                                    \
         if ((k) != VW) d_ = V_KEEP(d_, k);                                 \
         acc.a[u] = V_FMADD(d_, d_, acc.a[u]);                              \
     } while (0)
-    LN_ROW(len, SUM_D2);
+#define SUM_D2_AS_IS(i, k, u) SUM_D2(i, k, u, 0)
+#define SUM_D2_SCALED(i, k, u) SUM_D2(i, k, u, 1)
+    LN_ROW(len, SUM_D2_AS_IS);
+    double ss = acc16_fold(&acc);
+    if (isinf(ss) && isfinite(m)) {
+        /* deviations past 2^64, whose squares overflow float32 (rstd would
+           be 0 and the row 0, silently): again from the deviations scaled
+           by 2^-100, as layer_norm does not depend on the scale; beside
+           them the small ones' squares underflow harmlessly */
+        acc16_zero(&acc);
+        LN_ROW(len, SUM_D2_SCALED);
+        st.rstd = (float)(0x1p-100 / sqrt(acc16_fold(&acc) / (double)len + eps * 0x1p-200));
+        return st;
+    }
+#undef SUM_D2_SCALED
+#undef SUM_D2_AS_IS
 #undef SUM_D2
-    st.rstd = (float)(1.0 / sqrt(acc16_fold(&acc) / (double)len + eps));
+    st.rstd = (float)(1.0 / sqrt(ss / (double)len + eps));
     return st;
 }
 
