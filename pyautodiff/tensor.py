@@ -479,7 +479,10 @@ def _is_scalar(x):
     t = type(x)
     if t is float or t is int:
         return True
-    return isinstance(x, numbers.Real) and not isinstance(x, (np.ndarray, Tensor))
+    # np.timedelta64 subclasses np.signedinteger, so numbers.Integral: a
+    # duration is no number; _as_tensor_like refuses it with the other
+    # non-numeric numpy data
+    return isinstance(x, numbers.Real) and not isinstance(x, (np.ndarray, Tensor, np.timedelta64))
 
 
 def _as_tensor_like(x, like, fn="operand"):
@@ -1506,9 +1509,17 @@ class Var(Tensor):
         """var[key] = value writes in place, as Var.set (version bumped): any
         numpy index, value broadcast as numpy does."""
         key = _ix.numpy_key(key)
+        try:
+            v = np.asarray(value)
+        except ValueError as e:  # ragged nested lists
+            raise ShapeError(f"Var[...] = value: {e} (Var shape {self.shape})") from None
+        if v.dtype.kind not in "biuf":
+            # numpy's assignment would parse a string and drop an imaginary
+            # part: such values go through tensor(), which refuses them
+            v = tensor(value if v.dtype.kind == "O" else v, dtype=self.dtype).numpy()
         a = np.array(self.numpy())  # a writable copy; set() writes it back in one step
         try:
-            a[key] = np.asarray(value)
+            a[key] = v
         except IndexError as e:
             raise OutOfRangeError(f"Var[...] = value: {e} (shape {self.shape})") from None
         except ValueError as e:
@@ -1685,6 +1696,13 @@ def _from_numpy_copy(a, dtype=None):
     """A new tensor holding a copy of the numpy array a (its dtype kept)."""
     a = np.asarray(a)
     dt = _check_np_dtype(a, dtype)
+    if a.dtype.kind not in "biuf":
+        # only numbers convert: numpy's own cast to the dtype asked for would
+        # parse strings ("1.5"), drop imaginary parts, count datetimes in days
+        if a.dtype.kind != "O":
+            raise DTypeError(f"tensor: cannot convert numpy {a.dtype} data to {dt.name} (only "
+                             f"bool, integer and float arrays convert)")
+        a = _object_array(a, dt)  # Python numbers in an object array: tensor()'s rules
     if a.dtype != dt.numpy:
         if a.dtype.kind == "f" and not dt.is_floating_point and dt is not _dt.bool_:
             if not np.all(np.isfinite(a)):

@@ -326,6 +326,37 @@ def test_bad_data():
         ad.tensor(["a", object()])
 
 
+@pytest.mark.parametrize("a", [np.array([1 + 2j]), np.array(["1.5"]), np.array([b"2"]),
+                               np.array(["2020-01-01"], dtype="datetime64[D]"),
+                               np.array([3], dtype="timedelta64[s]"),
+                               np.zeros(1, dtype=[("a", "f4")])],
+                         ids=lambda a: a.dtype.str)
+def test_non_numeric_numpy_data_is_refused_not_cast(a):
+    # fuzz_args: with a dtype given (or an operand converted to a tensor's
+    # dtype), numpy's cast ran: "1.5" was parsed, 1+2j became 1.0 (a
+    # ComplexWarning at most), a datetime became its day count
+    v = ad.Var(ad.ones(1))
+    for f in (lambda: ad.tensor(a, ad.float32), lambda: ad.from_numpy(a, ad.float64),
+              lambda: ad.ones(1) + a[0], lambda: ad.ones(1) < [a[0]],
+              lambda: ad.where(ad.ones(1) > 0, ad.ones(1), a[0]), lambda: v.set(a),
+              lambda: v.__setitem__(0, a[0]), lambda: v.__setitem__(slice(None), a)):
+        with pytest.raises(ad.DTypeError, match="cannot convert numpy"):
+            f()
+    assert v.tolist() == [1.0]
+
+
+def test_numeric_object_and_float16_data_still_convert():
+    v = ad.Var(ad.ones(2))
+    v[0] = np.float16(2.5)
+    v[1:] = np.array([3.5], dtype=object)
+    assert v.tolist() == [2.5, 3.5]
+    assert ad.tensor(np.array([1.5, 2], dtype=object), ad.float64).tolist() == [1.5, 2.0]
+    with pytest.raises(ad.InvalidArgumentError, match="non-numeric"):
+        ad.from_numpy(np.array(["x"], dtype=object), ad.float32)
+    with pytest.raises(ad.DTypeError):
+        v[0] = "1.5"
+
+
 def test_huge_shape_no_allocation_attempt():
     # a clear error before any allocation (PyTorch: RuntimeError from the
     # allocator; numpy: ValueError "array is too big")
