@@ -19,7 +19,7 @@ import numpy as np
 
 from ._lib import lib
 from .errors import Error, InvalidArgumentError, OutOfRangeError, ShapeError
-from .tensor import Tensor, _call, _dims_arg, _norm_dim, from_numpy, tensor
+from .tensor import Tensor, _call, _dims_arg, _norm_dim, _shape_arg, from_numpy, tensor
 
 _CAT = lib.AD_OP_CAT
 
@@ -357,8 +357,8 @@ def flip(t, dims):
 def repeat(t, *sizes):
     """Tiles t: repeat(2, 3) of a (a, b) tensor is (2a, 3b) (PyTorch's repeat)."""
     if len(sizes) == 1 and not isinstance(sizes[0], numbers.Integral):
-        sizes = tuple(sizes[0])
-    sizes = tuple(operator.index(s) for s in sizes)
+        sizes = sizes[0]
+    sizes = _shape_arg(sizes, "sizes", "repeat")
     if len(sizes) < t.ndim:
         raise InvalidArgumentError(f"repeat: {len(sizes)} repeats given for a tensor of "
                                    f"{t.ndim} dims")
@@ -374,8 +374,8 @@ def repeat(t, *sizes):
 def expand(t, *sizes):
     """broadcast_to where -1 keeps a dim's size (PyTorch's expand)."""
     if len(sizes) == 1 and not isinstance(sizes[0], numbers.Integral):
-        sizes = tuple(sizes[0])
-    sizes = [operator.index(s) for s in sizes]
+        sizes = sizes[0]
+    sizes = list(_shape_arg(sizes, "sizes", "expand"))
     lead = len(sizes) - t.ndim
     for i, s in enumerate(sizes):
         if s == -1:

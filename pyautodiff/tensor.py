@@ -178,6 +178,10 @@ def _shape_arg(shape, name="shape", fn=None):
     where = f"{fn}: " if fn else ""
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
+    elif isinstance(shape, (str, bytes, bytearray)):
+        # a sequence, but not of sizes: "" was the shape (), b"\x02\x03" (2, 3)
+        raise ArgumentTypeError(f"{where}{name} must be an int or a sequence of ints, "
+                                f"got {shape!r}")
     try:
         out = tuple(operator.index(s) for s in shape)
     except TypeError:

@@ -77,6 +77,25 @@ def test_negative_size():
         ad.zeros((-1, 3))
 
 
+def test_str_or_bytes_shape_is_refused():
+    # fuzz_args: a str or bytes is a sequence, so it passed as a shape:
+    # Var.rand("") was a 0-d Var, zeros(b"\x02\x03") a (2, 3) tensor,
+    # pad(x, b"\x01\x01") padded by one on each side
+    t = ad.ones(1)
+    F = ad.nn.functional
+    for f in (lambda: ad.Var.rand(""), lambda: ad.zeros(b"\x02\x03"), lambda: t.reshape(""),
+              lambda: ad.full("", 1.0), lambda: t.permute(""), lambda: t.broadcast_to(b"\x01"),
+              lambda: t.expand(""), lambda: t.repeat(b"\x02"), lambda: ad.nn.LayerNorm(b"\x01"),
+              lambda: F.layer_norm(t, b"\x01"), lambda: F.pad(t, b"\x01\x01")):
+        with pytest.raises(ad.Error, match="must be .*(sequence|tuple) of ints"):
+            f()
+    with pytest.raises(ad.ArgumentTypeError, match=r"repeat: sizes .* got None"):
+        t.repeat(None)  # was a bare TypeError from operator.index
+    with pytest.raises(ad.ArgumentTypeError, match=r"expand: sizes .* got \(2, None\)"):
+        t.expand(2, None)
+    assert t.expand(3).shape == (3,) and t.repeat((2,)).shape == (2,)
+
+
 # ---- dtypes ----------------------------------------------------------------------------------
 def test_matmul_int_dtype():
     i = ad.ones((2, 2), dtype=ad.int64)

@@ -296,6 +296,8 @@ def pad(input: _Tensor, pad: _Sequence[int], mode: str = 'constant',
     fn = "pad"
     x = _need_tensor(input, fn)
     try:
+        if isinstance(pad, (str, bytes, bytearray)):  # iterable, but not of ints
+            raise TypeError
         pads = tuple(pad)
     except TypeError:
         raise InvalidArgumentError(f"{fn}: pad must be a sequence of ints, got "
@@ -589,6 +591,8 @@ def layer_norm(input: _Tensor, normalized_shape: _Any,
     if isinstance(normalized_shape, (_numbers.Integral, _np.integer)):
         normalized_shape = (normalized_shape,)
     try:
+        if isinstance(normalized_shape, (str, bytes, bytearray)):  # iterable, not of ints
+            raise TypeError
         ns = tuple(_int(n, fn, "normalized_shape") for n in normalized_shape)
     except TypeError:
         raise InvalidArgumentError(f"{fn}: normalized_shape must be an int or a sequence of "

@@ -27,6 +27,8 @@ class LayerNorm(Module):
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
         try:
+            if isinstance(normalized_shape, (str, bytes, bytearray)):  # iterable, not of ints
+                raise TypeError
             ns = tuple(normalized_shape)
         except TypeError:
             raise InvalidArgumentError(f"{name}: normalized_shape must be an int or a tuple of "
