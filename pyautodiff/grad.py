@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 from typing import Literal
 
 from ._lib import ffi, lib, raise_status
-from .errors import GraphError
+from .errors import ArgumentTypeError, GraphError
 from .tensor import Tensor, _wrap, tensor
 
 __all__ = ["GradStore", "grad", "no_grad", "enable_grad", "is_grad_enabled"]
@@ -83,6 +83,8 @@ class GradStore:
         or anything ad.tensor() accepts, converted to t's dtype.  Also spelled
         store[t] = grad.  Raises ShapeError / DTypeError when grad does not
         match t's shape / dtype."""
+        if not isinstance(t, Tensor):
+            raise TypeError(f"GradStore keys are tensors, got {type(t).__name__}")
         if not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=t.dtype)
         st = lib.ad_gradstore_insert(self._h, t._h, grad._h)
@@ -95,6 +97,8 @@ class GradStore:
 
     def remove(self, t: Tensor) -> Optional[Tensor]:
         """Removes and returns t's gradient (None when absent)."""
+        if not isinstance(t, Tensor):
+            raise TypeError(f"GradStore keys are tensors, got {type(t).__name__}")
         out = ffi.new("ad_tensor **")
         st = lib.ad_gradstore_remove(self._h, t._h, out)
         if st:
@@ -213,6 +217,21 @@ def is_grad_enabled() -> bool:
 _Tensors = Union["Tensor", Sequence["Tensor"]]
 
 
+def _tensor_seq(ts: Any, name: str) -> List[Tensor]:
+    """grad's outputs / inputs: one Tensor or a sequence of them."""
+    if isinstance(ts, Tensor):
+        return [ts]
+    try:
+        out = list(ts)
+    except TypeError:
+        raise ArgumentTypeError(f"grad: {name} must be a Tensor or a sequence of Tensors, got "
+                                f"a {type(ts).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"grad: {name}[{i}] is a {type(t).__name__}, not a Tensor")
+    return out
+
+
 @overload
 def grad(outputs: _Tensors, inputs: _Tensors, grad_outputs: Any = ...,
          create_graph: bool = ..., allow_unused: Literal[False] = ...) -> List[Tensor]: ...
@@ -242,13 +261,17 @@ def grad(outputs: Union[Tensor, Sequence[Tensor]], inputs: Union[Tensor, Sequenc
     number, ShapeError when a seed is missing for an output of more than one
     element, ShapeError / DTypeError for a seed that does not match its
     output, GraphError for an output that depends on no Var."""
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    outputs = _tensor_seq(outputs, "outputs")
+    inputs = _tensor_seq(inputs, "inputs")
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
     elif isinstance(grad_outputs, (Tensor, numbers.Number)):
         grad_outputs = [grad_outputs]  # one seed
-    grad_outputs = list(grad_outputs)
+    try:
+        grad_outputs = list(grad_outputs)
+    except TypeError:
+        raise ArgumentTypeError(f"grad: grad_outputs must be a Tensor, a number or a sequence "
+                                f"of them, got {type(grad_outputs).__name__}") from None
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
     sums: List[Any] = [None] * len(inputs)

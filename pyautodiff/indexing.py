@@ -19,7 +19,8 @@ import numpy as np
 
 from ._lib import lib
 from .errors import Error, InvalidArgumentError, OutOfRangeError, ShapeError
-from .tensor import Tensor, _call, _dims_arg, _norm_dim, _shape_arg, from_numpy, tensor
+from .errors import ArgumentTypeError
+from .tensor import Tensor, _call, _dims_arg, _int_arg, _norm_dim, _shape_arg, from_numpy, tensor
 
 _CAT = lib.AD_OP_CAT
 
@@ -249,16 +250,31 @@ def _advanced_getitem(t, key):
 def _as_index(index, op):
     if isinstance(index, Tensor):
         return index
-    a = np.asarray(index)
+    try:
+        a = np.asarray(index)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"{op}: cannot make an index of {type(index).__name__}: {e}") from None
     if a.dtype.kind not in "iu" and not (a.size == 0):
         raise IndexError(f"{op}: the index must hold integers, got {a.dtype}")
     return tensor(a.astype(np.int64), dtype="int64")
 
 
+def _need_tensor(t, op):
+    """t itself: the module-level forms (ad.split(t, ...)) take any first
+    argument, which the Tensor methods they call would not name."""
+    if not isinstance(t, Tensor):
+        raise ArgumentTypeError(f"{op}: input is a {type(t).__name__}, not a Tensor")
+    return t
+
+
 def _tensor_list(tensors, op):
     if isinstance(tensors, Tensor):
         raise TypeError(f"{op}: takes a sequence of tensors, got one tensor")
-    ts = list(tensors)
+    try:
+        ts = list(tensors)
+    except TypeError:
+        raise ArgumentTypeError(f"{op}: takes a sequence of tensors, got a "
+                                f"{type(tensors).__name__}") from None
     for i, t in enumerate(ts):
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
@@ -270,7 +286,7 @@ def cat(tensors, dim=0):
     ts = _tensor_list(tensors, "cat")
     if not ts:
         raise InvalidArgumentError("cat: needs at least one tensor")
-    return _cat(ts, operator.index(dim))
+    return _cat(ts, _int_arg(dim, "cat", "dim"))
 
 
 def _cat(ts, dim, size=None):
@@ -308,7 +324,7 @@ def stack(tensors, dim=0):
 def split(t, split_size_or_sections, dim=0):
     """Views of consecutive pieces along dim: pieces of one size (the last may
     be smaller) or of the listed sizes."""
-    d = _norm_dim(dim, t.ndim, "split")
+    d = _norm_dim(dim, _need_tensor(t, "split").ndim, "split")
     if t.ndim == 0:
         raise ShapeError("split: needs a tensor of at least 1 dim, got a 0-d tensor")
     n = t.shape[d]
@@ -318,7 +334,7 @@ def split(t, split_size_or_sections, dim=0):
             raise InvalidArgumentError(f"split: split size must be positive, got {size}")
         sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
     else:
-        sizes = [operator.index(s) for s in split_size_or_sections]
+        sizes = list(_shape_arg(split_size_or_sections, "split_size_or_sections", "split"))
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise ShapeError(f"split: sizes {sizes} do not add up to {n} (dim {d} of shape "
                              f"{t.shape})")
@@ -331,7 +347,8 @@ def split(t, split_size_or_sections, dim=0):
 
 def chunk(t, chunks, dim=0):
     """At most `chunks` views of equal size (the last may be smaller)."""
-    chunks = operator.index(chunks)
+    _need_tensor(t, "chunk")
+    chunks = _int_arg(chunks, "chunk", "chunks")
     if chunks <= 0:
         raise InvalidArgumentError(f"chunk: chunks must be positive, got {chunks}")
     d = _norm_dim(dim, t.ndim, "chunk")
@@ -343,8 +360,8 @@ def chunk(t, chunks, dim=0):
 
 def flip(t, dims):
     """Reverses the order along dims (a view with negative strides)."""
-    out = t
-    given = [_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims)]
+    out = _need_tensor(t, "flip")
+    given = [_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims, "flip")]
     if len(set(given)) < len(given):
         raise InvalidArgumentError(f"flip: dims {tuple(_dims_arg(dims))} name a dim twice")
     for d in set(given):

@@ -207,14 +207,20 @@ def _shape_varargs(shape, fn):
     return _shape_arg(shape, "shape", fn)
 
 
-def _dims_arg(dim):
+def _dims_arg(dim, fn="dim"):
     if dim is None:
         return ()
     if type(dim) is int:  # the common case, before the slower ABC check
         return (dim,)
-    if isinstance(dim, numbers.Integral):
-        return (operator.index(dim),)
-    return tuple(operator.index(d) for d in dim)
+    try:
+        if isinstance(dim, numbers.Integral):
+            return (operator.index(dim),)
+        if isinstance(dim, (str, bytes, bytearray)):
+            raise TypeError
+        return tuple(operator.index(d) for d in dim)
+    except TypeError:
+        raise ArgumentTypeError(f"{fn}: dim must be an int or a tuple of ints, got "
+                                f"{repr(dim)[:60]}") from None
 
 
 def _call(op, inputs, iargs=(), fargs=()):
@@ -229,7 +235,11 @@ def _call(op, inputs, iargs=(), fargs=()):
     try:
         st = _ad_op_call(op, [t._h for t in inputs], len(inputs), iargs or _NULL, len(iargs),
                          fargs or _NULL, len(fargs), out)
-    except (OverflowError, TypeError) as e:  # cffi could not convert an argument
+    except _ReleasedError:  # (an AttributeError) a released input says so itself
+        raise
+    # cffi could not convert an argument; AttributeError: an input without a
+    # handle (ad.flip(np_array, 0), F.dropout([1.0])), named by _arg_error
+    except (OverflowError, TypeError, AttributeError) as e:
         raise _arg_error(op, inputs, iargs, fargs, e) from None
     return _result(st, out)
 
@@ -259,7 +269,7 @@ def _arg_error(op, inputs, iargs, fargs, e):
         try:
             float(v)
         except OverflowError:
-            return OutOfBoundsError(f"{name}: float argument {i} = {v} is out of the float64 "
+            return OutOfBoundsError(f"{name}: float argument {i} = {_short(v)} is out of the float64 "
                                     f"range")
     return ArgumentTypeError(f"{name}: bad argument ({e})")
 
@@ -330,7 +340,11 @@ def _scalar_call(op, x, s):
         out = _tls.out
     except AttributeError:
         out = _out()
-    return _result(_ad_scalar(op, x._h, s, out), out)
+    try:
+        st = _ad_scalar(op, x._h, s, out)
+    except (OverflowError, TypeError) as e:  # cffi could not convert s (t.elu(None))
+        raise _arg_error(op, (x,), (), (s,), e) from None
+    return _result(st, out)
 
 
 _INT_RANGE = {d.code: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max))
@@ -501,7 +515,10 @@ def _as_tensor_like(x, like, fn="operand"):
         # takes like's dtype, under the scalars' rule: a value that dtype cannot
         # hold exactly (a fraction for an integer or bool tensor, a number out of
         # its range) raises rather than being truncated or wrapped
-        a = np.asarray(x)
+        try:
+            a = np.asarray(x)
+        except ValueError as e:  # ragged nested lists
+            raise ShapeError(f"{fn}: cannot convert a {type(x).__name__} operand: {e}") from None
         dt = like.dtype
         if a.dtype.kind not in "biufc":  # ints past int64 and the like: tensor() says
             return tensor(x, dtype=dt)
@@ -622,7 +639,11 @@ class Tensor:
         Raises IndexError for a dim out of range.
         """
         s = self.shape
-        return s if dim is None else s[dim]
+        if dim is None:
+            return s
+        if not s:  # _norm_dim lets a 0-d tensor take dims 0 and -1; it has no size
+            raise OutOfRangeError(f"size: dim {dim!r} out of range for a 0-d tensor")
+        return s[_norm_dim(dim, len(s), "size")]
 
     @property
     def strides(self) -> Tuple[int, ...]:
@@ -849,7 +870,11 @@ class Tensor:
             grad = tensor(grad, dtype=self.dtype)
         # the tensors themselves are held (not only their handles) until the
         # native call returns: retain may be a generator of temporaries
-        retain = tuple(retain)
+        try:
+            retain = tuple(retain)
+        except TypeError:
+            raise ArgumentTypeError(f"backward: retain must be an iterable of Tensors, got a "
+                                    f"{type(retain).__name__}") from None
         for i, t in enumerate(retain):
             if not isinstance(t, Tensor):
                 raise ArgumentTypeError(f"backward: retain[{i}] is a {type(t).__name__}, "
@@ -969,6 +994,10 @@ class Tensor:
         bound past its dtype's range on its own side limits nothing, one past
         the other side raises OutOfBoundsError (no element could take it), and
         int64 bounds beyond 2**53 are exact."""
+        for b, which in ((min, "min"), (max, "max")):
+            if b is not None and not isinstance(b, (numbers.Real, Tensor)):
+                raise ArgumentTypeError(f"clamp: {which} must be a real number or None, got "
+                                        f"{repr(b)[:60]}")
         code = self._dtype_code()
         r = _INT_RANGE.get(code)
         if r is not None:
@@ -1013,7 +1042,7 @@ class Tensor:
             st = _ad_op_call(op, one, 1, _KEEPDIM[bool(keepdim)], 1, _NULL, 0, out)
             one[0] = _NULL
             return _result(st, out)
-        return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+        return _call(op, (self,), (1 if keepdim else 0,) + _dims_arg(dim, _op_name(op)))
 
     def sum(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Sum over `dim` (an int or a tuple of ints; None: all dims).
@@ -1079,7 +1108,7 @@ class Tensor:
         Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
         Not differentiable.  Raises OutOfRangeError for a dim out of range.
         """
-        return _call(lib.AD_OP_ARGMAX, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+        return _call(lib.AD_OP_ARGMAX, (self,), (1 if keepdim else 0,) + _dims_arg(dim, "argmax"))
 
     def argmin(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Index (int64) of the first minimum along `dim` (None: of the flattened tensor).
@@ -1091,7 +1120,7 @@ class Tensor:
         Shape: (d0, ..., dn) -> the shape without the reduced dims (or with 1s there).
         Not differentiable.  Raises OutOfRangeError for a dim out of range.
         """
-        return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim))
+        return _call(lib.AD_OP_ARGMIN, (self,), (1 if keepdim else 0,) + _dims_arg(dim, "argmin"))
 
     def prod(self, dim: DimArg = None, keepdim: bool = False) -> Tensor:
         """Product over dims; its gradient is exact where inputs are zero."""
@@ -1100,7 +1129,7 @@ class Tensor:
     def logsumexp(self, dim: DimArg, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x), dim)), stable; dim is an int or a tuple of ints (None
         or () reduce every dim).  Raises InvalidArgumentError for a dim given twice."""
-        dims = _dims_arg(dim)
+        dims = _dims_arg(dim, "logsumexp")
         if len(dims) == 1:
             return _call(lib.AD_OP_LOGSUMEXP, (self,), (dims[0], 1 if keepdim else 0))
         n = self.ndim
@@ -1129,19 +1158,21 @@ class Tensor:
         """Softmax along `dim`: exp(x - max) normalised to sum to 1 (same shape).
         Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
         """
-        return _call(lib.AD_OP_SOFTMAX, (self,), (operator.index(dim),))
+        return _call(lib.AD_OP_SOFTMAX, (self,), (_int_arg(dim, "softmax", "dim"),))
 
     def log_softmax(self, dim: int) -> Tensor:
         """log(softmax(x)) along `dim`, computed stably (same shape).
         Raises OutOfRangeError for a dim out of range, DTypeError for an integer tensor.
         """
-        return _call(lib.AD_OP_LOG_SOFTMAX, (self,), (operator.index(dim),))
+        return _call(lib.AD_OP_LOG_SOFTMAX, (self,), (_int_arg(dim, "log_softmax", "dim"),))
 
     def var(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """sum((x - mean)^2) / (N - correction) over dims (composed of
         differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
+        if isinstance(correction, bool) or not isinstance(correction, numbers.Real):
+            raise ArgumentTypeError(f"var: correction must be a number, got {correction!r}")
         d = self - self.mean(dim, keepdim=True)
-        dims = _dims_arg(dim)  # None and () reduce every dim, as mean does
+        dims = _dims_arg(dim, "var")  # None and () reduce every dim, as mean does
         n = 1
         for i in ({_norm_dim(i, self.ndim, "var") for i in dims} if dims and self.ndim
                   else range(self.ndim)):
@@ -1156,7 +1187,7 @@ class Tensor:
 
     def cumsum(self, dim: int) -> Tensor:
         """Cumulative sum along `dim` (same shape).  Raises OutOfRangeError for a bad dim."""
-        return _call(lib.AD_OP_CUMSUM, (self,), (operator.index(dim), 0))
+        return _call(lib.AD_OP_CUMSUM, (self,), (_int_arg(dim, "cumsum", "dim"), 0))
 
     # ---- layout ---------------------------------------------------------------------------
     def reshape(self, *shape: ShapeArg) -> Tensor:
@@ -1240,7 +1271,7 @@ class Tensor:
         if dim is None:
             new = tuple(s for s in shape if s != 1)
         else:
-            dims = {_norm_dim(d, len(shape), "squeeze") for d in _dims_arg(dim)}
+            dims = {_norm_dim(d, len(shape), "squeeze") for d in _dims_arg(dim, "squeeze")}
             new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
         return self.reshape(new)
 
@@ -1351,7 +1382,11 @@ class Tensor:
 def _norm_dim(d, n, op):
     """d in [0, n); a 0-d tensor takes 0 and -1, as a 1-d one would (torch's
     rule), and gets 0: its callers treat that dim as one of size 1."""
-    d = operator.index(d)
+    try:
+        d = operator.index(d)
+    except TypeError:
+        raise ArgumentTypeError(f"{op}: dim must be an int, got {repr(d)[:60]} "
+                                f"({type(d).__name__})") from None
     if not -max(n, 1) <= d < max(n, 1):
         raise OutOfRangeError(f"{op}: dim {d} out of range for {n} dims")
     return 0 if n == 0 else d + n if d < 0 else d

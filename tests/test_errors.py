@@ -409,3 +409,56 @@ def test_errors_leave_no_garbage():
                   lambda: w.narrow(0, 1, 9), lambda: w.exp().to_dtype("int8")):
             with pytest.raises(ad.Error):
                 f()
+
+
+def _bad_type_calls():
+    # fuzz_args: each raised a bare AttributeError / TypeError / IndexError /
+    # ValueError from inside the library ("'NoneType' object has no attribute
+    # '_h'", "tuple index out of range", "'NoneType' object is not iterable")
+    import pyautodiff.nn.functional as F
+    t = ad.ones((2, 3))
+    v = ad.Var(ad.ones(3))
+    y = (v * v).sum()
+    return [
+        (lambda: ad.flip(np.ones(2), 0), r"flip: input is a ndarray, not a Tensor"),
+        (lambda: ad.split(np.ones(3), 1), r"split: input is a ndarray"),
+        (lambda: ad.chunk([1.0], 2), r"chunk: input is a list"),
+        (lambda: ad.gather(None, 0, ad.tensor([0])), r"gather: input 0 is a NoneType"),
+        (lambda: F.dropout([1.0]), r"dropout: input 0 is a list"),
+        (lambda: ad.cat(None), r"cat: takes a sequence of tensors, got a NoneType"),
+        (lambda: ad.cat([t, t], None), r"cat: dim must be an int, got None"),
+        (lambda: ad.chunk(t, None), r"chunk: chunks must be an int"),
+        (lambda: t.split(None), r"split: split_size_or_sections must be"),
+        (lambda: t.transpose(0, "a"), r"transpose: dim must be an int, got 'a'"),
+        (lambda: t.sum("x"), r"sum: dim must be an int or a tuple of ints, got 'x'"),
+        (lambda: t.max((0, None)), r"max: dim must be"),
+        (lambda: t.argmax(1.5), r"argmax: dim must be"),
+        (lambda: ad.flip(t, [None]), r"flip: dim must be"),
+        (lambda: t.softmax(None), r"softmax: dim must be an int"),
+        (lambda: t.cumsum("x"), r"cumsum: dim must be an int"),
+        (lambda: t.narrow(0, None, 1), r"narrow: start must be an int, got None"),
+        (lambda: t.size("a"), r"size: dim must be an int"),
+        (lambda: ad.tensor(1.0).size(0), r"size: dim 0 out of range for a 0-d tensor"),
+        (lambda: t.var(correction=None), r"var: correction must be a number"),
+        (lambda: t.clamp(1j), r"clamp: min must be a real number"),
+        (lambda: t.elu(None), r"elu: float argument 0 is None"),
+        (lambda: t + [[1], [2, 3]], r"add: cannot convert a list operand"),
+        (lambda: t.index_select(1, [[1], [2, 0]]), r"index_select: cannot make an index"),
+        (lambda: ad.grad("abc", [v]), r"grad: outputs\[0\] is a str, not a Tensor"),
+        (lambda: ad.grad(y, None), r"grad: inputs must be a Tensor or a sequence"),
+        (lambda: y.backward(retain=None), r"backward: retain must be an iterable"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_bad_type_calls())))
+def test_wrong_argument_types_raise_ad_errors_naming_the_op(i):
+    f, pat = _bad_type_calls()[i]
+    with pytest.raises(ad.Error, match=pat):
+        f()
+
+
+def test_gradstore_keys_must_be_tensors():
+    s = ad.GradStore()
+    for f in (lambda: s.insert(None, 1.0), lambda: s.remove(3), lambda: s.get("a")):
+        with pytest.raises(TypeError, match="GradStore keys are tensors"):
+            f()
