@@ -233,3 +233,27 @@ def test_get_last_lr_is_a_copy():
     got[0] = 99.0
     assert sched.get_last_lr() == list(BASE)
     np.testing.assert_allclose(sched.get_last_lr(), BASE)
+
+
+def test_arguments_of_the_wrong_type_raise_when_the_scheduler_is_made():
+    # fuzz_args: they were only used by the formulas, at some step(): bare
+    # TypeErrors (None % 2, 0.1 * "x") or ZeroDivisionError (step_size=0,
+    # T_max=0, div_factor=0)
+    def opt():
+        return ad.optim.SGD([ad.Var(ad.ones(2))], lr=0.1, momentum=0.9)
+    for f, pat in [(lambda: S.StepLR(opt(), None), "StepLR: step_size must be an int"),
+                   (lambda: S.StepLR(opt(), 0), "StepLR: step_size must be at least 1"),
+                   (lambda: S.StepLR(opt(), 2, "x"), "StepLR: gamma must be a real number"),
+                   (lambda: S.MultiStepLR(opt(), 1.5), "milestones must be an iterable"),
+                   (lambda: S.ExponentialLR(opt(), None), "ExponentialLR: gamma"),
+                   (lambda: S.CosineAnnealingLR(opt(), 0), "T_max must be at least 1"),
+                   (lambda: S.LinearLR(opt(), None), "LinearLR: start_factor"),
+                   (lambda: S.OneCycleLR(opt(), "", 10), "OneCycleLR: max_lr"),
+                   (lambda: S.OneCycleLR(opt(), 0.1, 10, div_factor=0), "div_factor must not"),
+                   (lambda: S.StepLR(opt(), 2, last_epoch=None), "last_epoch must be an int")]:
+        with pytest.raises(ad.InvalidArgumentError, match=pat):
+            f()
+    s = S.StepLR(opt(), np.int64(2), np.float32(0.5))  # numpy numbers still work
+    s.step()
+    s.step()
+    assert s.get_last_lr()[0] == pytest.approx(0.05)

@@ -216,3 +216,30 @@ def test_conv_transpose_output_size_errors():
         m(x, output_size=(20, 20))
     with pytest.raises(ad.ShapeError, match="output_size"):
         m(x, output_size=(8,))
+
+
+def test_init_and_clip_arguments_of_the_wrong_type_raise_naming_them():
+    # fuzz_args: float(None) / float("x") / None * gain raised bare TypeErrors
+    # and ValueErrors, trunc_normal_(std=0) a ZeroDivisionError, a numpy
+    # array as mode or nonlinearity numpy's "truth value is ambiguous"
+    I = ad.nn.init
+    w = ad.Var.zeros(3, 4)
+    s = (w * w).sum().backward()
+    for f, pat in [(lambda: I.uniform_(w, None), "uniform_: a must be a real number"),
+                   (lambda: I.normal_(w, "1"), "normal_: mean must be a real number"),
+                   (lambda: I.constant_(w, None), "constant_: val must be a real number"),
+                   (lambda: I.xavier_uniform_(w, [1]), "xavier_uniform_: gain"),
+                   (lambda: I.xavier_normal_(w, None), "xavier_normal_: gain"),
+                   (lambda: I.kaiming_uniform_(w, 0, np.ones(2)), "mode .* not supported"),
+                   (lambda: I.kaiming_normal_(w, 0, "fan_in", np.ones(2)),
+                    "nonlinearity must be a str"),
+                   (lambda: I.trunc_normal_(w, None), "trunc_normal_: mean"),
+                   (lambda: I.trunc_normal_(w, 0.0, 0.0), "std must be positive"),
+                   (lambda: ad.nn.utils.clip_grad_norm_(s, None), "max_norm must be a real"),
+                   (lambda: ad.nn.utils.clip_grad_norm_(s, 1.0, "2"), "norm_type must be"),
+                   (lambda: ad.nn.utils.clip_grad_value_(s, []), "clip_value must be")]:
+        with pytest.raises(ad.InvalidArgumentError, match=pat):
+            f()
+    assert w.tolist() == [[0.0] * 4] * 3
+    I.constant_(w, np.float32(2.0))
+    assert w.tolist() == [[2.0] * 4] * 3

@@ -706,3 +706,25 @@ def test_strided_gradient_is_read_in_logical_order():
             opt.step(store)
             ref.step({"w": g})
         np.testing.assert_array_equal(w.numpy(), ref.params["w"])
+
+
+def test_hyper_parameters_of_the_wrong_type_raise_naming_them():
+    # fuzz_args: float() took "0.1" as 0.1 and np.complex64(1j) as 0.0 (a
+    # ComplexWarning at most); params=None and betas=None raised bare
+    # "'NoneType' object is not iterable"; an lr set to a list in
+    # param_groups between steps a bare TypeError from float()
+    v = ad.Var(ad.ones(3))
+    for f, pat in [(lambda: ad.optim.SGD([v], "0.1"), "lr must be a number, got str"),
+                   (lambda: ad.optim.Adam([v], np.complex64(1j)), "lr must be a number"),
+                   (lambda: ad.optim.SGD(None), "iterable of Vars or dicts, but got NoneType"),
+                   (lambda: ad.optim.SGD([{"params": None}]), "'params' must be a Var"),
+                   (lambda: ad.optim.Adam([v], 0.1, None), "betas must be two numbers")]:
+        with pytest.raises(ad.Error, match=pat):
+            f()
+    for cls in (ad.optim.SGD, ad.optim.Adam, ad.optim.RMSprop):
+        opt = cls([v], lr=0.1)
+        opt.param_groups[0]["lr"] = [0.1]
+        with pytest.raises(ad.ArgumentTypeError, match="lr must be a number, got list"):
+            opt.step((v * v).sum().backward())
+    ad.optim.SGD([v], lr=np.float32(0.1))  # numpy reals and 0-d tensors still work
+    ad.optim.SGD([v], lr=ad.tensor(0.1))

@@ -28,6 +28,14 @@ def _var(tensor, fn):
     return tensor
 
 
+def _real(v, fn, name):
+    """A float argument: a real number (float() alone would parse "0.5" and
+    raise bare errors for None or a list)."""
+    if isinstance(v, bool) or not isinstance(v, _numbers.Real):
+        raise InvalidArgumentError(f"nn.init.{fn}: {name} must be a real number, got {v!r}")
+    return float(v)
+
+
 def _fill(var, values):
     """Writes values (a tensor of any float dtype, or a number) into var."""
     from ..grad import no_grad
@@ -60,6 +68,9 @@ def _normal(shape, mean, std, dtype):
 
 def calculate_gain(nonlinearity: str, param: _Optional[float] = None) -> float:
     """The recommended gain for a nonlinearity (PyTorch's table)."""
+    if not isinstance(nonlinearity, str):
+        raise InvalidArgumentError(f"calculate_gain: nonlinearity must be a str, got "
+                                   f"{nonlinearity!r}")
     linear_fns = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                   "conv_transpose2d", "conv_transpose3d"]
     if nonlinearity in linear_fns or nonlinearity == "sigmoid":
@@ -95,7 +106,7 @@ def _calculate_fan_in_and_fan_out(tensor):
 
 def _calculate_correct_fan(tensor, mode):
     mode = mode.lower() if isinstance(mode, str) else mode
-    if mode not in ("fan_in", "fan_out"):
+    if not isinstance(mode, str) or mode not in ("fan_in", "fan_out"):
         raise InvalidArgumentError(f"nn.init: mode {mode!r} not supported, please use one of "
                                    f"'fan_in', 'fan_out'")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
@@ -105,19 +116,24 @@ def _calculate_correct_fan(tensor, mode):
 def uniform_(tensor: Var, a: float = 0.0, b: float = 1.0) -> Var:
     """Values drawn from U(a, b)."""
     v = _var(tensor, "uniform_")
-    return _fill(v, _uniform(v.shape, float(a), float(b), v.dtype))
+    return _fill(v, _uniform(v.shape, _real(a, "uniform_", "a"), _real(b, "uniform_", "b"),
+                             v.dtype))
 
 
 def normal_(tensor: Var, mean: float = 0.0, std: float = 1.0) -> Var:
     """Values drawn from N(mean, std^2)."""
     v = _var(tensor, "normal_")
-    return _fill(v, _normal(v.shape, float(mean), float(std), v.dtype))
+    return _fill(v, _normal(v.shape, _real(mean, "normal_", "mean"), _real(std, "normal_", "std"),
+                            v.dtype))
 
 
 def constant_(tensor: Var, val: float) -> Var:
     """Fills the Var `tensor` with `val` in place and returns it.
     Raises TypeError for a non-Var."""
-    return _fill(_var(tensor, "constant_"), val)
+    from ..tensor import Tensor
+
+    v = _var(tensor, "constant_")
+    return _fill(v, val if isinstance(val, Tensor) else _real(val, "constant_", "val"))
 
 
 def zeros_(tensor: Var) -> Var:
@@ -133,6 +149,7 @@ def ones_(tensor: Var) -> Var:
 def xavier_uniform_(tensor: Var, gain: float = 1.0) -> Var:
     """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     v = _var(tensor, "xavier_uniform_")
+    gain = _real(gain, "xavier_uniform_", "gain")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(v)
     a = gain * _math.sqrt(2.0 / float(fan_in + fan_out)) * _math.sqrt(3.0)
     return _fill(v, _uniform(v.shape, -a, a, v.dtype))
@@ -141,6 +158,7 @@ def xavier_uniform_(tensor: Var, gain: float = 1.0) -> Var:
 def xavier_normal_(tensor: Var, gain: float = 1.0) -> Var:
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     v = _var(tensor, "xavier_normal_")
+    gain = _real(gain, "xavier_normal_", "gain")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(v)
     std = gain * _math.sqrt(2.0 / float(fan_in + fan_out))
     return _fill(v, _normal(v.shape, 0.0, std, v.dtype))
@@ -200,9 +218,12 @@ def trunc_normal_(tensor: Var, mean: float = 0.0, std: float = 1.0,
     from ..tensor import from_numpy, rand
 
     v = _var(tensor, "trunc_normal_")
-    mean, std, a, b = float(mean), float(std), float(a), float(b)
+    mean, std, a, b = (_real(x, "trunc_normal_", n) for x, n in
+                       ((mean, "mean"), (std, "std"), (a, "a"), (b, "b")))
     if not a < b:
         raise InvalidArgumentError(f"trunc_normal_: a ({a}) must be smaller than b ({b})")
+    if not std > 0:  # the CDF below divides by it
+        raise InvalidArgumentError(f"trunc_normal_: std must be positive, got {std}")
 
     def cdf(x):
         return (1.0 + _math.erf(x / _math.sqrt(2.0))) / 2.0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math as _math
+import numbers as _numbers
 from typing import TYPE_CHECKING as _TYPE_CHECKING, Iterable as _Iterable, Optional as _Optional
 
 from ..errors import InvalidArgumentError
@@ -9,6 +10,13 @@ from ..errors import InvalidArgumentError
 if _TYPE_CHECKING:
     from ..grad import GradStore
     from ..tensor import Tensor, Var
+
+
+def _real(v, fn, name):
+    """A float argument (float() alone would parse "1.0" and name nothing)."""
+    if isinstance(v, bool) or not isinstance(v, _numbers.Real):
+        raise InvalidArgumentError(f"{fn}: {name} must be a real number, got {v!r}")
+    return float(v)
 
 
 def _entries(grads, parameters, fn):
@@ -82,8 +90,8 @@ def clip_grad_norm_(grads: GradStore, max_norm: float, norm_type: float = 2.0,
     from ..grad import no_grad
 
     fn = "clip_grad_norm_"
-    norm_type = float(norm_type)
-    max_norm = float(max_norm)
+    norm_type = _real(norm_type, fn, "norm_type")
+    max_norm = _real(max_norm, fn, "max_norm")
     entries = _entries(grads, parameters, fn)
     with no_grad():
         if not entries:
@@ -106,7 +114,7 @@ def clip_grad_value_(grads: GradStore, clip_value: float, *,
     """Clamps every gradient in the GradStore to [-clip_value, clip_value] in place."""
     from ..grad import no_grad
 
-    clip_value = float(clip_value)
+    clip_value = _real(clip_value, "clip_grad_value_", "clip_value")
     entries = _entries(grads, parameters, "clip_grad_value_")
     with no_grad():
         _replace(grads, [(tid, g.clamp(-clip_value, clip_value)) for tid, g in entries])

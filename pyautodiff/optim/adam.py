@@ -44,7 +44,7 @@ class Adam(Optimizer):
         wd = _as_float("weight_decay", g["weight_decay"])
         try:
             b1, b2 = (_as_float("betas", b) for b in g["betas"])
-        except ValueError:
+        except (TypeError, ValueError):  # not two of them (betas=None, betas=0.9)
             raise InvalidArgumentError(f"{name}: betas must be two numbers, got "
                                        f"{g['betas']!r}") from None
         _check(0.0 <= lr, f"{name}: Invalid learning rate: {g['lr']}")
@@ -62,11 +62,12 @@ class Adam(Optimizer):
         if amsgrad:
             vmax = self._buffer(state, fresh, "max_exp_avg_sq", p)
         step = state.get("step", 0) + 1
-        b1, b2 = g["betas"]
+        # _as_float: param_groups may have changed since _check_group
+        b1, b2 = (_as_float("betas", b) for b in g["betas"])
+        lr, eps, wd = (_as_float(k, g[k]) for k in ("lr", "eps", "weight_decay"))
         self._call(lib.ad_optim_adam(p._h, grad._h, m._h, v._h,
                                      vmax._h if vmax is not None else ffi.NULL, step,
-                                     float(g["lr"]), float(b1), float(b2), float(g["eps"]),
-                                     float(g["weight_decay"]),
+                                     lr, b1, b2, eps, wd,
                                      1 if g["decoupled_weight_decay"] else 0))
         state.update(fresh)
         state["step"] = step

@@ -19,11 +19,33 @@ from typing import (Any as _Any, Dict as _Dict, Iterable as _Iterable, List as _
                     Union as _Union)
 
 import math as _math
+import numbers as _numbers
+import operator as _operator
 import types as _types
 from collections import Counter as _Counter
 
 from ..errors import InvalidArgumentError
 from .optimizer import Optimizer as _Optimizer
+
+
+# The arguments' types are checked when the scheduler is made: a wrong one
+# would otherwise surface at some later step() as a bare TypeError from the
+# formula (None % 2, 0.1 * "x") or a ZeroDivisionError (step_size=0).
+def _real(cls, name, v, nonzero=False):
+    if isinstance(v, bool) or not isinstance(v, _numbers.Real):
+        raise InvalidArgumentError(f"{cls}: {name} must be a real number, got {v!r}")
+    if nonzero and v == 0:
+        raise InvalidArgumentError(f"{cls}: {name} must not be 0")
+    return v
+
+
+def _int(cls, name, v, minimum):
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise InvalidArgumentError(f"{cls}: {name} must be an int, got {v!r}")
+    v = _operator.index(v)
+    if v < minimum:
+        raise InvalidArgumentError(f"{cls}: {name} must be at least {minimum}, got {v}")
+    return v
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LambdaLR", "LinearLR", "OneCycleLR"]
@@ -38,6 +60,7 @@ class LRScheduler:
         if not isinstance(optimizer, _Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
+        last_epoch = _int(type(self).__name__, "last_epoch", last_epoch, -1)
         if last_epoch == -1:
             for group in optimizer.param_groups:
                 group.setdefault("initial_lr", group["lr"])
@@ -90,6 +113,8 @@ class LambdaLR(LRScheduler):
     """lr = initial_lr * lr_lambda(last_epoch) (one function, or one per group)."""
 
     def __init__(self, optimizer: _Optimizer, lr_lambda: _Any, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, _Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
         n = len(optimizer.param_groups)
         if not isinstance(lr_lambda, (list, tuple)):
@@ -132,8 +157,8 @@ class StepLR(LRScheduler):
 
     def __init__(self, optimizer: _Optimizer, step_size: int, gamma: float = 0.1,
                  last_epoch: int = -1) -> None:
-        self.step_size = step_size
-        self.gamma = gamma
+        self.step_size = _int("StepLR", "step_size", step_size, 1)
+        self.gamma = _real("StepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -147,8 +172,13 @@ class MultiStepLR(LRScheduler):
 
     def __init__(self, optimizer: _Optimizer, milestones: _Iterable[int],
                  gamma: float = 0.1, last_epoch: int = -1) -> None:
-        self.milestones = _Counter(milestones)
-        self.gamma = gamma
+        try:
+            ms = list(milestones)
+        except TypeError:
+            raise InvalidArgumentError(f"MultiStepLR: milestones must be an iterable of ints, "
+                                       f"got {milestones!r}") from None
+        self.milestones = _Counter(_int("MultiStepLR", "milestone", m, 0) for m in ms)
+        self.gamma = _real("MultiStepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -161,7 +191,7 @@ class ExponentialLR(LRScheduler):
     """lr *= gamma every epoch."""
 
     def __init__(self, optimizer: _Optimizer, gamma: float, last_epoch: int = -1) -> None:
-        self.gamma = gamma
+        self.gamma = _real("ExponentialLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -176,8 +206,8 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer: _Optimizer, T_max: int, eta_min: float = 0.0,
                  last_epoch: int = -1) -> None:
-        self.T_max = T_max
-        self.eta_min = eta_min
+        self.T_max = _int("CosineAnnealingLR", "T_max", T_max, 1)  # the formula divides by it
+        self.eta_min = _real("CosineAnnealingLR", "eta_min", eta_min)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -199,6 +229,9 @@ class LinearLR(LRScheduler):
 
     def __init__(self, optimizer: _Optimizer, start_factor: float = 1.0 / 3,
                  end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1) -> None:
+        _real("LinearLR", "start_factor", start_factor)
+        _real("LinearLR", "end_factor", end_factor)
+        total_iters = _int("LinearLR", "total_iters", total_iters, 0)
         if start_factor > 1.0 or start_factor <= 0:
             raise InvalidArgumentError("LinearLR: Starting multiplicative factor expected to be "
                                        f"greater than 0 and less or equal to 1, got "
@@ -266,7 +299,7 @@ class OneCycleLR(LRScheduler):
         if not isinstance(pct_start, float) or pct_start < 0 or pct_start > 1:
             raise InvalidArgumentError(f"OneCycleLR: Expected float between 0 and 1 pct_start, "
                                        f"but got {pct_start}")
-        if anneal_strategy not in ("cos", "linear"):
+        if not isinstance(anneal_strategy, str) or anneal_strategy not in ("cos", "linear"):
             raise InvalidArgumentError("OneCycleLR: anneal_strategy must be one of 'cos' or "
                                        f"'linear', instead got {anneal_strategy}")
         T = self.total_steps
@@ -290,7 +323,10 @@ class OneCycleLR(LRScheduler):
                  "start_momentum": "base_momentum", "end_momentum": "max_momentum"},
             ]
         self._anneal_func_type = anneal_strategy
-        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        max_lrs = [_real("OneCycleLR", "max_lr", m)
+                   for m in _per_group("max_lr", optimizer, max_lr)]
+        _real("OneCycleLR", "div_factor", div_factor, nonzero=True)
+        _real("OneCycleLR", "final_div_factor", final_div_factor, nonzero=True)
         if last_epoch == -1:
             for m, group in zip(max_lrs, optimizer.param_groups):
                 group["initial_lr"] = m / div_factor
@@ -302,8 +338,10 @@ class OneCycleLR(LRScheduler):
                 raise InvalidArgumentError("OneCycleLR: optimizer must support momentum or "
                                            "beta1 with `cycle_momentum` option enabled")
             self.use_beta1 = "betas" in optimizer.defaults
-            maxm = _per_group("max_momentum", optimizer, max_momentum)
-            basem = _per_group("base_momentum", optimizer, base_momentum)
+            maxm = [_real("OneCycleLR", "max_momentum", m)
+                    for m in _per_group("max_momentum", optimizer, max_momentum)]
+            basem = [_real("OneCycleLR", "base_momentum", m)
+                     for m in _per_group("base_momentum", optimizer, base_momentum)]
             if last_epoch == -1:
                 for m, b, group in zip(maxm, basem, optimizer.param_groups):
                     if self.use_beta1:

@@ -7,10 +7,13 @@ parameter's update is one fused native in-place call that bumps its version.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Dict, Iterable, Mapping
 
+import numpy as np
+
 from .._lib import raise_status
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
 from ..grad import GradStore
 from ..tensor import Tensor, Var, _refuse_var_write, tensor, zeros
 
@@ -26,10 +29,17 @@ _NO_GRADS: Any = _NoGrads()
 
 
 def _as_float(name, v):
+    """A hyper-parameter as a float: a real number, or a one-element tensor or
+    array (PyTorch takes a tensor lr).  float() alone would parse a string
+    ("0.1") and drop a numpy complex's imaginary part."""
+    ok = (isinstance(v, (numbers.Real, Tensor)) or
+          isinstance(v, np.ndarray) and v.dtype.kind in "biuf")
     try:
-        return float(v)
+        if ok:
+            return float(v)
     except (TypeError, ValueError):
-        raise TypeError(f"optimizer: {name} must be a number, got {type(v).__name__}") from None
+        pass
+    raise ArgumentTypeError(f"optimizer: {name} must be a number, got {type(v).__name__}")
 
 
 class Optimizer:
@@ -50,7 +60,12 @@ class Optimizer:
             raise TypeError("optimizer parameters need to be organized in ordered collections, "
                             "but the ordering of tensors in sets will change between runs. "
                             "Please use a list instead.")
-        groups = list(params)
+        try:
+            groups = list(params)
+        except TypeError:
+            raise ArgumentTypeError("params argument given to the optimizer should be an "
+                                    "iterable of Vars or dicts, but got "
+                                    f"{type(params).__name__}") from None
         if not groups:
             raise InvalidArgumentError("optimizer got an empty parameter list")
         if not isinstance(groups[0], dict):
@@ -75,7 +90,11 @@ class Optimizer:
                             "but the ordering of tensors in sets will change between runs. "
                             "Please use a list instead.")
         else:
-            params = list(params)
+            try:
+                params = list(params)
+            except TypeError:
+                raise ArgumentTypeError(f"param group 'params' must be a Var or an iterable of "
+                                        f"Vars, got {type(params).__name__}") from None
         for i, p in enumerate(params):
             if not isinstance(p, Var):
                 raise TypeError(f"optimizers take Vars only: parameter {i} of group "

@@ -48,7 +48,7 @@ class RMSprop(Optimizer):
         _check(0.0 <= alpha, f"RMSprop: Invalid alpha value: {g['alpha']}")
 
     def _update(self, p, grad, g, state):
-        mom = float(g["momentum"])
+        mom = _as_float("momentum", g["momentum"])
         fresh = {}
         sq = self._buffer(state, fresh, "square_avg", p)
         buf = ga = None
@@ -60,8 +60,9 @@ class RMSprop(Optimizer):
         self._call(lib.ad_optim_rmsprop(p._h, grad._h, sq._h,
                                         buf._h if buf is not None else ffi.NULL,
                                         ga._h if ga is not None else ffi.NULL,
-                                        float(g["lr"]), float(g["alpha"]), float(g["eps"]),
-                                        float(g["weight_decay"]), mom))
+                                        *(_as_float(k, g[k]) for k in ("lr", "alpha", "eps",
+                                                                        "weight_decay")),
+                                        mom))
         state.update(fresh)
         state["step"] = step
 

@@ -46,12 +46,12 @@ class SGD(Optimizer):
                "SGD: Nesterov momentum requires a momentum and zero dampening")
 
     def _update(self, p, grad, g, state):
-        mom = float(g["momentum"])
+        mom = _as_float("momentum", g["momentum"])
         buf, first, fresh = ffi.NULL, False, {}
         if mom != 0:
             first = "momentum_buffer" not in state
             buf = self._buffer(state, fresh, "momentum_buffer", p)._h
-        self._call(lib.ad_optim_sgd(p._h, grad._h, buf, float(g["lr"]), mom,
-                                    float(g["dampening"]), float(g["weight_decay"]),
+        lr, damp, wd = (_as_float(k, g[k]) for k in ("lr", "dampening", "weight_decay"))
+        self._call(lib.ad_optim_sgd(p._h, grad._h, buf, lr, mom, damp, wd,
                                     1 if g["nesterov"] else 0, 1 if first else 0))
         state.update(fresh)
