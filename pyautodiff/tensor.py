@@ -1768,6 +1768,11 @@ def full(shape: ShapeArg, value: Union[float, bool], dtype: Optional[DTypeLike] 
     the value does not fit the dtype.
     """
     shape = _shape_arg(shape, "shape", "full")
+    if isinstance(value, (str, bytes, bytearray, np.timedelta64)) or (
+            isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real)):
+        # float() below would parse "1.5" and drop a numpy complex's imaginary part
+        raise ArgumentTypeError(f"full: value must be a real number, got "
+                                f"{type(value).__name__}")
     if dtype is None:
         dtype = (_dt.bool_ if isinstance(value, (bool, np.bool_)) else
                  _dt.int64 if isinstance(value, numbers.Integral) else _dt.float32)
@@ -1814,17 +1819,27 @@ def ones(*shape: ShapeArg, dtype: Optional[DTypeLike] = None) -> Tensor:
 
 def zeros_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Zeros of t's shape, with t's dtype unless `dtype` is given."""
+    _need_tensor(t, "zeros_like")
     return _filled((t.shape,), 0.0, dtype or t.dtype, "zeros_like")
 
 
 def ones_like(t: Tensor, dtype: Optional[DTypeLike] = None) -> Tensor:
     """Ones of t's shape, with t's dtype unless `dtype` is given."""
+    _need_tensor(t, "ones_like")
     return _filled((t.shape,), 1.0, dtype or t.dtype, "ones_like")
 
 
 def full_like(t: Tensor, value: Union[float, bool], dtype: Optional[DTypeLike] = None) -> Tensor:
     """`value` in t's shape, with t's dtype unless `dtype` is given."""
+    _need_tensor(t, "full_like")
     return full(t.shape, value, dtype or t.dtype)
+
+
+def _need_tensor(t, fn):
+    """The *_like functions' model: a Tensor (a numpy array works too: they
+    read only its shape and dtype)."""
+    if not isinstance(t, (Tensor, np.ndarray)):
+        raise ArgumentTypeError(f"{fn}: t must be a Tensor, got {type(t).__name__}")
 
 
 def _int_arg(v, fn, name):

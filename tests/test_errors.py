@@ -462,3 +462,21 @@ def test_gradstore_keys_must_be_tensors():
     for f in (lambda: s.insert(None, 1.0), lambda: s.remove(3), lambda: s.get("a")):
         with pytest.raises(TypeError, match="GradStore keys are tensors"):
             f()
+
+
+def test_full_refuses_a_string_or_complex_value():
+    # fuzz_args: float() parsed full((2,), "1.5") into 1.5 and took
+    # np.complex64(1j) as 0.0 (a ComplexWarning at most)
+    for v in ("1.5", b"2", np.str_("3"), np.complex64(1j), 1j, np.timedelta64(3)):
+        with pytest.raises(ad.ArgumentTypeError, match="full: value must be a real number"):
+            ad.full((2,), v)
+        with pytest.raises(ad.ArgumentTypeError, match="full: value must be a real number"):
+            ad.full_like(ad.ones(2), v)
+    assert ad.full((2,), np.float32(2.5)).tolist() == [2.5, 2.5]
+    assert ad.full((1,), np.bool_(True)).tolist() == [True]
+    for f in (ad.zeros_like, ad.ones_like):  # the model: a Tensor (or a numpy array)
+        with pytest.raises(ad.ArgumentTypeError, match=f"{f.__name__}: t must be a Tensor"):
+            f(None)
+        assert f(np.zeros((2, 1), np.float64)).shape == (2, 1)
+    with pytest.raises(ad.ArgumentTypeError, match="full_like: t must be a Tensor"):
+        ad.full_like([1.0], 2.0)
