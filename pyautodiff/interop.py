@@ -14,7 +14,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._lib import ffi, lib, raise_status
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ShapeError
 from .tensor import Tensor, _call, _from_numpy_copy, _out, _result, _wrap
 
 __all__ = ["from_dlpack", "from_numpy", "to_dlpack"]
@@ -150,7 +150,10 @@ def from_numpy(a: Any, dtype: Any = None, copy: Optional[bool] = None) -> "Tenso
             shape = a.shape
             return _result(lib.ad_tensor_from_data(ffi.from_buffer(a), a.nbytes, dt.code,
                                                    shape or ffi.NULL, len(shape), out), out)
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"from_numpy: cannot convert a {type(a).__name__}: {e}") from None
     dt = _dt.as_dtype(a.dtype) if dtype is None else _dt.as_dtype(dtype)
     if copy is True:
         return _from_numpy_copy(a, dt)

@@ -1559,9 +1559,9 @@ class Var(Tensor):
         a = np.array(self.numpy())  # a writable copy; set() writes it back in one step
         try:
             a[key] = v
-        except IndexError as e:
+        except (IndexError, OverflowError) as e:  # OverflowError: an index past int64
             raise OutOfRangeError(f"Var[...] = value: {e} (shape {self.shape})") from None
-        except ValueError as e:
+        except (ValueError, TypeError) as e:  # TypeError: a 2-d value for a bool mask
             raise ShapeError(f"Var[...] = value: {e} (Var shape {self.shape}, value shape "
                              f"{np.shape(value)})") from None
         self.set(from_numpy(a))

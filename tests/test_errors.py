@@ -480,3 +480,28 @@ def test_full_refuses_a_string_or_complex_value():
         assert f(np.zeros((2, 1), np.float64)).shape == (2, 1)
     with pytest.raises(ad.ArgumentTypeError, match="full_like: t must be a Tensor"):
         ad.full_like([1.0], 2.0)
+
+
+def test_ragged_lists_and_bad_index_values_raise_naming_the_op():
+    # fuzz_args: numpy 2 raises ValueError for ragged nested lists, which
+    # escaped bare (from np.asarray inside the library); an index past int64
+    # in var[idx] = value escaped as numpy's OverflowError, a 2-d value for a
+    # bool mask as numpy's TypeError
+    F = ad.nn.functional
+    q, k, v = ad.randn(2, 3, 4, seed=1), ad.randn(2, 5, 4, seed=2), ad.randn(2, 5, 6, seed=3)
+    ragged = [[0], [1, 0]]
+    var = ad.Var(ad.ones((2, 3)))
+    for f, cls, pat in [
+            (lambda: F.scaled_dot_product_attention(q, k, v, ragged), ad.ShapeError,
+             "scaled_dot_product_attention: cannot convert attn_mask"),
+            (lambda: F.cross_entropy(ad.randn(2, 3, seed=1), ragged), ad.ShapeError,
+             "cross_entropy: cannot convert the target"),
+            (lambda: ad.from_numpy(ragged), ad.ShapeError, "from_numpy: cannot convert"),
+            (lambda: ad.ones(3)[ragged], IndexError, "ragged or mixed lists are not supported"),
+            (lambda: var.__setitem__(ragged, 1.0), IndexError, "ragged or mixed lists are not supported"),
+            (lambda: var.__setitem__(2 ** 63, 1.0), ad.OutOfRangeError, r"Var\[...\] = value"),
+            (lambda: var.__setitem__(var > 0, np.ones((2, 3))), ad.ShapeError,
+             r"Var\[...\] = value")]:
+        with pytest.raises(cls, match=pat):
+            f()
+    assert var.tolist() == [[1.0] * 3] * 2

@@ -372,7 +372,10 @@ def _target_tensor(target, x, fn):
 
     if isinstance(target, Tensor):
         return target
-    a = _np.asarray(target)
+    try:
+        a = _np.asarray(target)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"{fn}: cannot convert the target: {e}") from None
     if a.dtype.kind == "f":
         return tensor(a, dtype=x.dtype)
     return _as_index(a, fn)
@@ -766,9 +769,14 @@ def scaled_dot_product_attention(query: _Tensor, key: _Tensor, value: _Tensor,
         bias_np = _np.where(_np.tri(L, S, dtype=bool), 0.0, -_np.inf)
         bias = tensor(bias_np, dtype=q.dtype)
     elif attn_mask is not None:
-        m = attn_mask if isinstance(attn_mask, Tensor) else tensor(
-            _np.asarray(attn_mask), dtype=_dt.bool_ if _np.asarray(attn_mask).dtype == bool
-            else q.dtype)
+        if isinstance(attn_mask, Tensor):
+            m = attn_mask
+        else:
+            try:
+                a = _np.asarray(attn_mask)
+            except ValueError as e:  # ragged nested lists
+                raise ShapeError(f"{fn}: cannot convert attn_mask: {e}") from None
+            m = tensor(a, dtype=_dt.bool_ if a.dtype == bool else q.dtype)
         if m.dtype is _dt.bool_:
             bias_np = _np.where(_np.asarray(m), 0.0, -_np.inf)
             bias = tensor(bias_np, dtype=q.dtype)
