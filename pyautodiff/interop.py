@@ -50,7 +50,7 @@ def _version_at_least_1(max_version):
         return False
     try:
         return int(max_version[0]) >= 1
-    except (TypeError, IndexError, ValueError):
+    except (TypeError, IndexError, KeyError, ValueError):  # KeyError: a dict
         raise InvalidArgumentError(
             f"__dlpack__: max_version must be a (major, minor) tuple, got {max_version!r}"
         ) from None
@@ -65,7 +65,7 @@ def to_dlpack(t: "Tensor", stream: Any = None, max_version: Optional[Tuple[int, 
     if dl_device is not None:
         try:
             dev = (int(dl_device[0]), int(dl_device[1]))
-        except (TypeError, IndexError, ValueError):
+        except (TypeError, IndexError, KeyError, ValueError):  # KeyError: a dict
             raise InvalidArgumentError(f"__dlpack__: dl_device must be a (type, id) tuple, "
                                        f"got {dl_device!r}") from None
         if dev != (_CPU, 0):

@@ -572,3 +572,11 @@ def test_release_callback_runs_exactly_once_after_the_last_reference():
     finally:
         lib.ad_testing_fail_alloc_after(0)
     assert calls == [42]
+
+
+def test_dlpack_version_and_device_of_the_wrong_shape_are_named():
+    # fuzz_args: a dict raised a bare KeyError (0) from max_version[0]
+    t = ad.ones(2)
+    for kw in ({"max_version": {}}, {"max_version": {"a": 1}}, {"dl_device": {}}):
+        with pytest.raises(ad.InvalidArgumentError, match="__dlpack__: (max_version|dl_device)"):
+            t.__dlpack__(**kw)

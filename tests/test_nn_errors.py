@@ -243,3 +243,16 @@ def test_init_and_clip_arguments_of_the_wrong_type_raise_naming_them():
     assert w.tolist() == [[0.0] * 4] * 3
     I.constant_(w, np.float32(2.0))
     assert w.tolist() == [[2.0] * 4] * 3
+
+
+def test_container_arguments_and_gain_edges():
+    # fuzz_args: ModuleDict(1.5) raised a bare "'float' object is not
+    # iterable", ModuleList(np.array(2)) numpy's "iteration over a 0-d array",
+    # calculate_gain("leaky_relu", 1e308) OverflowError from slope ** 2
+    with pytest.raises(TypeError, match="ModuleDict.update should be called with a mapping"):
+        ad.nn.ModuleDict(1.5)
+    with pytest.raises(TypeError, match="ModuleList.extend should be called with an iterable"):
+        ad.nn.ModuleList(np.array(2))
+    assert len(ad.nn.ModuleList(iter([ad.nn.ReLU()]))) == 1
+    assert ad.nn.init.calculate_gain("leaky_relu", 1e308) == 0.0
+    assert ad.nn.init.calculate_gain("leaky_relu", 0.2) == pytest.approx((2 / 1.04) ** 0.5)

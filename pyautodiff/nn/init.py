@@ -87,7 +87,7 @@ def calculate_gain(nonlinearity: str, param: _Optional[float] = None) -> float:
         else:
             raise InvalidArgumentError(f"calculate_gain: negative_slope {param!r} is not a "
                                        f"valid number")
-        return _math.sqrt(2.0 / (1 + slope ** 2))
+        return _math.sqrt(2.0 / (1 + slope * slope))  # ** would raise OverflowError at 1e308
     if nonlinearity == "selu":
         return 3.0 / 4
     raise InvalidArgumentError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")

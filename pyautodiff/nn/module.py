@@ -663,10 +663,14 @@ class ModuleList(_ModuleSeq):
 
     def extend(self, modules):
         """Appends every module of the iterable `modules`; returns self."""
-        if isinstance(modules, (Module, str)) or not hasattr(modules, "__iter__"):
+        try:
+            if isinstance(modules, (Module, str)):
+                raise TypeError
+            ms = list(modules)  # a 0-d numpy array has __iter__ and raises
+        except TypeError:
             raise TypeError(f"ModuleList.extend should be called with an iterable of modules, "
-                            f"got {type(modules).__name__}")
-        for m in modules:
+                            f"got {type(modules).__name__}") from None
+        for m in ms:
             self.append(m)
         return self
 
@@ -745,6 +749,9 @@ class ModuleDict(Module):
     def update(self, modules):
         """Adds the (key, module) pairs of a mapping or an iterable of pairs."""
         items = modules.items() if hasattr(modules, "items") else modules
+        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+            raise TypeError(f"ModuleDict.update should be called with a mapping or an iterable "
+                            f"of (key, module) pairs, got {type(modules).__name__}")
         for j, kv in enumerate(items):
             try:
                 k, m = kv
