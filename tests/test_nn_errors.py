@@ -253,6 +253,8 @@ def test_container_arguments_and_gain_edges():
         ad.nn.ModuleDict(1.5)
     with pytest.raises(TypeError, match="ModuleList.extend should be called with an iterable"):
         ad.nn.ModuleList(np.array(2))
+    with pytest.raises(TypeError, match="ModuleDict.update should be called with a mapping"):
+        ad.nn.ModuleDict(np.array(2))
     assert len(ad.nn.ModuleList(iter([ad.nn.ReLU()]))) == 1
     assert ad.nn.init.calculate_gain("leaky_relu", 1e308) == 0.0
     assert ad.nn.init.calculate_gain("leaky_relu", 0.2) == pytest.approx((2 / 1.04) ** 0.5)

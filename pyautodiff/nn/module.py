@@ -749,9 +749,13 @@ class ModuleDict(Module):
     def update(self, modules):
         """Adds the (key, module) pairs of a mapping or an iterable of pairs."""
         items = modules.items() if hasattr(modules, "items") else modules
-        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        try:
+            if isinstance(items, (str, bytes)):
+                raise TypeError
+            items = list(items)  # a 0-d numpy array has __iter__ and raises
+        except TypeError:
             raise TypeError(f"ModuleDict.update should be called with a mapping or an iterable "
-                            f"of (key, module) pairs, got {type(modules).__name__}")
+                            f"of (key, module) pairs, got {type(modules).__name__}") from None
         for j, kv in enumerate(items):
             try:
                 k, m = kv
