@@ -5,6 +5,7 @@
     python tests/fuzz_args.py --list          # the API table and the case count
     python tests/fuzz_args.py --cases 100:200 # a range, in this process (debugging)
     PYAUTODIFF_FUZZ_ARGS_SAMPLE=5 python tests/fuzz_args.py   # every 5th case only
+    PYAUTODIFF_FUZZ_ARGS_COMBOS=400 python tests/fuzz_args.py # more random mixes
 
 tests/fuzz_ops.py runs random programs; this one is systematic: for every entry
 of API (a pyautodiff function, a Tensor or Var method or operator, an
@@ -1133,7 +1134,8 @@ SKIP = {("nn.LSTM()", ("kw", "num_layers")): {"2**31", "2**62", "2**63", "2**63-
                                               "10**30", "np.uint64(2**63)"}}
 
 
-COMBOS = 40  # random multi-argument cases per entry
+# random multi-argument cases per entry (PYAUTODIFF_FUZZ_ARGS_COMBOS=N for more)
+COMBOS = int(os.environ.get("PYAUTODIFF_FUZZ_ARGS_COMBOS", "40"))
 
 
 def build_cases():
