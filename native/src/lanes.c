@@ -67,12 +67,18 @@ static inline void split_diff(float x, float m, float *d, float *dl) {
 }
 
 /* sum over the lane of e^(x - m) (m finite), the terms also written to Y when
-   Y is not NULL; each term is e^d (1 + dl) with d + dl = x - m exactly */
+   Y is not NULL; each term is e^d (1 + dl) with d + dl = x - m exactly, in
+   one FMA, and the sum is the row kernel's (simd_math.h row_exp_sum): 16
+   double partials, partial j taking the elements i = j (mod 16), folded j +
+   8, then + 4, + 2, + 1.  So a lane a stride apart (or a contiguous lane
+   whose output is strided) gets the contiguous lane's bits; with e + e dl
+   rounded twice and 8 partials summed in turn, 1 in about 4000 elements of
+   softmax / log_softmax over dim 0 of a (4, 64, 3) view differed by an ulp. */
 static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, int64_t len,
                             float m) {
     float d[EXP_BLOCK], dl[EXP_BLOCK], e[EXP_BLOCK];
-    double acc[8] = {0};
-    for (int64_t b = 0; b < len; b += EXP_BLOCK) {
+    double acc[16] = {0};
+    for (int64_t b = 0; b < len; b += EXP_BLOCK) { /* b a multiple of 16 */
         int n = len - b < EXP_BLOCK ? (int)(len - b) : EXP_BLOCK;
         const float *xb = X + b * sx;
         if (sx == 1)
@@ -80,12 +86,11 @@ static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, in
         else
             for (int i = 0; i < n; i++) split_diff(xb[i * sx], m, &d[i], &dl[i]);
         simd_exp(n, d, 1, e);
-        for (int i = 0; i < n; i++) e[i] += e[i] * dl[i];
-        /* eight double partial sums: vector adds, no float32 rounding of the sum */
+        for (int i = 0; i < n; i++) e[i] = fmaf(e[i], dl[i], e[i]);
         int i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += (double)e[i + j];
-        for (; i < n; i++) acc[0] += (double)e[i];
+        for (; i + 16 <= n; i += 16)
+            for (int j = 0; j < 16; j++) acc[j] += (double)e[i + j];
+        for (; i < n; i++) acc[i & 15] += (double)e[i];
         if (Y) {
             if (sy == 1)
                 memcpy(Y + b, e, (size_t)n * sizeof(float));
@@ -93,9 +98,9 @@ static double exp_terms_f32(const float *X, int64_t sx, float *Y, int64_t sy, in
                 for (i = 0; i < n; i++) Y[(b + i) * sy] = e[i];
         }
     }
-    double sum = 0;
-    for (int j = 0; j < 8; j++) sum += acc[j];
-    return sum;
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 /* float32 lanes on the SIMD exp; 0 when the lane needs the double loop (the
