@@ -363,7 +363,7 @@ def flip(t, dims):
     out = _need_tensor(t, "flip")
     given = [_norm_dim(d, t.ndim, "flip") for d in _dims_arg(dims, "flip")]
     if len(set(given)) < len(given):
-        raise InvalidArgumentError(f"flip: dims {tuple(_dims_arg(dims))} name a dim twice")
+        raise InvalidArgumentError(f"flip: dims {tuple(_dims_arg(dims, 'flip'))} name a dim twice")
     for d in set(given):
         n = t.shape[d] if t.ndim else 1
         if n > 1:

@@ -1169,21 +1169,28 @@ class Tensor:
     def var(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """sum((x - mean)^2) / (N - correction) over dims (composed of
         differentiable ops; N - correction <= 0 gives inf or nan, as PyTorch)."""
+        return self._var(dim, correction, keepdim, "var")
+
+    def _var(self, dim, correction, keepdim, op):
         if isinstance(correction, bool) or not isinstance(correction, numbers.Real):
-            raise ArgumentTypeError(f"var: correction must be a number, got {correction!r}")
-        d = self - self.mean(dim, keepdim=True)
-        dims = _dims_arg(dim, "var")  # None and () reduce every dim, as mean does
+            raise ArgumentTypeError(f"{op}: correction must be a number, got {correction!r}")
+        # the dims checked here, so that a bad one is op's error, not mean's
+        dims = _dims_arg(dim, op)  # None and () reduce every dim, as mean does
+        norm = [_norm_dim(i, self.ndim, op) for i in dims]
+        for i, d in enumerate(norm):
+            if self.ndim and d in norm[:i]:
+                raise InvalidArgumentError(f"{op}: dim {dims[i]} given twice")
         n = 1
-        for i in ({_norm_dim(i, self.ndim, "var") for i in dims} if dims and self.ndim
-                  else range(self.ndim)):
+        for i in set(norm) if dims and self.ndim else range(self.ndim):
             n *= self.shape[i]
-        return (d * d).sum(dim, keepdim) / builtins.max(n - correction, 0)
+        d = self - self.mean(dims, keepdim=True)
+        return (d * d).sum(dims, keepdim) / builtins.max(n - correction, 0)
 
     def std(self, dim: DimArg = None, correction: int = 1, keepdim: bool = False) -> Tensor:
         """Standard deviation over `dim`: sqrt(var(dim, correction, keepdim)).
         correction=1 is Bessel's (unbiased) estimate, 0 the population one.
         """
-        return self.var(dim, correction, keepdim).sqrt()
+        return self._var(dim, correction, keepdim, "std").sqrt()
 
     def cumsum(self, dim: int) -> Tensor:
         """Cumulative sum along `dim` (same shape).  Raises OutOfRangeError for a bad dim."""

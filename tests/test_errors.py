@@ -188,6 +188,27 @@ def test_reduction_dim_out_of_range():
         a.sum((0, 5))
 
 
+def test_reduction_dim_of_a_wrong_type_names_the_op():
+    """A dim that is not an int (or a tuple of ints) is an ArgumentTypeError
+    naming the op, as a bad shape is (it was operator.index's bare TypeError,
+    "'float' object is not iterable" for sum(1.5)); var and std check their
+    dims themselves, so that a bad one is their error, not mean's."""
+    a = ones23()
+    for op in ("sum", "mean", "prod", "max", "min", "argmax", "argmin", "logsumexp", "var",
+               "std", "softmax", "log_softmax", "cumsum"):
+        for bad in (1.5, "a", None, (0, 1.0)):
+            if bad is None and op not in ("softmax", "log_softmax", "cumsum"):
+                continue  # None: every dim
+            with pytest.raises(ad.ArgumentTypeError, match=rf"^{op}: dim must be an int"):
+                getattr(a, op)(bad)
+    for op in ("var", "std"):
+        with pytest.raises(IndexError, match=rf"^{op}: dim 2 out of range"):
+            getattr(a, op)(2)
+        with pytest.raises(ValueError, match=rf"^{op}: dim -2 given twice"):
+            getattr(a, op)((0, -2))
+    np.testing.assert_allclose(a.var((0, 1), correction=0).numpy(), 0.0)
+
+
 def test_duplicate_dims():
     a = ones23()
     with pytest.raises(ValueError, match=r"sum: dim 0 given twice"):
