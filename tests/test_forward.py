@@ -807,3 +807,32 @@ def test_hypothesis_reduce(shape, seed, data):
     d = dims[0] if dims else 0
     close(x.max(d, keepdim=keep), np.max(a, axis=d, keepdims=keep))
     close(x.min(d, keepdim=keep), np.min(a, axis=d, keepdims=keep))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_sums_of_repeated_inner_runs_add_in_double(threads):
+    # a float32 sum whose outputs each take several inner reduced runs (a
+    # sliced x's full sum, a sum over dims (0, 2)) adds the runs' totals in
+    # double and rounds once (reduce.c run_wide), as one run does: rounded
+    # after each run, x[:, :2].sum() of 0.1s was 6001.15 for 6000.0 at 30000
+    # rows and 400089.5 at 2000000 (threads' blocks included)
+    old = ad.get_num_threads()
+    ad.set_num_threads(threads)
+    try:
+        v = np.float32(0.1)
+        for n in (30000, 2_000_000):
+            x = np.full((n, 3), v, np.float32)
+            t = ad.tensor(x)[:, :2]
+            for got, k in ((t.sum(), 2 * n), (t.mean(), 1), (t.permute(1, 0).sum((1, 0)), 2 * n),
+                           (ad.tensor(x.reshape(n // 2, 2, 3)).sum((0, 2)), 3 * n // 2)):
+                np.testing.assert_allclose(got.numpy(), float(v) * k, rtol=2e-7)
+        rng = np.random.default_rng(3)
+        a = rng.standard_normal((300, 5, 7, 9)).astype(np.float32)
+        for dim in ((0, 2), (0, 3), (0, 1, 3), None):
+            for t, b in ((ad.tensor(a), a), (ad.tensor(a)[:, :, :, 1::2], a[:, :, :, 1::2]),
+                         (ad.tensor(a).permute(3, 1, 0, 2), a.transpose(3, 1, 0, 2))):
+                want = b.astype(np.float64).sum(axis=dim)
+                scale = np.abs(b).astype(np.float64).sum(axis=dim)  # sums of +-1s cancel
+                assert (np.abs(t.sum(dim).numpy() - want) <= 2.5e-7 * scale).all(), dim
+    finally:
+        ad.set_num_threads(old)
