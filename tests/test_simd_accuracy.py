@@ -189,6 +189,32 @@ def test_softmax_float32_nonfinite_lanes():
     np.testing.assert_allclose(lse[0], np.log(np.exp(0.0) + np.exp(1.0)), rtol=1e-6)
 
 
+def test_softmax_lane_with_inf_is_nan_as_torch():
+    """A lane whose maximum is +inf is NaN everywhere in softmax and
+    log_softmax (x - max is NaN at the inf, so is the sum), as torch's; the
+    double loop gave [0, nan, 0] for [1, inf, 2] (log_softmax [-inf, nan,
+    -inf]).  Every path: a contiguous lane, lanes side by side (the column
+    kernel hands such a lane back), strided lanes, a transposed copy; and
+    logsumexp stays inf."""
+    row = [1.0, np.inf, 2.0, -np.inf]
+    for dt in (np.float32, np.float64):
+        x = np.array([row, [0.0, 1.0, 2.0, 3.0]], dt)
+        big = np.tile(x, (1, 1100))  # 4400-long lanes: past the copy threshold transposed
+        for t, d in ((ad.from_numpy(x), 1), (ad.from_numpy(np.ascontiguousarray(x.T)), 0),
+                     (ad.from_numpy(np.tile(x.T, (1, 40))), 0),
+                     (ad.from_numpy(np.ascontiguousarray(big.T)).t(), 1),
+                     (ad.from_numpy(np.repeat(x, 3, 1))[:, ::3], 1)):
+            with np.errstate(all="ignore"):
+                for name in ("softmax", "log_softmax"):
+                    y = getattr(t, name)(d).numpy()
+                    y = y if d == 1 else y.T
+                    inf_lane = np.arange(len(y)) % 2 == 0  # x's first row (tiled: every other)
+                    assert (np.isnan(y).all(1) == inf_lane).all(), (name, t.strides)
+                    assert not np.isnan(y[~inf_lane]).any(), (name, t.strides)
+                lse = t.logsumexp(d).numpy()
+                assert (lse[::2] == np.inf).all() and np.isfinite(lse[1::2]).all()
+
+
 @pytest.mark.parametrize("op", ["gelu_erf", "erf"])
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 511, 512, 513, 1040, 5000])
 def test_gelu_erf_blocked_contiguous_same_bits(threads, n, op):

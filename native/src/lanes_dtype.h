@@ -35,6 +35,12 @@ static void S(softmax)(const void *px, int64_t sx, void *py, int64_t sy, int64_t
     T *Y = py;
     if (SIMD_LANE(softmax_simd(px, sx, py, sy, len, flag))) return;
     double m = S(lane_max_dbl)(X, sx, len), shift = isfinite(m) ? m : 0.0;
+    if (m == INFINITY) {
+        /* x - max is NaN at an inf (and -inf beside it), so the sum is NaN:
+           the whole lane is NaN, as torch's (e^x / sum left 0 beside the inf) */
+        for (int64_t i = 0; i < len; i++) Y[i * sy] = (T)NAN;
+        return;
+    }
     double acc = 0;
     for (int64_t i = 0; i < len; i++) acc += exp((double)X[i * sx] - shift);
     if (flag) {
