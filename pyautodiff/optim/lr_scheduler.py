@@ -20,11 +20,11 @@ from typing import (Any as _Any, Dict as _Dict, Iterable as _Iterable, List as _
 
 import math as _math
 import numbers as _numbers
-import operator as _operator
 import types as _types
 from collections import Counter as _Counter
 
 from ..errors import InvalidArgumentError
+from ..nn.modules._common import int_arg as _int
 from .optimizer import Optimizer as _Optimizer
 
 
@@ -38,14 +38,6 @@ def _real(cls, name, v, nonzero=False):
         raise InvalidArgumentError(f"{cls}: {name} must not be 0")
     return v
 
-
-def _int(cls, name, v, minimum):
-    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
-        raise InvalidArgumentError(f"{cls}: {name} must be an int, got {v!r}")
-    v = _operator.index(v)
-    if v < minimum:
-        raise InvalidArgumentError(f"{cls}: {name} must be at least {minimum}, got {v}")
-    return v
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LambdaLR", "LinearLR", "OneCycleLR"]
