@@ -375,6 +375,63 @@ def test_fork_while_threads_allocate_does_not_deadlock():
         ad.set_num_threads(old)
 
 
+def _fork_child_writes(w, q):
+    """The child of a fork taken while another thread was writing w: w holds
+    one whole value (all 0 or all 1), a write to it completes and a backward
+    over it runs."""
+    a = w.numpy()
+    whole = bool((a == a[0]).all())
+    w.set(ad.full(w.shape, 2.0))
+    g = (w * w).sum().backward()[w]
+    q.put(whole and float(g.numpy()[0]) == 4.0)
+
+
+def test_fork_while_a_var_is_written_leaves_the_child_a_usable_var():
+    """fork() while another thread is inside Var.set or an optimizer step on a
+    Var: the child got the storage's seqlock odd (a write in progress by a
+    thread it does not have), so its first Var.set spun forever and every
+    backward over the Var raised "being written" (all of 6 forks hung); it
+    also got half of the new value.  The fork now waits for the writes in
+    flight."""
+    ctx = multiprocessing.get_context("fork")
+    n = 1 << 22
+    w = ad.Var(np.zeros(n, np.float32))
+    srcs = [ad.zeros(n), ad.ones(n)]
+    opt = ad.optim.SGD([w], lr=0.0)
+    zero_grad = ad.GradStore()
+    zero_grad.insert(w, srcs[0])
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            if i % 3 == 2:
+                opt.step(zero_grad)  # lr 0: an in-place write that keeps w whole
+            else:
+                w.set(srcs[i % 2])
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            for i in range(10):
+                q = ctx.SimpleQueue()
+                p = ctx.Process(target=_fork_child_writes, args=(w, q))
+                p.start()
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+                    pytest.fail(f"fork {i}: the child hung in Var.set")
+                assert p.exitcode == 0, f"fork {i}: child exit code {p.exitcode}"
+                assert q.get() is True, f"fork {i}: a torn Var or a wrong gradient in the child"
+    finally:
+        stop.set()
+        t.join(60)
+
+
 # ---- 10. GradStore.ids() in one native call ------------------------------------------
 class _CountingLib:
     def __init__(self, real):

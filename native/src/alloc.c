@@ -317,6 +317,7 @@ void ad_data_free(void *p, size_t n) {
  * parent then unlocks; the child, whose other threads are gone, re-creates
  * the locks. */
 static void fork_prepare(void) {
+    ad_storage_writes_fork_prepare(); /* a write runs parallel loops and allocates */
     ad_gradstore_fork_prepare();
     par_fork_prepare();
     pthread_mutex_lock(&mid_cache.lock);
@@ -330,6 +331,7 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&mid_cache.lock);
     par_fork_parent();
     ad_gradstore_fork_parent();
+    ad_storage_writes_fork_parent();
 }
 
 static void fork_child(void) {
@@ -346,6 +348,7 @@ static void fork_child(void) {
     pthread_mutex_init(&mid_cache.lock, NULL);
     par_fork_child();
     ad_gradstore_fork_child();
+    ad_storage_writes_fork_child();
 }
 
 __attribute__((constructor)) static void register_fork_handlers(void) {

@@ -378,10 +378,14 @@ void *map_del(id_map *m, uint64_t key);               /* returns old value or NU
 
 /* ---- fork safety ---------------------------------------------------------
  * One pthread_atfork registration (alloc.c) takes every native lock before
- * fork() in a fixed order (gradient stores, then the thread pool, then the
- * block caches: the order in which code paths nest them) and releases or
- * re-initialises them after, so a child never inherits a lock held by a thread
- * that does not exist there. */
+ * fork() in a fixed order (in-place writes in flight, gradient stores, then
+ * the thread pool, then the block caches: the order in which code paths nest
+ * them) and releases or re-initialises them after, so a child never inherits
+ * a lock held by a thread that does not exist there (nor a storage's seqlock
+ * left odd by one: tensor.c). */
+void ad_storage_writes_fork_prepare(void);
+void ad_storage_writes_fork_parent(void);
+void ad_storage_writes_fork_child(void);
 void ad_gradstore_fork_prepare(void);
 void ad_gradstore_fork_parent(void);
 void ad_gradstore_fork_child(void);

@@ -88,9 +88,43 @@ static void storage_release(ad_storage *s) {
     ad_mfree(s);
 }
 
+/* fork() waits for the in-place writes in flight and keeps new ones out
+   until it is done (ad_storage_writes_fork_*): a child that inherited a
+   storage with an odd seq from a writer thread it does not have would spin
+   forever in its next write to that Var, and fail every backward over it.
+   A thread enters this gate once however many storages it writes at once
+   (an optimizer's parameter and its state buffers): a nested wait on a
+   closed gate would deadlock against the fork waiting for this thread. */
+static atomic_int writes_closed;
+static atomic_long writes_active;
+static _Thread_local int tl_write_depth;
+
+static void writes_enter(void) {
+    for (;;) {
+        while (atomic_load(&writes_closed)) sched_yield();
+        atomic_fetch_add(&writes_active, 1);
+        if (!atomic_load(&writes_closed)) return; /* seq_cst: the fork sees this one */
+        atomic_fetch_sub(&writes_active, 1);
+    }
+}
+
+void ad_storage_writes_fork_prepare(void) {
+    atomic_store(&writes_closed, 1);
+    while (atomic_load(&writes_active)) sched_yield();
+}
+
+void ad_storage_writes_fork_parent(void) { atomic_store(&writes_closed, 0); }
+
+void ad_storage_writes_fork_child(void) {
+    /* a thread that was backing out of the closed gate is gone */
+    atomic_store(&writes_active, 0);
+    atomic_store(&writes_closed, 0);
+}
+
 /* Writers take turns: a writer waits until seq is even, then claims the write
    by making it odd; readers never wait (they detect and fail, graph.c). */
 void ad_storage_write_begin(ad_storage *s) {
+    if (tl_write_depth++ == 0) writes_enter();
     for (unsigned spin = 0;; spin++) {
         uint64_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
         if (!(q & 1) && atomic_compare_exchange_weak_explicit(&s->seq, &q, q + 1,
@@ -106,6 +140,7 @@ void ad_storage_write_begin(ad_storage *s) {
 void ad_storage_write_end(ad_storage *s) {
     atomic_fetch_add_explicit(&s->version, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
+    if (--tl_write_depth == 0) atomic_fetch_sub(&writes_active, 1);
 }
 
 /* ---- shapes ------------------------------------------------------------------ */
