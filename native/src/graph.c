@@ -477,6 +477,24 @@ static ad_status seq_recheck(const ad_node *n, const seq_snapshot *s) {
     return AD_OK;
 }
 
+/* A node whose forward read an input while another thread wrote it in place
+   (ad_read_window): its output, and so the gradient, may mix old and new
+   values. */
+static ad_status torn_fail(const ad_node *n, const ad_tensor *t) {
+    int i = __builtin_ctz(n->torn);
+    const ad_tensor *x = node_in(n)[i];
+    char what[80] = "a tensor not kept by the graph";
+    if (x)
+        snprintf(what, sizeof what, "tensor id %llu, %s", (unsigned long long)x->id,
+                 ad_tdesc(x));
+    return ad_fail(AD_ERR_GRAPH,
+                   "backward: %s (tensor id %llu, %s) read input %d (%s) while it was being "
+                   "written in place (Var.set or an in-place update from another thread), so "
+                   "its value may mix old and new data; finish the writes before the forward, "
+                   "or recompute it",
+                   ad_node_name(n), (unsigned long long)t->id, ad_tdesc(t), i, what);
+}
+
 /* Adds g (consumed) into the map entry of id. */
 static ad_status accumulate(id_map *grads, uint64_t id, ad_tensor *g) {
     void **slot = map_get(grads, id);
@@ -676,6 +694,11 @@ static ad_status run_backward(const ad_tensor *root, const ad_tensor *grad,
             ad_tensor_release(g);
             ad_tensor_release(map_del(&recomputed, t->id));
             continue;
+        }
+        if (n->torn) {
+            ad_tensor_release(g);
+            st = torn_fail(n, t);
+            goto fail;
         }
         ad_tensor *gr[AD_MAX_INPUTS] = {NULL};
         seq_snapshot seqs;

@@ -161,6 +161,10 @@ struct ad_node {
        nodes that read it hold a shell instead (ad_graph_input), and backward
        recomputes the value from in[] (all kept, versions taken) */
     uint8_t recompute;
+    /* bit i: input i was being written in place (Var.set, an optimizer step
+       on another thread) while the forward read it, so the output may mix old
+       and new values: backward refuses the node (ad_read_window) */
+    uint8_t torn;
     /* the tensors that carry this node: its output, and the shells and
        recomputed copies of that output (same id); the last one frees it */
     atomic_int refs;
@@ -250,6 +254,20 @@ ad_status ad_materialize_all(ad_tensor *const *vals, int k, ad_tensor **out);
 static inline uint64_t ad_graph_version(const ad_tensor *x) {
     return x->storage ? atomic_load(&x->storage->version) : 0;
 }
+/* The in-place write check of a forward read (the seqlock of
+   ad_storage_write_begin, forward's side): ad_read_window_open samples each
+   input storage's sequence number and version before the op reads them,
+   ad_read_window_torn says after which inputs a write overlapped (bit i).
+   The node records the versions sampled before, so a write that lands
+   between the read and the recording is caught by backward's version check
+   rather than taken for the value the forward read. */
+typedef struct {
+    uint64_t seq[AD_MAX_INPUTS];
+    uint64_t ver[AD_MAX_INPUTS];
+    int n; /* 0: not sampled (grad mode off); the node then takes versions now */
+} ad_read_window;
+void ad_read_window_open(ad_read_window *w, const ad_tensor *const *in, int n_in);
+unsigned ad_read_window_torn(const ad_read_window *w, const ad_tensor *const *in);
 extern _Thread_local int ad_anomaly_enabled;
 /* The creation site for a node in anomaly mode (a new ad_malloc'd string or
    NULL). */

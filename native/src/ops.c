@@ -44,7 +44,7 @@ AD_API const char *ad_op_name(int op) {
    input's gradient reads, the versions of the values backward will read, and
    the op's arguments, in one allocation. */
 static ad_status record(int op, const op_def *def, const op_args *a, unsigned tracked,
-                        ad_tensor *y) {
+                        const ad_read_window *w, ad_tensor *y) {
     unsigned saved = 0;
     for (int i = 0; i < a->n_in; i++)
         if (tracked & (1u << i)) saved |= def->needs[def->n_in < 0 ? 0 : (i < 4 ? i : 3)];
@@ -61,6 +61,7 @@ static ad_status record(int op, const op_def *def, const op_args *a, unsigned tr
     n->out_version = 0;
     /* a recompute node keeps every input: backward reruns the op on them */
     n->recompute = ad_checkpoint_mode && ad_recompute_op(op, y->dtype);
+    n->torn = (uint8_t)ad_read_window_torn(w, a->in);
     atomic_init(&n->refs, 1);
     n->site = ad_anomaly_enabled ? ad_anomaly_site() : NULL;
     ad_tensor **in = node_in(n);
@@ -68,7 +69,7 @@ static ad_status record(int op, const op_def *def, const op_args *a, unsigned tr
     for (int i = 0; i < a->n_in; i++) {
         bool keep = n->recompute || ((tracked | saved) & (1u << i));
         in[i] = keep ? ad_graph_input(a->in[i]) : NULL;
-        ver[i] = keep && in[i] ? ad_graph_version(a->in[i]) : 0;
+        ver[i] = !(keep && in[i]) ? 0 : w->n ? w->ver[i] : ad_graph_version(a->in[i]);
         if (keep && !in[i]) {
             for (int j = 0; j < i; j++) ad_tensor_release(in[j]);
             ad_mfree((void *)n->site);
@@ -144,6 +145,8 @@ ad_status ad_call(int op, const ad_tensor *const *in, int n_in, const int64_t *i
 
     op_args a = {op, in, n_in, iargs, n_iargs, fargs, n_fargs};
     ad_tensor *y = NULL;
+    ad_read_window w = {.n = 0};
+    if (def->backward && ad_grad_enabled) ad_read_window_open(&w, in, n_in);
     ad_status st = def->forward(&a, &y);
     if (st) return st;
 
@@ -155,7 +158,7 @@ ad_status ad_call(int op, const ad_tensor *const *in, int n_in, const int64_t *i
        tensor, to_dtype to the same dtype) records nothing */
     for (int i = 0; i < n_in && tracked; i++)
         if (y == in[i]) tracked = 0;
-    if (tracked && (st = record(op, def, &a, tracked, y))) {
+    if (tracked && (st = record(op, def, &a, tracked, &w, y))) {
         ad_tensor_release(y);
         return st;
     }
@@ -203,7 +206,7 @@ AD_API ad_status ad_scalar_op(int op, const ad_tensor *x, double s, ad_tensor **
  * their work, so a binding may keep its interpreter lock across them. */
 static ad_tensor *quick_finish(int op, const op_def *def, const ad_tensor *const *in, int n_in,
                                const int64_t *iargs, int n_iargs, const double *fargs,
-                               int n_fargs, ad_tensor *y) {
+                               int n_fargs, const ad_read_window *w, ad_tensor *y) {
     if (!y) return NULL;
     unsigned tracked = 0;
     if (def->backward && ad_grad_enabled && ad_dtype_is_float(y->dtype))
@@ -211,12 +214,24 @@ static ad_tensor *quick_finish(int op, const op_def *def, const ad_tensor *const
             if (ad_tracks(in[i])) tracked |= 1u << i;
     if (tracked) {
         op_args a = {op, in, n_in, iargs, n_iargs, fargs, n_fargs};
-        if (record(op, def, &a, tracked, y)) {
+        if (record(op, def, &a, tracked, w, y)) {
             ad_tensor_release(y);
             return NULL;
         }
     }
     return y;
+}
+
+/* ad_call's window around the quick kernel, taken where it may record */
+static void quick_window(const op_def *def, ad_read_window *w, const ad_tensor *const *in,
+                         int n_in) {
+    w->n = 0;
+    if (def->backward && ad_grad_enabled)
+        for (int i = 0; i < n_in; i++)
+            if (ad_tracks(in[i])) {
+                ad_read_window_open(w, in, n_in);
+                return;
+            }
 }
 
 static bool quick_ok(int op, int n_in, int n_fargs) {
@@ -231,14 +246,19 @@ AD_API ad_tensor *ad_binary_quick(int op, const ad_tensor *a, const ad_tensor *b
     const op_def *def = &ad_ops[op];
     if (def->forward != fwd_binary && def->forward != fwd_compare) return NULL;
     const ad_tensor *in[2] = {a, b};
-    return quick_finish(op, def, in, 2, NULL, 0, NULL, 0,
+    ad_read_window w;
+    quick_window(def, &w, in, 2);
+    return quick_finish(op, def, in, 2, NULL, 0, NULL, 0, &w,
                         ad_ew_quick_binary(op, def->forward == fwd_compare ? AD_BOOL : a->dtype,
                                            a, b));
 }
 
 AD_API ad_tensor *ad_unary_quick(int op, const ad_tensor *x) {
     if (!x || !quick_ok(op, 1, 0) || ad_ops[op].forward != fwd_unary) return NULL;
-    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, NULL, 0, ad_ew_quick_unary(op, x, 0));
+    ad_read_window w;
+    quick_window(&ad_ops[op], &w, &x, 1);
+    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, NULL, 0, &w,
+                        ad_ew_quick_unary(op, x, 0));
 }
 
 AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s) {
@@ -247,7 +267,9 @@ AD_API ad_tensor *ad_scalar_quick(int op, const ad_tensor *x, double s) {
     if (!x || !ad_dtype_is_float(x->dtype) || !quick_ok(op, 1, 1) ||
         ad_ops[op].forward != fwd_scalar)
         return NULL;
-    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, &s, 1, ad_ew_quick_unary(op, x, s));
+    ad_read_window w;
+    quick_window(&ad_ops[op], &w, &x, 1);
+    return quick_finish(op, &ad_ops[op], &x, 1, NULL, 0, &s, 1, &w, ad_ew_quick_unary(op, x, s));
 }
 
 AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x) {
@@ -256,7 +278,10 @@ AD_API ad_tensor *ad_reduce_quick(int op, const ad_tensor *x) {
                op != AD_OP_MIN) ||
         ad_anomaly_enabled || ad_alloc_failure_armed())
         return NULL;
-    return quick_finish(op, &ad_ops[op], &x, 1, keepdim, 1, NULL, 0, ad_reduce_quick_all(op, x));
+    ad_read_window w;
+    quick_window(&ad_ops[op], &w, &x, 1);
+    return quick_finish(op, &ad_ops[op], &x, 1, keepdim, 1, NULL, 0, &w,
+                        ad_reduce_quick_all(op, x));
 }
 
 /* whether shape[0:nd) is x's shape with only dims of size 1 dropped or added
@@ -288,7 +313,8 @@ AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs
     ad_tensor *y = NULL;
     if (def->forward(&a, &y)) return NULL;
     if (y == x) return y; /* returned unchanged: nothing recorded, as ad_call */
-    return quick_finish(op, def, &x, 1, iargs, n_iargs, NULL, 0, y);
+    const ad_read_window none = {.n = 0}; /* a view reads no element */
+    return quick_finish(op, def, &x, 1, iargs, n_iargs, NULL, 0, &none, y);
 }
 
 AD_API ad_status ad_op_info(int op, ad_op_info_t *out) {

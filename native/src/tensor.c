@@ -143,6 +143,27 @@ void ad_storage_write_end(ad_storage *s) {
     if (--tl_write_depth == 0) atomic_fetch_sub(&writes_active, 1);
 }
 
+void ad_read_window_open(ad_read_window *w, const ad_tensor *const *in, int n_in) {
+    w->n = n_in;
+    for (int i = 0; i < n_in; i++) {
+        const ad_storage *s = in[i]->storage;
+        w->seq[i] = s ? atomic_load_explicit(&s->seq, memory_order_acquire) : 0;
+        w->ver[i] = s ? atomic_load(&s->version) : 0;
+    }
+}
+
+unsigned ad_read_window_torn(const ad_read_window *w, const ad_tensor *const *in) {
+    unsigned torn = 0;
+    atomic_thread_fence(memory_order_acquire); /* the op's reads happen before */
+    for (int i = 0; i < w->n; i++) {
+        const ad_storage *s = in[i]->storage;
+        if (s && ((w->seq[i] & 1) ||
+                  atomic_load_explicit(&s->seq, memory_order_relaxed) != w->seq[i]))
+            torn |= 1u << i;
+    }
+    return torn;
+}
+
 /* ---- shapes ------------------------------------------------------------------ */
 ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,
                          int64_t *numel) {
