@@ -162,10 +162,11 @@ class _Bundle(_Function):
 _BundleNode = type("checkpoint_vars", (_Bundle,), {})
 
 
-def _carry(ts, room, bundles):
+def _carry(ts, room, bundles, windows):
     """At most room (>= 1) tensors standing for ts: ts themselves when they
     fit, else groups of at most _MAX_INPUTS of them behind bundle nodes, as
-    many levels as needed."""
+    many levels as needed.  windows: each tensor's (seq, version) pair as
+    fn read it, by id; a bundle's output (never written) adds its own."""
     while len(ts) > room:
         nxt = []
         for k in range(0, len(ts), _MAX_INPUTS):
@@ -173,8 +174,9 @@ def _carry(ts, room, bundles):
             if len(g) == 1:
                 nxt.append(g[0])
                 continue
-            b = _BundleNode.apply(bundles, *g)
+            b = _BundleNode._apply((bundles, *g), [windows[t.id] for t in g])
             bundles.ids.add(b.id)
+            windows[b.id] = _window([b._h])[0]
             nxt.append(b)
         ts = nxt
     return ts
@@ -215,6 +217,12 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
         unseeded = True
     else:
         unseeded = False
+    # the in-place write state of the arguments before fn reads them, and of
+    # the Vars fn reads as its ops read them (below): the node is checked
+    # against these, not against the state after fn (_record's apply), so
+    # that a Var another thread writes meanwhile makes backward raise instead
+    # of recomputing fn on a value the forward never saw
+    args_window = _window([a._h for a in args])
     try:
         # fn runs on detached inputs with grad on, once: the Vars it reads are
         # found in its graph, which is then dropped (only the output is kept)
@@ -229,12 +237,33 @@ def checkpoint(fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
     vars_ = [n for n in out.sorted_nodes() if n.is_variable and n.id not in ids]
     if not vars_ and not any(a.track_op for a in args):
         return out  # nothing to differentiate: no node
+    windows = dict(zip([a.id for a in args], args_window))
+    for k in range(0, len(vars_), _MAX_INPUTS):
+        group = vars_[k:k + _MAX_INPUTS]
+        w = _ffi.new("uint64_t[]", 2 * len(group))
+        st = _lib.ad_graph_read_window(out._h, [v._h for v in group], len(group), w)
+        if st:
+            _raise_status(st)
+        windows.update((v.id, (w[2 * j], w[2 * j + 1])) for j, v in enumerate(group))
     value = out.detach()
     del out
-    return _record(fn, args, vars_, value, seed, strategy)
+    return _record(fn, args, vars_, value, seed, strategy, windows)
 
 
-def _record(fn, args, vars_, value, seed, strategy):
+def _window(handles):
+    """ad_read_window_take's (seq, version) pair for each handle, in order."""
+    pairs = []
+    for k in range(0, len(handles), _MAX_INPUTS):
+        group = handles[k:k + _MAX_INPUTS]
+        w = _ffi.new("uint64_t[]", 2 * max(len(group), 1))
+        st = _lib.ad_read_window_take(group, len(group), w)
+        if st:
+            _raise_status(st)
+        pairs += [(w[2 * j], w[2 * j + 1]) for j in range(len(group))]
+    return pairs
+
+
+def _record(fn, args, vars_, value, seed, strategy, windows):
     """One _Checkpoint node over (args' tensors, the Vars fn read, or the
     bundles that carry those beyond the node's inputs)."""
     n_args = len(args)
@@ -243,7 +272,7 @@ def _record(fn, args, vars_, value, seed, strategy):
                                    f"at most {_MAX_INPUTS - (1 if vars_ else 0)} (close over "
                                    f"the others)")
     bundles = _Bundles()
-    carriers = _carry(vars_, _MAX_INPUTS - n_args, bundles)
+    carriers = _carry(vars_, _MAX_INPUTS - n_args, bundles, windows)
 
     def forward(ctx, _fn, _n, *inputs):
         ctx.fn = fn
@@ -257,7 +286,8 @@ def _record(fn, args, vars_, value, seed, strategy):
 
     # apply through a subclass whose forward returns the value computed above
     cls = type(f"checkpoint({_name(fn)})", (_Checkpoint,), {"forward": staticmethod(forward)})
-    return cls.apply(fn, n_args, *args, *carriers)
+    ins = (*args, *carriers)
+    return cls._apply((fn, n_args) + ins, [windows[t.id] for t in ins])
 
 
 class checkpointing:

@@ -131,6 +131,14 @@ class Function:
         whose backward calls cls.backward.  Returns forward's Tensor.  Raises
         InvalidArgumentError for more than 8 tensor arguments,
         ArgumentTypeError when forward does not return one Tensor."""
+        return cls._apply(args)
+
+    @classmethod
+    def _apply(cls, args, window=None):
+        """apply(*args); window: the (seq, version) pairs of the tensor
+        arguments from before forward read them (ad_read_window_take's, for a
+        caller that ran the computation before apply: checkpoint), else taken
+        here, before forward runs."""
         name = cls.__name__
         pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         if len(pos) > 8:
@@ -140,6 +148,17 @@ class Function:
         needs = tuple(bool(grad_on and isinstance(a, Tensor) and a.track_op
                            and a.dtype.is_floating_point) for a in args)
         ctx = FunctionCtx(cls, needs)
+        # the in-place write state of the inputs before forward reads them: a
+        # node whose forward read a Var mid-write (another thread's Var.set)
+        # then refuses backward, as a built-in op's does
+        win = ffi.new("uint64_t[]", 2 * max(len(pos), 1))
+        if window is not None:
+            for k, (q, v) in enumerate(window):
+                win[2 * k], win[2 * k + 1] = q, v
+        elif any(needs):
+            st = lib.ad_read_window_take([args[i]._h for i in pos], len(pos), win)
+            if st:
+                raise_status(st)
         with _no_grad():
             out = cls.forward(ctx, *args)
         if not isinstance(out, Tensor):
@@ -153,10 +172,11 @@ class Function:
         saved = [t for t in ctx._saved if t is not None]
         handle = ffi.new_handle(ctx)
         res = ffi.new("ad_tensor **")
-        st = lib.ad_custom_record(name.encode("utf-8", "replace"), [args[i]._h for i in pos],
-                                  len(pos), out._h, [t._h for t in saved] or _NULL, len(saved),
-                                  lib._ad_custom_backward, lib._ad_custom_release_guarded, handle,
-                                  res)
+        st = lib.ad_custom_record_window(name.encode("utf-8", "replace"),
+                                         [args[i]._h for i in pos], len(pos), out._h,
+                                         [t._h for t in saved] or _NULL, len(saved),
+                                         lib._ad_custom_backward, lib._ad_custom_release_guarded,
+                                         handle, win, res)
         if st:
             raise_status(st)
         if lib.ad_tensor_op(res[0]) == lib.AD_OP_CUSTOM:

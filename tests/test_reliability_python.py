@@ -78,9 +78,12 @@ def test_every_handle_list_is_built_from_held_tensors():
     # taken of it, so it cannot be a generator), retain is made a tuple first
     src = open(os.path.join(pkg, "tensor.py")).read()
     assert "retain = tuple(retain)" in src
-    # function.py's saved is a list it built from ctx's tuple and holds
+    # function.py's saved is a list it built from ctx's tuple and holds;
+    # checkpoint.py's args is checkpoint()'s own *args tuple and group a slice
+    # (a list) of the Vars it found, held across the call
     assert set(found) == {("tensor.py", "inputs"), ("tensor.py", "retain"),
-                          ("function.py", "saved")}, found
+                          ("function.py", "saved"), ("checkpoint.py", "args"),
+                          ("checkpoint.py", "group")}, found
 
 
 def test_cat_and_grad_of_generators():

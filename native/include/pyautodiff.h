@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define AD_ABI_MAJOR 1
-#define AD_ABI_MINOR 11
+#define AD_ABI_MINOR 12
 
 /* cffi:begin */
 
@@ -609,6 +609,31 @@ AD_API int ad_tensor_release_quick(ad_tensor *t);
    size 1: always a view), and from ABI 1.11 AD_OP_BROADCAST, with those
    iargs: a view, whatever x's size. */
 AD_API ad_tensor *ad_view_quick(int op, const ad_tensor *x, const int64_t *iargs, int n_iargs);
+
+/* ---- forward reads racing in-place writes (ABI 1.12) ----------------------
+   A built-in op samples its inputs' in-place write state before it reads
+   them; a node whose read overlapped a write (Var.set or an optimizer step on
+   another thread) makes backward fail with AD_ERR_GRAPH, and a write after
+   the read is caught by the version check.  A custom op's forward runs in
+   the caller, so the caller takes that sample:
+   ad_read_window_take fills window[0 .. 2 n_inputs) for the inputs, before
+   the forward reads them; ad_custom_record_window is ad_custom_record whose
+   node is checked against that window (window NULL: ad_custom_record).
+   ad_graph_read_window fills window[0 .. 2 n_vars) for vars as the nodes of
+   root's graph read them (the versions recorded; a var read at two versions,
+   or by a node whose read overlapped a write, is marked as overlapped), for
+   a caller that ran those ops to compute a custom op's output (a
+   checkpointed block); a var no node reads gets its state now. */
+AD_API ad_status ad_read_window_take(const ad_tensor *const *inputs, int n_inputs,
+                                     uint64_t *window);
+AD_API ad_status ad_graph_read_window(const ad_tensor *root, const ad_tensor *const *vars,
+                                      int n_vars, uint64_t *window);
+AD_API ad_status ad_custom_record_window(const char *name, const ad_tensor *const *inputs,
+                                         int n_inputs, const ad_tensor *output,
+                                         const ad_tensor *const *saved, int n_saved,
+                                         ad_custom_backward_fn backward,
+                                         ad_custom_release_fn release, void *ctx,
+                                         const uint64_t *window, ad_tensor **out);
 
 /* cffi:end */
 

@@ -89,6 +89,16 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
                                   const ad_tensor *output, const ad_tensor *const *saved,
                                   int n_saved, ad_custom_backward_fn backward,
                                   ad_custom_release_fn release, void *ctx, ad_tensor **out) {
+    return ad_custom_record_window(name, inputs, n_inputs, output, saved, n_saved, backward,
+                                   release, ctx, NULL, out);
+}
+
+AD_API ad_status ad_custom_record_window(const char *name, const ad_tensor *const *inputs,
+                                         int n_inputs, const ad_tensor *output,
+                                         const ad_tensor *const *saved, int n_saved,
+                                         ad_custom_backward_fn backward,
+                                         ad_custom_release_fn release, void *ctx,
+                                         const uint64_t *window, ad_tensor **out) {
     const char *nm = name ? name : "custom";
     if (!out) return ad_fail(AD_ERR_VALUE, "%s: the out pointer is NULL", nm);
     *out = NULL;
@@ -142,6 +152,11 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
     n->saves_output = saves_output;
     n->out_version = saves_output ? atomic_load(&y->storage->version) : 0;
     n->recompute = 0; /* the callback's values are Python's: never recomputed */
+    /* the caller's sample from before its forward read the inputs (else none:
+       the versions now) */
+    ad_read_window w = {.n = window ? n_inputs : 0};
+    for (int i = 0; i < w.n; i++) w.seq[i] = window[2 * i], w.ver[i] = window[2 * i + 1];
+    n->torn = (uint8_t)ad_read_window_torn(&w, inputs);
     atomic_init(&n->refs, 1);
     n->site = ad_anomaly_enabled ? ad_anomaly_site() : NULL;
     ad_tensor **in = node_in(n);
@@ -152,7 +167,7 @@ AD_API ad_status ad_custom_record(const char *name, const ad_tensor *const *inpu
            the version check reads it); one it does not may be a shell */
         in[i] = !keep ? NULL : savedmask & (1u << i) ? ad_ref(inputs[i])
                                                      : ad_graph_input(inputs[i]);
-        ver[i] = keep && in[i] ? ad_graph_version(inputs[i]) : 0;
+        ver[i] = !(keep && in[i]) ? 0 : w.n ? w.ver[i] : ad_graph_version(inputs[i]);
         if (keep && !in[i]) {
             for (int j = 0; j < i; j++) ad_tensor_release(in[j]);
             ad_mfree((void *)n->site);

@@ -384,6 +384,49 @@ done:
     return st;
 }
 
+AD_API ad_status ad_graph_read_window(const ad_tensor *root, const ad_tensor *const *vars,
+                                      int n_vars, uint64_t *window) {
+    if (!root || !window || (n_vars && !vars))
+        return NULL_ARG("graph_read_window", !root ? "root" : !window ? "window" : "vars");
+    if (n_vars < 0 || n_vars > AD_MAX_INPUTS)
+        return ad_fail(AD_ERR_VALUE, "graph_read_window: takes 0 to %d vars, got %d",
+                       AD_MAX_INPUTS, n_vars);
+    for (int k = 0; k < n_vars; k++)
+        if (!vars[k]) return ad_fail(AD_ERR_VALUE, "graph_read_window: var %d is NULL", k);
+    ad_read_window now;
+    ad_read_window_open(&now, vars, n_vars);
+    tvec order;
+    ad_status st = sort_nodes(root, &order);
+    if (st) return st;
+    /* the storage a node read, as its recorded version: a seq is twice the
+       version while no write is in progress (write_begin and write_end each
+       add one), an odd one marks an overlapped read */
+    bool seen[AD_MAX_INPUTS] = {false};
+    for (int64_t j = 0; j < order.len; j++) {
+        const ad_node *n = order.items[j]->node;
+        if (!n) continue;
+        ad_tensor **in = node_in(n);
+        const uint64_t *ver = node_versions(n);
+        for (int i = 0; i < n->n_in; i++) {
+            if (!in[i] || ad_is_shell(in[i])) continue;
+            for (int k = 0; k < n_vars; k++) {
+                if (in[i]->storage != vars[k]->storage) continue;
+                bool torn = (n->torn >> i) & 1;
+                if (!seen[k]) {
+                    seen[k] = true;
+                    now.seq[k] = torn ? 1 : 2 * ver[i];
+                    now.ver[k] = ver[i];
+                } else if (torn || ver[i] != now.ver[k]) {
+                    now.seq[k] |= 1;
+                }
+            }
+        }
+    }
+    ad_mfree(order.items);
+    for (int k = 0; k < n_vars; k++) window[2 * k] = now.seq[k], window[2 * k + 1] = now.ver[k];
+    return AD_OK;
+}
+
 AD_API ad_status ad_sorted_nodes(const ad_tensor *t, ad_tensor ***out, int64_t *n) {
     if (!out || !n) return NULL_ARG("sorted_nodes", !out ? "out" : "n");
     *out = NULL;

@@ -164,6 +164,20 @@ unsigned ad_read_window_torn(const ad_read_window *w, const ad_tensor *const *in
     return torn;
 }
 
+AD_API ad_status ad_read_window_take(const ad_tensor *const *inputs, int n_inputs,
+                                     uint64_t *window) {
+    if (!window) return NULL_ARG("read_window_take", "window");
+    if (n_inputs < 0 || n_inputs > AD_MAX_INPUTS || (n_inputs && !inputs))
+        return ad_fail(AD_ERR_VALUE, "read_window_take: takes 0 to %d inputs, got %d%s",
+                       AD_MAX_INPUTS, n_inputs, n_inputs && !inputs ? " (inputs is NULL)" : "");
+    for (int i = 0; i < n_inputs; i++)
+        if (!inputs[i]) return ad_fail(AD_ERR_VALUE, "read_window_take: input %d is NULL", i);
+    ad_read_window w;
+    ad_read_window_open(&w, inputs, n_inputs);
+    for (int i = 0; i < n_inputs; i++) window[2 * i] = w.seq[i], window[2 * i + 1] = w.ver[i];
+    return AD_OK;
+}
+
 /* ---- shapes ------------------------------------------------------------------ */
 ad_status ad_check_shape(const char *op, const int64_t *shape, int ndim, int dtype,
                          int64_t *numel) {
