@@ -32,6 +32,8 @@ def _as_float(name, v):
     """A hyper-parameter as a float: a real number, or a one-element tensor or
     array (PyTorch takes a tensor lr).  float() alone would parse a string
     ("0.1") and drop a numpy complex's imaginary part."""
+    if type(v) is float:  # the common case, before the ABC checks (every step)
+        return v
     ok = (isinstance(v, (numbers.Real, Tensor)) or
           isinstance(v, np.ndarray) and v.dtype.kind in "biuf")
     try:
