@@ -1375,6 +1375,15 @@ def child(lo, hi, out_path, progress_path):
 def parent(lo, hi, workdir):
     """Runs cases [lo, hi) in children, restarting after each death."""
     os.makedirs(workdir, exist_ok=True)
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        # the children's cap on a single allocation under ASan, where they set
+        # no RLIMIT_AS (it reserves terabytes): ad.rand(2**31) would otherwise
+        # fill 8 GiB for real and outlast the watchdog (allocator_may_return_null
+        # then makes it the OutOfMemoryError it is in the release build)
+        opts = os.environ.get("ASAN_OPTIONS", "")
+        if "max_allocation_size_mb" not in opts:
+            os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + \
+                "max_allocation_size_mb=3000:allocator_may_return_null=1"
     out_path = os.path.join(workdir, "results.jsonl")
     deaths = []
     i = lo
