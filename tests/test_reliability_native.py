@@ -133,14 +133,12 @@ def test_gradstore_extend_races_ids_and_remove():
 
 
 # ---- 2. Var.set from another thread while backward reads ---------------------------
-def test_var_set_racing_backward_never_gives_a_torn_gradient():
-    """A thread keeps writing 1.0 or 2.0 everywhere into a Var while this one
-    runs forward and backward of sum(x**2).  Each gradient must be 2x for one
-    consistent x (all 2.0 or all 4.0), or backward raises GraphError naming
-    the op and the tensor.  Before the seqlock, 17 of 40 trials gave a mixed
-    gradient and no error."""
-    n = 1 << 17
-    x = ad.Var(np.ones(n))
+def _race_writes_against_backward(x, n, loss, iters, grads, msg_parts):
+    """A thread keeps writing 1.0 or 2.0 everywhere into the Var x (n
+    elements) while this one runs loss().backward() up to iters times (4 s at
+    most).  Each gradient must be grads[0] or grads[1] everywhere (one
+    consistent x), or backward raises GraphError whose message has every one
+    of msg_parts and x's id."""
     vals = [ad.full((n,), 1.0, dtype=ad.float64), ad.full((n,), 2.0, dtype=ad.float64)]
     stop = threading.Event()
 
@@ -155,25 +153,35 @@ def test_var_set_racing_backward_never_gives_a_torn_gradient():
     def trainer():
         deadline = time.monotonic() + 4
         try:
-            for _ in range(3000):
+            for _ in range(iters):
                 if time.monotonic() > deadline:
                     break
-                y = x.sqr().sum()
+                y = loss()
                 try:
                     g = y.backward()[x].numpy()
                 except ad.GraphError as e:
                     msg = str(e)
-                    assert "sqr" in msg and f"tensor id {x.id}" in msg, msg
+                    assert f"tensor id {x.id}" in msg and all(p in msg for p in msg_parts), msg
                     results["graph_error"] += 1
                     continue
-                assert g[0] in (2.0, 4.0) and np.all(g == g[0]), \
-                    f"torn gradient: {np.unique(g)}"
+                assert g[0] in grads and np.all(g == g[0]), f"torn gradient: {np.unique(g)}"
                 results["ok"] += 1
         finally:
             stop.set()
 
     run_threads([setter, trainer])
     assert results["ok"] + results["graph_error"] > 0
+
+
+def test_var_set_racing_backward_never_gives_a_torn_gradient():
+    """A thread keeps writing 1.0 or 2.0 everywhere into a Var while this one
+    runs forward and backward of sum(x**2).  Each gradient must be 2x for one
+    consistent x (all 2.0 or all 4.0), or backward raises GraphError naming
+    the op and the tensor.  Before the seqlock, 17 of 40 trials gave a mixed
+    gradient and no error."""
+    n = 1 << 17
+    x = ad.Var(np.ones(n))
+    _race_writes_against_backward(x, n, lambda: x.sqr().sum(), 3000, (2.0, 4.0), ("sqr",))
 
 
 class _Triple(ad.Function):
@@ -203,39 +211,8 @@ def test_forward_reading_a_var_mid_write_makes_backward_raise(n, how):
     three = ad.tensor(3.0, dtype=ad.float64)
     triple = {"op": lambda: x * 3.0, "function": lambda: _Triple.apply(x),
               "checkpoint": lambda: ad.checkpoint(lambda c: x * c, three)}[how]
-    vals = [ad.full((n,), 1.0, dtype=ad.float64), ad.full((n,), 2.0, dtype=ad.float64)]
-    stop = threading.Event()
-
-    def setter():
-        i = 0
-        while not stop.is_set():
-            x.set(vals[i & 1])
-            i += 1
-
-    results = {"ok": 0, "graph_error": 0}
-
-    def trainer():
-        deadline = time.monotonic() + 4
-        try:
-            for _ in range(400):
-                if time.monotonic() > deadline:
-                    break
-                y = triple().sqr().sum()
-                try:
-                    g = y.backward()[x].numpy()
-                except ad.GraphError as e:
-                    msg = str(e)
-                    assert f"tensor id {x.id}" in msg and "in place" in msg, msg
-                    results["graph_error"] += 1
-                    continue
-                assert g[0] in (18.0, 36.0) and np.all(g == g[0]), \
-                    f"torn gradient: {np.unique(g)}"
-                results["ok"] += 1
-        finally:
-            stop.set()
-
-    run_threads([setter, trainer])
-    assert results["ok"] + results["graph_error"] > 0
+    _race_writes_against_backward(x, n, lambda: triple().sqr().sum(), 400, (18.0, 36.0),
+                                  ("in place",))
 
 
 def test_var_set_serialises_writers_and_counts_versions():
