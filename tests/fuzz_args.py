@@ -228,16 +228,16 @@ def _gs():
     return g, v
 
 
-def _fn_double():
-    class Double(ad.Function):
+def _fn_times(k, backward=None):
+    """A Function whose forward is x * k and whose backward is `backward`
+    (ctx, gy) -> gradient, by default gy * k."""
+    class Times(ad.Function):
         @staticmethod
         def forward(ctx, x):
-            return x * 2
+            return x * k
 
-        @staticmethod
-        def backward(ctx, gy):
-            return gy * 2
-    return Double
+    Times.backward = staticmethod(backward or (lambda ctx, gy: gy * k))
+    return Times
 
 
 def api():
@@ -573,7 +573,7 @@ def api():
     add("ad.load", lambda: (lambda p: ad.load(p)), lambda: (path,))
 
     # --- custom Function
-    add("Function.apply", lambda: (lambda *a: _fn_double().apply(*a)), lambda: (_var(2, 3),))
+    add("Function.apply", lambda: (lambda *a: _fn_times(2).apply(*a)), lambda: (_var(2, 3),))
 
     def custom_bw(ret):
         """A Function whose backward returns `ret` (or ret(gy))."""
@@ -937,15 +937,7 @@ def scenarios():
     @sc
     def function_backward_returns_view_of_var():
         v = ad.Var(ad.ones((2, 3)))
-
-        class M(ad.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, gy):
-                return v.T.T
+        M = _fn_times(2, lambda ctx, gy: v.T.T)
         g = M.apply(v).sum().backward()
         assert g[v].tolist() == [[1.0] * 3] * 2, g[v].tolist()
         v.set(ad.zeros((2, 3)))  # g[v] is the view backward returned: it follows v
@@ -953,28 +945,15 @@ def scenarios():
     @sc
     def function_backward_returns_expanded():
         v = ad.Var(ad.ones((2, 3)))
-
-        class M(ad.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, gy):
-                return ad.tensor(2.0).broadcast_to((2, 3))
+        M = _fn_times(2, lambda ctx, gy: ad.tensor(2.0).broadcast_to((2, 3)))
         g = (M.apply(v) * v).sum().backward()
         assert g[v].tolist() == [[4.0] * 3] * 2, g[v].tolist()
 
     @sc
     def function_backward_raises_base_exception():
-        class M(ad.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, gy):
-                raise SystemExit(3)
+        def backward(ctx, gy):
+            raise SystemExit(3)
+        M = _fn_times(2, backward)
         try:
             M.apply(ad.Var(ad.ones(3))).sum().backward()
         except SystemExit:
@@ -1010,25 +989,13 @@ def scenarios():
 
     @sc
     def function_nested_apply_in_backward():
-        class In(ad.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 3
+        In = _fn_times(3)
 
-            @staticmethod
-            def backward(ctx, gy):
-                return gy * 3
-
-        class Out(ad.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, gy):
-                w = ad.Var(ad.ones(3))
-                In.apply(w).sum().backward()
-                return gy * 2
+        def backward(ctx, gy):
+            w = ad.Var(ad.ones(3))
+            In.apply(w).sum().backward()
+            return gy * 2
+        Out = _fn_times(2, backward)
         g = Out.apply(v := ad.Var(ad.ones(3))).sum().backward()
         assert g[v].tolist() == [2.0] * 3
 

@@ -318,6 +318,17 @@ def test_default_is_affinity_and_oversubscription_warns_once():
 
 
 # ---- 5. fork() while other threads allocate ----------------------------------------
+def _check_fork_child(p, q, i, timeout, hung, wrong):
+    """Waits for fork i's child p (it puts True on q when its checks pass)."""
+    p.join(timeout)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        pytest.fail(f"fork {i}: {hung}")
+    assert p.exitcode == 0, f"fork {i}: child exit code {p.exitcode}"
+    assert q.get() is True, f"fork {i}: {wrong}"
+
+
 def _fork_child(q):
     a = np.arange(160 * 160, dtype=np.float32).reshape(160, 160) % 7
     # the pool, started afresh; the 100 KiB output comes from the mid-size cache
@@ -399,13 +410,8 @@ def test_fork_while_threads_allocate_does_not_deadlock():
                     for lock in rounds:
                         held.enter_context(lock)
                     p.start()
-                p.join(60)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-                    pytest.fail(f"fork {i}: the child hung (deadlock)")
-                assert p.exitcode == 0, f"fork {i}: child exit code {p.exitcode}"
-                assert q.get() is True, f"fork {i}: wrong results in the child"
+                _check_fork_child(p, q, i, 60, "the child hung (deadlock)",
+                                  "wrong results in the child")
     finally:
         sys.setswitchinterval(interval)
         stop.set()
@@ -459,13 +465,8 @@ def test_fork_while_a_var_is_written_leaves_the_child_a_usable_var():
                 q = ctx.SimpleQueue()
                 p = ctx.Process(target=_fork_child_writes, args=(w, q))
                 p.start()
-                p.join(30)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-                    pytest.fail(f"fork {i}: the child hung in Var.set")
-                assert p.exitcode == 0, f"fork {i}: child exit code {p.exitcode}"
-                assert q.get() is True, f"fork {i}: a torn Var or a wrong gradient in the child"
+                _check_fork_child(p, q, i, 30, "the child hung in Var.set",
+                                  "a torn Var or a wrong gradient in the child")
     finally:
         stop.set()
         t.join(60)
