@@ -47,6 +47,11 @@ void *ad_malloc(size_t n) {
     return poisoned(malloc(n ? n : 1), n);
 }
 
+void *ad_malloc_aligned(size_t n, void **raw) {
+    *raw = ad_malloc(n + 64);
+    return *raw ? (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63) : NULL;
+}
+
 void *ad_calloc(size_t n) {
     if (injected_failure()) return NULL;
     return calloc(1, n ? n : 1);

@@ -107,12 +107,14 @@ MV_ATTR_avx2 static inline void mv_put4_f64(double *y, int64_t incy, __m256d s) 
     for (int r = 0; r < 4; r++) y[r * incy] = t[r];
 }
 
-/* A block of nr rows by nc columns (each at most 8 float32 or 4 float64) of
-   s (row stride ss) transposed in registers into d (row stride ds): the
-   dot path's copy of B^T and the thin path's C from C^T.  Masked loads
-   read only the block's elements (missing rows are zeros); a part row is
-   stored in 16-, 8- and 4-byte pieces (AMD's masked stores are slow: a
-   thin (128x512)^T @ (128x4) 6.6 -> 8.2 us with them, Zen 4). */
+/* Columns [0, nc) (nc at most 8 float32 or 4 float64) of rows [0, nr) of s
+   (row stride ss) transposed in registers into d (row stride ds), in
+   blocks of w rows: the dot path's copy of B^T and the thin path's C from
+   C^T.  One call takes a whole strip (a call per block cost a 512 x 4
+   float32 B^T copy about a third of its time).  Masked loads read only the
+   block's elements (missing rows are zeros); a part row is stored in 16-,
+   8- and 4-byte pieces (AMD's masked stores are slow: a thin (128x512)^T
+   @ (128x4) 6.6 -> 8.2 us with them, Zen 4). */
 MV_ATTR_avx2 static inline void mv_put_part(char *d, int bytes, __m256 v) {
     __m128 h = _mm256_castps256_ps128(v);
     if (bytes >= 16) {
@@ -135,16 +137,33 @@ MV_ATTR_avx2 static inline void mv_put_part(char *d, int bytes, __m256 v) {
             _mm_storeu_ps((float *)(d + (q) * ds), _mm256_castps256_ps128(v)); \
         else mv_put_part((char *)(d + (q) * ds), nr * BYTES, (v));             \
     } while (0)
-MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int nr, int nc, float *d,
-                                   int64_t ds) {
+/* one block of nr <= 8 rows: an 8 x 8 transpose, or for nc <= 4 rows i and
+   i + 4 in the halves of one vector and a 4 x 4 transpose in each half */
+MV_ATTR_avx2 static inline __attribute__((always_inline)) void
+mv_tr_block_f32(const float *s, int64_t ss, int nr, int nc, __m256i ld, float *d, int64_t ds) {
     const int w = 8;
-    const __m256i ld = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-#define L(i) TR_LOAD(i, _mm256_loadu_ps, _mm256_maskload_ps, _mm256_setzero_ps)
-    __m256 r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3), r4 = L(4), r5 = L(5), r6 = L(6), r7 = L(7);
-#undef L
     __m256 c0, c1, c2, c3, c4, c5, c6, c7;
-    TR8X8_PS(r0, r1, r2, r3, r4, r5, r6, r7, c0, c1, c2, c3, c4, c5, c6, c7);
+    if (nc <= 4) {
+        const __m128i ld4 = _mm256_castsi256_si128(ld);
+#define L(i)                                                      \
+    ((i) >= nr ? _mm_setzero_ps() : nc == 4 ? _mm_loadu_ps(s + (i) * ss) \
+                                            : _mm_maskload_ps(s + (i) * ss, ld4))
+#define R(i) _mm256_insertf128_ps(_mm256_castps128_ps256(L(i)), L((i) + 4), 1)
+        __m256 r0 = R(0), r1 = R(1), r2 = R(2), r3 = R(3);
+#undef R
+#undef L
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+        __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        c0 = _mm256_shuffle_ps(t0, t2, 0x44), c1 = _mm256_shuffle_ps(t0, t2, 0xee);
+        c2 = _mm256_shuffle_ps(t1, t3, 0x44), c3 = _mm256_shuffle_ps(t1, t3, 0xee);
+        c4 = c5 = c6 = c7 = c0; /* never stored: q >= nc */
+    } else {
+#define L(i) TR_LOAD(i, _mm256_loadu_ps, _mm256_maskload_ps, _mm256_setzero_ps)
+        __m256 r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3), r4 = L(4), r5 = L(5), r6 = L(6),
+               r7 = L(7);
+#undef L
+        TR8X8_PS(r0, r1, r2, r3, r4, r5, r6, r7, c0, c1, c2, c3, c4, c5, c6, c7);
+    }
     TR_STORE(0, c0, 4);
     TR_STORE(1, c1, 4);
     TR_STORE(2, c2, 4);
@@ -154,10 +173,9 @@ MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int nr, int nc, f
     TR_STORE(6, c6, 4);
     TR_STORE(7, c7, 4);
 }
-MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int nr, int nc, double *d,
-                                   int64_t ds) {
+MV_ATTR_avx2 static inline __attribute__((always_inline)) void
+mv_tr_block_f64(const double *s, int64_t ss, int nr, int nc, __m256i ld, double *d, int64_t ds) {
     const int w = 4;
-    const __m256i ld = _mm256_cmpgt_epi64(_mm256_set1_epi64x(nc), _mm256_setr_epi64x(0, 1, 2, 3));
 #define L(i) TR_LOAD(i, _mm256_loadu_pd, _mm256_maskload_pd, _mm256_setzero_pd)
     __m256d r0 = L(0), r1 = L(1), r2 = L(2), r3 = L(3);
 #undef L
@@ -170,6 +188,24 @@ MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int nr, int nc, 
 }
 #undef TR_LOAD
 #undef TR_STORE
+MV_ATTR_avx2 static void mv_tr_f32(const float *s, int64_t ss, int64_t nr, int nc, float *d,
+                                   int64_t ds) {
+    const __m256i ld = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    int64_t i = 0;
+    if (nc == 8) /* whole blocks of the common widths with their branches folded */
+        for (; i + 8 <= nr; i += 8) mv_tr_block_f32(s + i * ss, ss, 8, 8, ld, d + i, ds);
+    else if (nc == 4)
+        for (; i + 8 <= nr; i += 8) mv_tr_block_f32(s + i * ss, ss, 8, 4, ld, d + i, ds);
+    for (; i < nr; i += 8)
+        mv_tr_block_f32(s + i * ss, ss, nr - i < 8 ? (int)(nr - i) : 8, nc, ld, d + i, ds);
+}
+MV_ATTR_avx2 static void mv_tr_f64(const double *s, int64_t ss, int64_t nr, int nc, double *d,
+                                   int64_t ds) {
+    const __m256i ld = _mm256_cmpgt_epi64(_mm256_set1_epi64x(nc), _mm256_setr_epi64x(0, 1, 2, 3));
+    for (int64_t i = 0; i < nr; i += 4)
+        mv_tr_block_f64(s + i * ss, ss, nr - i < 4 ? (int)(nr - i) : 4, nc, ld, d + i, ds);
+}
 
 /* an AVX-512 accumulator to the AVX2 width: its halves added */
 MV_ATTR_avx512 static inline __m256 mv_narrow_f32(__m512 v) {
@@ -242,8 +278,8 @@ MV_ATTR_avx512 static inline void mv_sum8_f64_avx512(double *y, int64_t incy, co
    was faster ((512x128) @ (128x5..7), A column-major, Zen 4: 32 us against
    38-47). */
 #define THIN_MAX_F64_AVX2 4
-/* The dot path (dotn_batch below) with B^T copied (mv_transpose, 32-byte
-   square blocks in registers: 0.2 us for a 512 x 4 float32 B) takes the n
+/* The dot path (dotn_batch below) with B^T copied (mv_transpose, strips 32
+   bytes wide in registers: 0.1 us for a 512 x 4 float32 B) takes the n
    of each level and dtype whose other kernel leaves lanes idle (a bit per
    n).  Zen 4, 1 thread, against that kernel, (128x512), (1024x256), 16 x
    (64x128) and (256x64) @ (k x n): float32 n = 5-7 and 9-12 1.0-1.57x at
@@ -353,7 +389,7 @@ typedef void (*mv_skinny_fn)(int64_t, int64_t, int64_t, const void *, int64_t, i
                              const void *, int64_t, void *, int64_t);
 typedef void (*mv_dotn_fn)(int64_t, int64_t, int64_t, const void *, int64_t, const void *,
                            int64_t, void *, int64_t);
-typedef void (*mv_tr_fn)(const void *, int64_t, int, int, void *, int64_t);
+typedef void (*mv_tr_fn)(const void *, int64_t, int64_t, int, void *, int64_t);
 
 /* One level's kernels for one dtype: dot_short for rows shorter than
    short_k (the portable level's kernel with fewer partial sums), dot else;
@@ -367,7 +403,7 @@ typedef struct {
     int64_t thin_max;   /* columns of C the thin path takes (its skinny rows) */
     mv_dotn_fn dotn;    /* the dot path's kernel (AVX2's at both SIMD levels), or NULL */
     unsigned dotn_copied; /* bit n: the dot path takes n columns with B^T copied */
-    mv_tr_fn tr;          /* mv_tr_*: blocks of 32 bytes square transposed, or NULL */
+    mv_tr_fn tr;          /* mv_tr_*: strips 32 bytes wide transposed, or NULL */
 } mv_kernels;
 
 /* [dtype: f32, f64] per level */
@@ -581,14 +617,13 @@ typedef struct {
 } thin_job;
 
 /* d[j][i] = s[i][j] for rows i < rows and columns j < cols of s (row
-   strides ss and ds, elements of es bytes), in the level's square blocks */
+   strides ss and ds, elements of es bytes), in the level's strips of
+   columns */
 static void mv_transpose(const mv_kernels *mk, int64_t es, int64_t rows, int64_t cols,
                          const char *s, int64_t ss, char *d, int64_t ds) {
     const int64_t w = 32 / es;
-    for (int64_t i = 0; i < rows; i += w)
-        for (int64_t j = 0; j < cols; j += w)
-            mk->tr(s + (i * ss + j) * es, ss, (int)(rows - i < w ? rows - i : w),
-                   (int)(cols - j < w ? cols - j : w), d + (j * ds + i) * es, ds);
+    for (int64_t j = 0; j < cols; j += w)
+        mk->tr(s + j * es, ss, rows, (int)(cols - j < w ? cols - j : w), d + j * ds * es, ds);
 }
 
 /* C's rows [i0, i1) of item it (C^T's columns) from the scratch */
@@ -618,14 +653,15 @@ static int thin_batch(const mm_args *p) {
     const mv_kernels *mk = mv_pick(dtype);
     if (rsa != 1 || csa == 1 || n < 2 || n > mk->thin_max) return 0;
     int64_t es = dtype == AD_FLOAT32 ? sizeof(float) : sizeof(double);
-    char *s = ad_malloc((size_t)(batch * m * n * es));
+    void *raw;
+    char *s = ad_malloc_aligned((size_t)(batch * m * n * es), &raw);
     if (!s) return 0;
     thin_job t = {{thin_range, m, SK_GRAIN, 0},
                   {{sk_range, m, SK_GRAIN, 0}, mk->skinny, es, n, k, m, csb, rsb, csa, b, a, s,
                    bo, ao, co},
                   c, mk};
     mv_run(batch, m * n * k, &t.run);
-    ad_mfree(s);
+    ad_mfree(raw);
     return 1;
 }
 
@@ -699,15 +735,16 @@ static int dotn_batch(const mm_args *p) {
                 mk->dotn, es, n, k, rsa, in_place ? csb : k, a, b, c, ao, in_place ? bo : NULL,
                 co, 1};
     char *bt = NULL;
+    void *raw = NULL;
     if (!in_place) {
         for (int64_t it = 1; it < batch && j.shared; it++) j.shared = bo[it] == bo[0];
         int64_t items = j.shared ? 1 : batch;
-        if (!(bt = ad_malloc((size_t)(items * n * k * es)))) return 0;
+        if (!(bt = ad_malloc_aligned((size_t)(items * n * k * es), &raw))) return 0;
         dn_copy(mk, es, items, bo, n, k, b, rsb, csb, bt);
         j.bt = bt;
     }
     mv_run(batch, m * n * k, &j.run);
-    ad_mfree(bt);
+    ad_mfree(raw);
     return 1;
 }
 
