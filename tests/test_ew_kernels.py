@@ -2,8 +2,9 @@
 
 Outputs whose operands outgrow the last-level cache are computed in chunks
 and written with non-temporal stores; PYAUTODIFF_STREAM_BYTES=0 makes every
-output of 4 KiB or more take that path, so a subprocess checks it bit for bit
-against the ordinary path at every ISA level.  Contiguous softmax / log_softmax
+output of 4 KiB or more take that path (and every whole-tensor copy, a clone
+or data copied in), so a subprocess checks it bit for bit against the
+ordinary path at every ISA level.  Contiguous softmax / log_softmax
 / logsumexp lanes run whole in the SIMD row kernel: checked against float64
 numpy for every tail length, with non-finite elements, at 1 and 2 threads, and
 AVX2 against AVX-512 bit for bit."""
@@ -35,6 +36,8 @@ for n in (1023, 1024, 4096, 70001, 300001):
         for off in (0, 1, 3):  # output blocks are 64-aligned; views move the inputs
             a, b = t[off:off + n], u[5:5 + n]
             outs += [a + b, a * b, a - b, -a, a * 2, a + u[:1], (a > b)]
+            for c in (a.clone(), ad.from_numpy(big[off:off + n])):  # whole-tensor copies
+                assert np.array_equal(c.numpy(), big[off:off + n]), (n, dt, off)
             if dt != np.int32:
                 outs += [a / b, a.exp(), a.tanh(), a.sigmoid(), a.gelu_erf(), a.sqrt()]
         m = t[: (n // 8) * 8].reshape(n // 8, 8)
@@ -75,7 +78,9 @@ rng = np.random.default_rng(2)
 a = rng.standard_normal(100_003).astype(np.float32)
 b = rng.standard_normal(100_003).astype(np.float32)
 t, u = ad.from_numpy(a), ad.from_numpy(b)
-pickle.dump([(t + u).numpy(), (t * u).numpy(), t[1:].exp().numpy(), (t[2:] - u[:-2]).numpy()],
+ad.set_num_threads(2)  # the copies split into blocks over the threads
+pickle.dump([(t + u).numpy(), (t * u).numpy(), t[1:].exp().numpy(), (t[2:] - u[:-2]).numpy(),
+             t[3:].clone().numpy(), ad.from_numpy(b[1:]).numpy()],
             sys.stdout.buffer)
 """
     got = _run(script, PYAUTODIFF_STREAM_BYTES="0")
@@ -86,6 +91,8 @@ pickle.dump([(t + u).numpy(), (t * u).numpy(), t[1:].exp().numpy(), (t[2:] - u[:
     np.testing.assert_array_equal(got[1], a * b)
     np.testing.assert_allclose(got[2], np.exp(a[1:].astype(np.float64)), rtol=2e-7)
     np.testing.assert_array_equal(got[3], a[2:] - b[:-2])
+    np.testing.assert_array_equal(got[4], a[3:])
+    np.testing.assert_array_equal(got[5], b[1:])
 
 
 # ---- softmax rows ----------------------------------------------------------------------

@@ -301,8 +301,11 @@ def test_clone():
     assert vals(c) == [[1.0, 3.0], [2.0, 4.0]]
     g = (c * c).sum().backward()[w]
     np.testing.assert_array_equal(g.numpy(), 2 * w.numpy())
+    c2 = w.clone()  # contiguous: a copy of the whole block, on the graph
+    assert c2.op == "copy" and not c2.is_variable and addr(c2) != addr(w)
+    np.testing.assert_array_equal((c2 * 3).sum().backward()[w].numpy(), np.full((2, 2), 3.0))
     w.set(ad.tensor([[0.0, 0.0], [0.0, 0.0]]))
-    assert vals(c) == [[1.0, 3.0], [2.0, 4.0]]  # its own memory
+    assert vals(c) == [[1.0, 3.0], [2.0, 4.0]] and vals(c2) == [[1.0, 2.0], [3.0, 4.0]]  # own memory
     x = ad.tensor([1, 2, 3])
     y = x.clone()
     assert y.dtype is ad.int64 and vals(y) == [1, 2, 3] and addr(y) != addr(x)

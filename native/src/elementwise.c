@@ -158,6 +158,42 @@ double ew_mse(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t
     return mse_kernel(dt, x, y, o, i0, i1);
 }
 
+/* ---- bulk copies -------------------------------------------------------------------
+   Blocks of COPY_BLOCK bytes (the elementwise ops' ITER_PAR_MIN float32
+   elements), spread over the threads from two blocks on; past the cache each
+   block streams and fences itself.  A float32 1e7-element clone, Zen 4, 1
+   thread: memcpy 3.0 ms, streamed 2.1 (the exp of it 2.0). */
+enum { COPY_BLOCK = (int)(ITER_PAR_MIN * 4) };
+
+typedef struct {
+    char *d;
+    const char *s;
+    size_t n;
+    bool nt;
+} copy_ctx;
+
+static void copy_blocks(void *p, int64_t b0, int64_t b1) {
+    const copy_ctx *c = p;
+    size_t i0 = (size_t)b0 * COPY_BLOCK, i1 = (size_t)b1 * COPY_BLOCK;
+    if (i1 > c->n) i1 = c->n;
+    if (c->nt) {
+        stream_copy(c->d + i0, c->s + i0, i1 - i0);
+        stream_fence();
+    } else {
+        memcpy(c->d + i0, c->s + i0, i1 - i0);
+    }
+}
+
+void ew_copy(void *dst, const void *src, size_t n) {
+    pthread_once(&tables_once, tables_init);
+    copy_ctx c = {dst, src, n, 2 * (int64_t)n >= stream_min_bytes};
+    int64_t blocks = (int64_t)((n + COPY_BLOCK - 1) / COPY_BLOCK);
+    if (blocks > 1 && par_num_threads() > 1)
+        par_for(blocks, copy_blocks, &c);
+    else if (n)
+        copy_blocks(&c, 0, blocks);
+}
+
 /* ---- forward functions ----------------------------------------------------------- */
 ad_status ad_broadcast_shapes(const char *op, const int64_t *a, int an, const int64_t *b,
                               int bn, int64_t *out, int *out_ndim) {

@@ -31,6 +31,12 @@ typedef struct ew_random_job {
 /* Fills j->y's n elements, split over the threads when large (elementwise.c) */
 void ew_random(const ew_random_job *j, int64_t n);
 
+/* dst[0, n) = src[0, n), the two not overlapping: a whole contiguous
+   tensor's bytes (a clone, data copied in), split over the threads when
+   large, non-temporal stores once source and copy outgrow the last-level
+   cache (elementwise.c) */
+void ew_copy(void *dst, const void *src, size_t n);
+
 /* mse_loss's pass over the elements [i0, i1) at this machine's level
    (ew_kernels.h): (x - y)^2 into o, or with o NULL their sum, returned */
 double ew_mse(int dt, const void *x, const void *y, void *o, int64_t i0, int64_t i1);

@@ -4,6 +4,7 @@
 #include "strided.h"
 
 #include "cpu.h"
+#include "ew.h"
 #include "parallel.h"
 
 void broadcast_strides(const ad_tensor *t, const int64_t *out_shape, int out_ndim,
@@ -431,7 +432,7 @@ static void run_unary_layout(const ad_tensor *src, void *dst, size_t dst_es, inn
 void ad_copy_strided(const ad_tensor *src, void *dst) {
     size_t es = ad_dtype_size_(src->dtype);
     if (ad_is_contiguous(src)) {
-        memcpy(dst, ad_ptr(src), (size_t)src->numel * es);
+        ew_copy(dst, ad_ptr(src), (size_t)src->numel * es);
         return;
     }
     run_unary_layout(src, dst, es, copy_inner, copy_plane, &es);

@@ -440,7 +440,7 @@ AD_API ad_status ad_tensor_from_data(const void *data, size_t nbytes, int dtype,
         return ad_fail(AD_ERR_VALUE, "tensor: %zu bytes given for shape %s of %s (%zu needed)",
                        nbytes, ad_fmt_shape(shape, ndim), ad_dtype_name_(dtype), want);
     }
-    if (data) memcpy(t->storage->data, data, nbytes);
+    if (data) ew_copy(t->storage->data, data, nbytes);
     else memset(t->storage->data, 0, t->storage->nbytes);
     *out = t;
     return AD_OK;
