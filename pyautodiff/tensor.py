@@ -1193,7 +1193,8 @@ class Tensor:
         return self._var(dim, correction, keepdim, "std").sqrt()
 
     def cumsum(self, dim: int) -> Tensor:
-        """Cumulative sum along `dim` (same shape).  Raises OutOfRangeError for a bad dim."""
+        """Cumulative sum along `dim` (same shape; int32, uint8 and bool sum
+        in int64, as `sum` does).  Raises OutOfRangeError for a bad dim."""
         return _call(lib.AD_OP_CUMSUM, (self,), (_int_arg(dim, "cumsum", "dim"), 0))
 
     # ---- layout ---------------------------------------------------------------------------

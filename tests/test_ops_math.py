@@ -401,8 +401,24 @@ def test_softmax_family_grad_one_pass(dtype):
 
 def test_cumsum_int_and_errors():
     assert ad.tensor([[1, 2], [3, 4]]).cumsum(0).tolist() == [[1, 2], [4, 6]]
-    with pytest.raises(ad.DTypeError, match="cumsum"):
-        ad.tensor([1, 2], dtype=ad.uint8).cumsum(0)
+    # int32, uint8 and bool sum in int64, as sum does and torch and numpy do:
+    # past the small dtype's range, on strided and 0-d inputs, along either dim
+    rng = np.random.default_rng(5)
+    for dt, a in ((ad.int32, rng.integers(2**30, 2**31 - 1, (5, 4), dtype=np.int32)),
+                  (ad.uint8, rng.integers(0, 256, (5, 4), dtype=np.uint8)),
+                  (ad.bool, rng.random((5, 4)) < 0.5)):
+        t = ad.from_numpy(a)
+        assert t.dtype is dt
+        for x, xn in ((t, a), (t.t(), a.T), (t[::-2], a[::-2]), (t[1, 1], a[1, 1])):
+            for d in range(max(xn.ndim, 1)):
+                got = x.cumsum(d)
+                assert got.dtype is ad.int64 and got.shape == xn.shape
+                np.testing.assert_array_equal(got.numpy(), np.cumsum(xn, axis=d, dtype=np.int64)
+                                              if xn.ndim else xn.astype(np.int64))
+    with pytest.raises(ad.OutOfRangeError, match=r"cumsum: dim 2 .*int32"):
+        ad.tensor([1, 2], dtype=ad.int32).cumsum(2)
+    with pytest.raises(ad.DTypeError, match="softmax"):
+        ad.tensor([1, 2], dtype=ad.int32).softmax(0)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -344,17 +344,39 @@ static bool xstr_last_far(const ad_tensor *x) {
     return false;
 }
 
+static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **out);
+
+/* run_lanes on a contiguous copy of a's input in dtype */
+static ad_status run_lanes_copied(const op_args *a, int dtype, int kind, bool reduce,
+                                  ad_tensor **out) {
+    const ad_tensor *x = a->in[0];
+    ad_tensor *xc;
+    ad_status st = ad_tensor_empty(dtype, T_SHAPE(x), x->ndim, &xc);
+    if (st) return st;
+    ad_convert_strided(x, xc->storage->data, dtype); /* a plain copy in x's own dtype */
+    op_args ac = *a;
+    const ad_tensor *in[1] = {xc};
+    ac.in = in;
+    st = run_lanes(&ac, kind, reduce, out);
+    ad_tensor_release(xc);
+    return st;
+}
+
 /* Runs kind along dim of x.  reduce: the output has size 1 on dim (dropped
    unless keepdim), else x's shape.  A 0-d input is one lane of length 1. */
 static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **out) {
     const ad_tensor *x = a->in[0];
     lane_args la;
+    ad_status st;
+    if ((st = lane_args_decode(a->op, a->iargs, x, &la))) return st;
+    /* cumsum of int32, uint8 and bool sums in int64, as sum does (torch's
+       and numpy's promotion): on an int64 copy */
+    if (kind == L_CUMSUM && (x->dtype == AD_INT32 || x->dtype == AD_UINT8 || x->dtype == AD_BOOL))
+        return run_lanes_copied(a, AD_INT64, kind, reduce, out);
     lane_fn fn = lane_table[kind][x->dtype];
     if (!fn)
         return ad_fail(AD_ERR_DTYPE, "%s: not supported for %s (input %s)", OP_NAME(a->op),
                        ad_dtype_name_(x->dtype), ad_tdesc(x));
-    ad_status st = lane_args_decode(a->op, a->iargs, x, &la);
-    if (st) return st;
     int nd = x->ndim ? x->ndim : 1, dim = la.dim;
     /* Lanes of an x whose last dim steps far while another is contiguous (a
        transposed or permuted x) run on a contiguous copy made by the tile
@@ -366,17 +388,8 @@ static ad_status run_lanes(const op_args *a, int kind, bool reduce, ad_tensor **
        1830 us (torch 3457-3620), .permute(3, 2, 1, 0) 27546 -> 3669 (torch
        6481-6815).  The same bits as the strided lanes, which give the
        contiguous input's. */
-    if (x->ndim && xstr_last_far(x) && x->numel >= LANES_COPY_MIN) {
-        ad_tensor *xc;
-        if ((st = ad_tensor_empty(x->dtype, T_SHAPE(x), x->ndim, &xc))) return st;
-        ad_copy_strided(x, xc->storage->data);
-        op_args ac = *a;
-        const ad_tensor *in[1] = {xc};
-        ac.in = in;
-        st = run_lanes(&ac, kind, reduce, out);
-        ad_tensor_release(xc);
-        return st;
-    }
+    if (x->ndim && xstr_last_far(x) && x->numel >= LANES_COPY_MIN)
+        return run_lanes_copied(a, x->dtype, kind, reduce, out);
     /* the flag is keepdim for the reduction (logsumexp), the kernel's own
        otherwise (cumsum's reverse, log_softmax's log) */
     bool keepdim = reduce && la.flag;
