@@ -15,6 +15,7 @@ once at package import (_link_upper), not through an import.
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import numbers
 import operator
 import os
@@ -178,8 +179,10 @@ def _shape_arg(shape, name="shape", fn=None):
     where = f"{fn}: " if fn else ""
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
-    elif isinstance(shape, (str, bytes, bytearray)):
-        # a sequence, but not of sizes: "" was the shape (), b"\x02\x03" (2, 3)
+    elif isinstance(shape, (str, bytes, bytearray, collections.abc.Set,
+                            collections.abc.Mapping)):
+        # a sequence, but not of sizes: "" was the shape (), b"\x02\x03" (2, 3);
+        # or no order: a set's or a dict's
         raise ArgumentTypeError(f"{where}{name} must be an int or a sequence of ints, "
                                 f"got {shape!r}")
     try:

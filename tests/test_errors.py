@@ -94,6 +94,13 @@ def test_str_or_bytes_shape_is_refused():
     with pytest.raises(ad.ArgumentTypeError, match=r"expand: sizes .* got \(2, None\)"):
         t.expand(2, None)
     assert t.expand(3).shape == (3,) and t.repeat((2,)).shape == (2,)
+    # a set or a dict has no order: split({2, 4}) split by its iteration order
+    u = ad.ones(6)
+    for f in (lambda: u.split({2, 4}), lambda: ad.zeros({2, 3}), lambda: u.reshape({6: 1}),
+              lambda: ad.Var.zeros(frozenset({1}))):
+        with pytest.raises(ad.ArgumentTypeError, match="must be an int or a sequence of ints"):
+            f()
+    assert [p.shape for p in u.split([2, 4])] == [(2,), (4,)]
 
 
 # ---- dtypes ----------------------------------------------------------------------------------
